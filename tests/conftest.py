@@ -1,0 +1,25 @@
+"""Shared fixtures: the shared data folder, a fake clock."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from toolguard.testing import FakeClock
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("TOOLGUARD_SHARED", ROOT.parent / "shared"))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_000_000.0)
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    if not SHARED.is_dir():
+        pytest.fail(f"shared data folder not found at {SHARED} (set TOOLGUARD_SHARED)")
+    return SHARED

@@ -1,0 +1,150 @@
+"""Audit events and their sinks (after structlog: events flow through processors to sinks).
+
+Every state transition of a call is one :class:`AuditEvent`. The finite-state machine is
+DESIGN.md §2's: ``planning`` → ``validating`` → ``executing`` → ``planning``; ``validating``
+→ ``needs_review`` (approval needed) or ``failed`` (halt); ``planning`` → ``completed``
+when the task ends. Arguments are redacted (:func:`redact`) before an event is built, so no
+sink ever sees a secret.
+
+Sinks are callables taking one event. Built in: :class:`LoggingSink` (stdlib ``logging``),
+:class:`JsonlSink` (append-only file, flushed per event, safe across threads),
+:class:`MemorySink` (for tests) — and any callable.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+__all__ = ["AuditEvent", "AuditSink", "JsonlSink", "LoggingSink", "MemorySink", "redact"]
+
+REDACTED = "[REDACTED]"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One transition of one call (or of the task).
+
+    Attributes:
+        time: clock time in seconds. task_id, call_id, tool: what it concerns.
+        transition: ``"from->to"`` FSM states, e.g. ``"validating->executing"``.
+        decision: the guard's decision (value of :class:`toolguard.Decision`), or "".
+        reason: why. effect: readonly / mutating / poll. args_hash: 32 hex digits.
+        args: the arguments, redacted. count: repeat count. duration_s: execution seconds.
+        extra: anything else (budget figures, approval state, observed decision, errors).
+    """
+
+    time: float
+    task_id: str
+    call_id: str
+    tool: str
+    transition: str
+    decision: str = ""
+    reason: str = ""
+    effect: str = ""
+    args_hash: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
+    duration_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the event."""
+        return asdict(self)
+
+
+AuditSink = Callable[[AuditEvent], None]
+
+
+def redact(
+    args: Mapping[str, Any], pattern: re.Pattern[str] | None, max_chars: int
+) -> dict[str, Any]:
+    """A copy of ``args`` safe to log: values of keys matching ``pattern`` (searched,
+    case-insensitive) replaced by ``"[REDACTED]"`` at any depth, strings longer than
+    ``max_chars`` characters truncated with a note of the original length."""
+    return {k: _redact_value(k, v, pattern, max_chars) for k, v in args.items()}
+
+
+def _redact_value(key: str, value: Any, pattern: re.Pattern[str] | None, max_chars: int) -> Any:
+    if pattern is not None and pattern.search(key):
+        return REDACTED
+    if isinstance(value, str):
+        if len(value) > max_chars:
+            return f"{value[:max_chars]}…[{len(value)} chars]"
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _redact_value(str(k), v, pattern, max_chars) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_value("", v, pattern, max_chars) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = repr(value)
+    return text if len(text) <= max_chars else f"{text[:max_chars]}…"
+
+
+class MemorySink:
+    """Keeps events in ``self.events`` (a list). Thread-safe appends (list.append is atomic)."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    def __call__(self, event: AuditEvent) -> None:
+        self.events.append(event)
+
+
+class LoggingSink:
+    """Sends each event to a stdlib logger (default ``logging.getLogger("toolguard.audit")``)
+    at INFO, or WARNING for block, halt, review and invalid decisions, with the event dict
+    as ``extra={"audit": ...}``."""
+
+    _LOUD = frozenset({"block", "halt", "review", "invalid"})
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger("toolguard.audit")
+
+    def __call__(self, event: AuditEvent) -> None:
+        level = logging.WARNING if event.decision in self._LOUD else logging.INFO
+        if self.logger.isEnabledFor(level):
+            self.logger.log(
+                level, "%s %s %s %s%s", event.task_id, event.tool, event.transition,
+                event.decision, f": {event.reason}" if event.reason else "",
+                extra={"audit": event.to_dict()},
+            )
+
+
+class JsonlSink:
+    """Appends one JSON line per event to ``path`` and flushes it at once.
+
+    Safe across threads (a lock serializes writes). The file is opened in append mode, so
+    several processes may share it line by line on POSIX. Close with :meth:`close` or use as
+    a context manager.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._file = self.path.open("ab")
+
+    def __call__(self, event: AuditEvent) -> None:
+        line = orjson.dumps(event.to_dict(), default=repr) + b"\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> JsonlSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,212 @@
+"""The pure decision core: ``decide(context, snapshot) -> Verdict``. No I/O, no clock reads.
+
+One function reads a frozen per-call :class:`CallContext` (after tenacity's ``RetryCallState``)
+and the store's :class:`~toolguard.stores.Snapshot` and returns a :class:`Verdict`. The sync and
+async shells in ``_engine.py`` do all I/O (store, approver, tool, audit) around it.
+
+Stages, in order (DESIGN.md §2's CheckBudget → CheckPermission → CheckIdempotency →
+ValidateSchema, with the ladder of DESIGN.md §1):
+
+1. halted task → halt again;
+2. budgets: max_tool_calls, max_tokens, timeout_s, the tool's max_calls,
+   max_consecutive_failures, and for poll calls max_polls → halt (``BudgetExceeded``);
+3. ladder halt: repeat count ≥ ``halt_at`` → halt (``RepeatedToolCalls``), before the
+   idempotency cache, so a model that keeps repeating an already-done write is stopped too;
+4. permission: a tool the policy denies → block;
+5. argument schema → invalid (before approval: no reviewer is asked about a call that cannot
+   run — a deliberate reordering of the design's pipeline);
+6. approval (``requires_approval``, or an earlier identical call with an unknown outcome) →
+   review / block (rejected) / halt (``ApprovalTimedOut``);
+7. idempotency: a completed record → cached; one in progress → wait for it;
+8. ladder: count ≥ ``block_at`` → block; ≥ ``warn_at`` → warn; else allow (a call a human
+   approved skips this rung: its earlier attempts were waiting, not looping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._errors import ApprovalTimedOut, BudgetExceeded, Halt, RepeatedToolCalls
+from ._policy import BudgetPolicy
+from ._resolve import ToolSettings
+from ._types import Decision, Effect, RecordState
+from .stores._base import ApprovalState, Snapshot
+
+__all__ = ["CallContext", "Verdict", "decide"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Everything about one call that the decision reads (frozen; built once per call).
+
+    Attributes:
+        task_id, tool: what is called. settings: the tool's resolved settings.
+        effect: the effect of this call (rules may differ from the tool's).
+        args_hash: canonical arguments hash. idempotency_key: ``task:tool:hash``.
+        invalid: why the arguments are invalid, or None.
+        budget: the policy's budgets. approval_timeout_s: seconds a pending approval may wait.
+        now: clock time in seconds.
+    """
+
+    task_id: str
+    tool: str
+    settings: ToolSettings
+    effect: Effect
+    args_hash: str
+    idempotency_key: str
+    invalid: str | None
+    budget: BudgetPolicy
+    approval_timeout_s: float
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The decision for one call.
+
+    Attributes:
+        decision: what to do. reason: one line on why. notice: hint for the model.
+        halt: the :class:`Halt` subclass to raise (decision ``halt``).
+        budget / limit / usage: for ``BudgetExceeded`` (names the budget; calls, tokens or s).
+        ask_approval: no stored decision yet: ask the approver, then decide again.
+        wait: an identical call is in progress: wait for it, then decide again.
+    """
+
+    decision: Decision
+    reason: str = ""
+    notice: str | None = None
+    halt: type[Halt] | None = None
+    budget: str = ""
+    limit: float = 0.0
+    usage: float = 0.0
+    ask_approval: bool = False
+    wait: bool = False
+
+
+ALLOW = Verdict(Decision.ALLOW)
+_HALT_KINDS: dict[str, type[Halt]] = {
+    cls.__name__: cls for cls in (Halt, RepeatedToolCalls, BudgetExceeded, ApprovalTimedOut)
+}
+
+
+def halt_kind(name: str) -> type[Halt]:
+    """The :class:`Halt` subclass called ``name`` (for a halt read back from a store)."""
+    return _HALT_KINDS.get(name, Halt)
+
+
+def _budget(name: str, limit: float, usage: float, what: str) -> Verdict:
+    return Verdict(
+        Decision.HALT,
+        reason=f"budget {name} exceeded: {what} (limit {limit:g}, used {usage:g})",
+        halt=BudgetExceeded, budget=name, limit=limit, usage=usage,
+    )
+
+
+def _times(n: int) -> str:
+    return "once" if n == 1 else "twice" if n == 2 else f"{n} times"
+
+
+def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
+    """Decide one call. Pure: the same inputs always give the same verdict."""
+    if snap.halted is not None:
+        return Verdict(
+            Decision.HALT,
+            reason=f"task is halted ({snap.halted.get('reason', 'halted')}); "
+                   "call task.resume() to continue",
+            halt=halt_kind(str(snap.halted.get("kind", "Halt"))),
+        )
+
+    b, s = ctx.budget, ctx.settings
+    if b.max_tool_calls is not None and snap.calls > b.max_tool_calls:
+        return _budget("max_tool_calls", b.max_tool_calls, snap.calls, "too many tool calls")
+    if b.max_tokens is not None and snap.tokens > b.max_tokens:
+        return _budget("max_tokens", b.max_tokens, snap.tokens, "too many tokens")
+    if b.timeout_s is not None and ctx.now - snap.started_at > b.timeout_s:
+        return _budget("timeout_s", b.timeout_s, round(ctx.now - snap.started_at, 3),
+                       "the task ran too long (seconds)")
+    if s.max_calls is not None and snap.tool_calls > s.max_calls:
+        return _budget("max_calls", s.max_calls, snap.tool_calls,
+                       f"too many calls of {ctx.tool}")
+    if (b.max_consecutive_failures is not None
+            and snap.consecutive_failures >= b.max_consecutive_failures):
+        return _budget("max_consecutive_failures", b.max_consecutive_failures,
+                       snap.consecutive_failures, f"{ctx.tool} failed that many times in a row")
+
+    if ctx.effect is Effect.POLL:
+        if snap.polls > s.max_polls:
+            return _budget("max_polls", s.max_polls, snap.polls,
+                           f"{ctx.tool} polled that often with the same arguments")
+        ladder = None
+    else:
+        ladder = s.ladder_for(ctx.effect)
+        if snap.count >= ladder.halt_at:
+            return Verdict(
+                Decision.HALT,
+                reason=f"{ctx.tool} was called {_times(snap.count)} with the same arguments "
+                       "without progress",
+                halt=RepeatedToolCalls,
+            )
+
+    if s.deny:
+        return Verdict(
+            Decision.BLOCK,
+            reason=f"{ctx.tool} is not allowed: the policy refuses tools it does not classify "
+                   "(default_effect = \"deny\")",
+        )
+    if ctx.invalid is not None:
+        return Verdict(Decision.INVALID, reason=ctx.invalid)
+
+    record = snap.record
+    unknown = (record is not None and record.state is RecordState.UNKNOWN
+               and not snap.claimed and not s.forwards_idempotency_key)
+    completed = record is not None and record.state is RecordState.COMPLETED
+    approved = False
+    if (s.requires_approval and not completed) or unknown:
+        approval = snap.approval
+        if approval is None or approval.state == ApprovalState.PENDING:
+            if (approval is not None
+                    and ctx.now - approval.requested_at > ctx.approval_timeout_s):
+                return Verdict(
+                    Decision.HALT,
+                    reason=f"approval of {ctx.tool} timed out after "
+                           f"{ctx.approval_timeout_s:g} s",
+                    halt=ApprovalTimedOut,
+                )
+            why = ("an identical earlier call timed out: it may already have happened"
+                   if unknown else f"{ctx.tool} requires human approval")
+            return Verdict(Decision.REVIEW, reason=why, ask_approval=True)
+        if approval.state == ApprovalState.REJECTED:
+            return Verdict(Decision.BLOCK,
+                           reason=f"approval rejected: {approval.reason or 'no reason given'}")
+        # A human approved this exact call: earlier attempts that waited for that approval
+        # are not a loop, so only the halt rung (checked above) still applies.
+        approved = True
+
+    if record is not None and not snap.claimed:
+        if completed:
+            return Verdict(
+                Decision.CACHED,
+                reason="an identical call already completed in this task",
+                notice=f"This exact {ctx.tool} call already ran successfully earlier in this "
+                       "task, so it was NOT executed again; the result above is the stored "
+                       "result of that call. Do not repeat it: read that result and move on.",
+            )
+        if record.state is RecordState.IN_PROGRESS:
+            return Verdict(Decision.CACHED, reason="an identical call is in progress", wait=True)
+
+    if ladder is not None and not approved:
+        if snap.count >= ladder.block_at:
+            return Verdict(
+                Decision.BLOCK,
+                reason=f"{ctx.tool} was called {_times(snap.count)} with the same arguments "
+                       "without progress",
+            )
+        if snap.count >= ladder.warn_at:
+            return Verdict(
+                Decision.WARN,
+                reason=f"repeated {_times(snap.count)} without progress",
+                notice=f"You have called {ctx.tool} with these same arguments "
+                       f"{_times(snap.count)} without progress. Do not repeat it: change the "
+                       "query, the path or the arguments, or use another tool.",
+            )
+    return ALLOW

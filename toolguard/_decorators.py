@@ -1,0 +1,326 @@
+"""``@readonly``, ``@mutating`` and ``@requires_approval``: mark a tool, enforce nothing.
+
+The decorators attach a frozen :class:`ToolSpec` (after pluggy's markers) and keep the wrapped
+function's signature and behaviour: outside an active task the function runs exactly as
+before. Inside ``with guard.task(...)`` a direct call of a registered tool goes through the
+guard. Options are applied only when passed (:data:`NOT_GIVEN` otherwise), so a policy value
+is never shadowed by a decorator default (precedence: built-in < decorator < policy < env).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
+
+from ._types import Effect, IdempotencyScope
+
+__all__ = ["NOT_GIVEN", "NotGiven", "ToolSpec", "mutating", "readonly", "requires_approval", "spec_of"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class NotGiven(enum.Enum):
+    """Type of :data:`NOT_GIVEN`, the sentinel for "this option was not passed"."""
+
+    NOT_GIVEN = "NOT_GIVEN"
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN: Final = NotGiven.NOT_GIVEN
+"""An option left unset: inherit from the policy. (``None`` can mean "no limit".)"""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What a decorator knows about a tool. Frozen; attached as ``func.__toolguard_spec__``.
+
+    Attributes:
+        name: the tool name the model uses (default: the function's ``__name__``).
+        func: the undecorated function (sync or ``async def``).
+        effect: readonly / mutating / poll, or NOT_GIVEN for an undecorated function.
+        requires_approval: True for ``@requires_approval``.
+        idempotency_scope: until_change / task / off, or NOT_GIVEN.
+        idempotency_ttl_s: seconds a completed call is remembered, or NOT_GIVEN.
+        forwards_idempotency_key: the tool passes ``current_idempotency_key()`` on to its
+            backend (e.g. an ``Idempotency-Key`` header), so a retry after an unknown outcome
+            is safe; or NOT_GIVEN.
+        max_calls: per-task limit of calls of this tool, or NOT_GIVEN.
+        args_schema: a JSON Schema of the arguments (an OpenAI function ``parameters``
+            object), or None to derive one from the type hints.
+        description: for ``guard.tool_schemas()`` (default: the docstring's first paragraph).
+    """
+
+    name: str
+    func: Callable[..., Any]
+    effect: Effect | NotGiven = NOT_GIVEN
+    requires_approval: bool = False
+    idempotency_scope: IdempotencyScope | NotGiven = NOT_GIVEN
+    idempotency_ttl_s: float | NotGiven = NOT_GIVEN
+    forwards_idempotency_key: bool | NotGiven = NOT_GIVEN
+    max_calls: int | None | NotGiven = NOT_GIVEN
+    args_schema: Mapping[str, Any] | None = None
+    description: str = ""
+
+    @property
+    def is_async(self) -> bool:
+        """True if the tool is an ``async def`` function."""
+        return inspect.iscoroutinefunction(self.func)
+
+    def given(self) -> dict[str, Any]:
+        """The options that were passed explicitly, by policy key name."""
+        out: dict[str, Any] = {}
+        for key in ("effect", "idempotency_scope", "idempotency_ttl_s",
+                    "forwards_idempotency_key", "max_calls"):
+            value = getattr(self, key)
+            if value is not NOT_GIVEN:
+                out[key] = value
+        if self.requires_approval:
+            out["requires_approval"] = True
+        return out
+
+
+def _recorded(**_: Any) -> Any:
+    """The function of a tool known only by name and schema (replay): never called."""
+    return None
+
+
+def recorded_tool(
+    name: str, args_schema: Mapping[str, Any] | None = None, description: str = ""
+) -> ToolSpec:
+    """A spec for a tool that exists only in recorded transcripts (``toolguard replay``):
+    its effect comes from the policy; ``args_schema`` (e.g. an OpenAI function's
+    ``parameters``) validates recorded arguments."""
+    return ToolSpec(name=name, func=_recorded, args_schema=args_schema, description=description)
+
+
+def is_recorded(spec: ToolSpec) -> bool:
+    """True for a spec made by :func:`recorded_tool`."""
+    return spec.func is _recorded
+
+
+def spec_of(tool: Callable[..., Any] | ToolSpec) -> ToolSpec:
+    """The :class:`ToolSpec` of a decorated function, or a spec with every option NOT_GIVEN
+    for a plain function (its effect then comes from the policy). A spec is returned as is."""
+    if isinstance(tool, ToolSpec):
+        return tool
+    spec = getattr(tool, "__toolguard_spec__", None)
+    if isinstance(spec, ToolSpec):
+        return spec
+    if not callable(tool):
+        raise TypeError(f"a tool must be a callable, got {type(tool).__name__}")
+    name = getattr(tool, "__name__", None)
+    if not isinstance(name, str):
+        raise TypeError(f"cannot name tool {tool!r}: decorate it with name=...")
+    return ToolSpec(name=name, func=tool, description=_describe(tool))
+
+
+def _describe(func: Callable[..., Any]) -> str:
+    doc = inspect.getdoc(func) or ""
+    return doc.split("\n\n", 1)[0].strip()
+
+
+def _mark(func: Callable[P, R], spec: ToolSpec) -> Callable[P, R]:
+    # Deferred import: the engine imports this module.
+    from ._engine import direct_call, direct_call_async
+
+    if inspect.iscoroutinefunction(func):
+        afunc = cast(Callable[..., Awaitable[Any]], func)
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await direct_call_async(spec, afunc, args, kwargs)
+
+        wrapper: Callable[..., Any] = async_wrapper
+    else:
+
+        @functools.wraps(func)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return direct_call(spec, func, args, kwargs)
+
+        wrapper = sync_wrapper
+    wrapper.__toolguard_spec__ = spec  # type: ignore[attr-defined]
+    return cast(Callable[P, R], wrapper)
+
+
+def _decorator(
+    effect: Effect,
+    requires_approval: bool,
+    func: Callable[P, R] | None,
+    options: dict[str, Any],
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    def apply(f: Callable[P, R]) -> Callable[P, R]:
+        if hasattr(f, "__toolguard_spec__"):
+            raise TypeError(f"{getattr(f, '__name__', f)!r} is already marked as a tool")
+        name = options.pop("name", NOT_GIVEN)
+        description = options.pop("description", NOT_GIVEN)
+        spec = ToolSpec(
+            name=f.__name__ if name is NOT_GIVEN else name,
+            func=f,
+            effect=effect,
+            requires_approval=requires_approval,
+            description=_describe(f) if description is NOT_GIVEN else description,
+            **{k: v for k, v in options.items() if v is not NOT_GIVEN},
+        )
+        return _mark(f, spec)
+
+    if func is not None:
+        return apply(func)
+    return apply
+
+
+@overload
+def readonly(func: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def readonly(
+    *,
+    name: str | NotGiven = ...,
+    poll: bool = ...,
+    max_calls: int | None | NotGiven = ...,
+    args_schema: Mapping[str, Any] | None = ...,
+    description: str | NotGiven = ...,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def readonly(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | NotGiven = NOT_GIVEN,
+    poll: bool = False,
+    max_calls: int | None | NotGiven = NOT_GIVEN,
+    args_schema: Mapping[str, Any] | None = None,
+    description: str | NotGiven = NOT_GIVEN,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Mark a tool that only observes (grep, view_file, a search API).
+
+    Use bare (``@readonly``) or with options (``@readonly(name="fs.grep")``).
+
+    Args:
+        name: the tool name the model calls (default: the function name).
+        poll: the tool waits on something that moves (a process's output); exempt from the
+            ladder, limited by ``max_polls`` per signature instead.
+        max_calls: per-task limit of calls of this tool (``None``: no limit).
+        args_schema: JSON Schema of the arguments; default: derived from the type hints.
+        description: for ``guard.tool_schemas()``; default: the docstring's first paragraph.
+
+    Returns:
+        The function, unchanged in signature and behaviour, carrying a :class:`ToolSpec`.
+    """
+    return _decorator(
+        Effect.POLL if poll else Effect.READONLY,
+        False,
+        func,
+        {"name": name, "max_calls": max_calls, "args_schema": args_schema,
+         "description": description},
+    )
+
+
+@overload
+def mutating(func: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def mutating(
+    *,
+    name: str | NotGiven = ...,
+    idempotency_scope: IdempotencyScope | Literal["until_change", "task", "off"] | NotGiven = ...,
+    idempotency_ttl_s: float | NotGiven = ...,
+    forwards_idempotency_key: bool | NotGiven = ...,
+    max_calls: int | None | NotGiven = ...,
+    args_schema: Mapping[str, Any] | None = ...,
+    description: str | NotGiven = ...,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def mutating(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | NotGiven = NOT_GIVEN,
+    idempotency_scope: IdempotencyScope | Literal["until_change", "task", "off"] | NotGiven = NOT_GIVEN,
+    idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
+    forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
+    max_calls: int | None | NotGiven = NOT_GIVEN,
+    args_schema: Mapping[str, Any] | None = None,
+    description: str | NotGiven = NOT_GIVEN,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Mark a tool that changes the world (write_file, send_email, a payment).
+
+    Identical repeats climb the stricter mutating ladder, and a completed call is remembered
+    for ``idempotency_ttl_s`` seconds: a repeat returns the stored result (decision ``cached``).
+
+    Args:
+        name: the tool name the model calls (default: the function name).
+        idempotency_scope: ``"until_change"`` (default: forgotten at the next progress),
+            ``"task"`` (once per task) or ``"off"``.
+        idempotency_ttl_s: seconds a completed call is remembered (default: the policy's).
+        forwards_idempotency_key: the tool passes ``toolguard.current_idempotency_key()`` to its
+            backend, so after a timeout an identical retry runs with the same key instead of
+            going to review.
+        max_calls: per-task limit of calls of this tool (``None``: no limit).
+        args_schema: JSON Schema of the arguments; default: derived from the type hints.
+        description: for ``guard.tool_schemas()``; default: the docstring's first paragraph.
+
+    Returns:
+        The function, unchanged in signature and behaviour, carrying a :class:`ToolSpec`.
+    """
+    return _decorator(
+        Effect.MUTATING,
+        False,
+        func,
+        {"name": name, "idempotency_scope": _scope(idempotency_scope),
+         "idempotency_ttl_s": idempotency_ttl_s,
+         "forwards_idempotency_key": forwards_idempotency_key, "max_calls": max_calls,
+         "args_schema": args_schema, "description": description},
+    )
+
+
+@overload
+def requires_approval(func: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def requires_approval(
+    *,
+    name: str | NotGiven = ...,
+    idempotency_scope: IdempotencyScope | Literal["until_change", "task", "off"] | NotGiven = ...,
+    idempotency_ttl_s: float | NotGiven = ...,
+    forwards_idempotency_key: bool | NotGiven = ...,
+    max_calls: int | None | NotGiven = ...,
+    args_schema: Mapping[str, Any] | None = ...,
+    description: str | NotGiven = ...,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def requires_approval(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | NotGiven = NOT_GIVEN,
+    idempotency_scope: IdempotencyScope | Literal["until_change", "task", "off"] | NotGiven = NOT_GIVEN,
+    idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
+    forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
+    max_calls: int | None | NotGiven = NOT_GIVEN,
+    args_schema: Mapping[str, Any] | None = None,
+    description: str | NotGiven = NOT_GIVEN,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Mark an irreversible tool (payment, deletion, permission change): it is mutating and
+    never runs without an explicit approval from the guard's approver (DESIGN.md §2, layer 3).
+
+    The idempotency scope defaults to ``"task"``: once approved and done, an identical call in
+    the same task returns the stored result. Options as for :func:`mutating`.
+    """
+    scope = _scope(idempotency_scope)
+    return _decorator(
+        Effect.MUTATING,
+        True,
+        func,
+        {"name": name,
+         "idempotency_scope": IdempotencyScope.TASK if scope is NOT_GIVEN else scope,
+         "idempotency_ttl_s": idempotency_ttl_s,
+         "forwards_idempotency_key": forwards_idempotency_key, "max_calls": max_calls,
+         "args_schema": args_schema, "description": description},
+    )
+
+
+def _scope(value: IdempotencyScope | str | NotGiven) -> IdempotencyScope | NotGiven:
+    if value is NOT_GIVEN:
+        return NOT_GIVEN
+    return IdempotencyScope(value)

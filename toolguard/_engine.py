@@ -1,0 +1,1038 @@
+"""The enforcer: :class:`Guard` (tools + policy + store) and :class:`Task` (one agent task).
+
+Every call runs one pipeline: prepare (parse JSON text, bind defaults, apply the policy's
+argument options, canonical hash, per-call effect from rules, argument schema) → ``store.begin``
+(count the attempt, read state, claim the idempotency key) → the pure
+:func:`~toolguard._core.decide` → approval / wait when it asks → execute → ``store.finish`` →
+history and audit. :meth:`Task.call` and :meth:`Task.acall` are thin shells over the same
+helpers; only tool execution, the approver and waiting differ between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import orjson
+
+from ._approval import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Approver,
+    deny_all,
+)
+from ._audit import AuditEvent, AuditSink, redact
+from ._canonical import ArgumentsError, args_hash, digest, parse_arguments, value_digest
+from ._core import CallContext, Verdict, decide, halt_kind
+from ._decorators import ToolSpec, is_recorded, recorded_tool, spec_of
+from ._errors import (
+    BudgetExceeded,
+    CallInProgress,
+    CanonicalizationError,
+    Halt,
+    PolicyError,
+    PolicyProblem,
+    StoreError,
+    ToolBlocked,
+    ToolGuardError,
+)
+from ._policy import Policy
+from ._resolve import ToolSettings, resolve_tool
+from ._results import ToolResult, Usage
+from ._schema import ArgsValidator, schema_from_signature
+from ._types import Decision, Effect, IdempotencyScope, Mode, RecordState
+from .stores._base import (
+    ApprovalRecord,
+    ApprovalState,
+    BeginRequest,
+    FinishRequest,
+    Snapshot,
+    Store,
+)
+from .stores.memory import MemoryStore
+
+__all__ = ["CallRecord", "Guard", "Task", "current_idempotency_key"]
+
+log = logging.getLogger("toolguard")
+
+_CURRENT_TASK: contextvars.ContextVar[Task | None] = contextvars.ContextVar(
+    "toolguard_task", default=None
+)
+_CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "toolguard_idempotency_key", default=None
+)
+_WAIT_POLL_S: Final = (0.001, 0.05)  # first and longest sleep while waiting on another call
+
+
+def current_idempotency_key() -> str | None:
+    """Inside a guarded tool, the call's stable idempotency key (``"task:tool:args_hash"``);
+    ``None`` outside one. Pass it on (e.g. as an ``Idempotency-Key`` header) and declare the
+    tool ``forwards_idempotency_key=True``: a retry after a timeout then reuses the key and
+    the backend deduplicates, instead of the retry going to review."""
+    return _CURRENT_KEY.get()
+
+
+class _RecordedError(Exception):
+    """Raised by a replay executor for a recorded error result (content shown verbatim)."""
+
+    def __init__(self, content: Any) -> None:
+        self.content = content
+        super().__init__(str(content))
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A registered tool with everything precomputed for the hot path."""
+
+    spec: ToolSpec
+    settings: ToolSettings
+    signature: inspect.Signature | None
+    defaults: dict[str, Any]
+    validator: ArgsValidator | None
+    schema: dict[str, Any]
+
+    def effect_for(self, args: Mapping[str, Any]) -> Effect:
+        for rule in self.settings.rules:
+            if all(pattern.search(_rule_text(args.get(arg))) for arg, pattern in rule.compiled):
+                return rule.effect
+        return self.settings.effect
+
+
+def _rule_text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Config:
+    """An immutable snapshot of what the guard enforces; swapped whole by reload_policy."""
+
+    policy: Policy
+    entries: dict[str, _Entry]
+    timeout_types: tuple[str, ...]
+    virtual: dict[str, _Entry]  # tools known only by name (replay), built on first use
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One entry of ``task.history``: the tool, the arguments as received, the result."""
+
+    tool: str
+    args: Any
+    result: ToolResult
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """One call after preparation (mutable only while the pipeline runs)."""
+
+    entry: _Entry
+    call_id: str
+    raw_args: Any
+    args: dict[str, Any]
+    effect: Effect
+    sig: str
+    key: str
+    invalid: str | None
+    claim: bool
+    task_scope: bool
+    redacted: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class _Outcome:
+    value: Any = None
+    content: Any = None
+    success: bool = True
+    unknown: bool = False
+    error_type: str | None = None
+    exc: BaseException | None = None
+    duration_s: float = 0.0
+
+
+class Guard:
+    """Tools + policy + state store: the enforcer.
+
+    Args:
+        policy: the policy (:func:`toolguard.load_policy`); default: built-in defaults.
+        tools: the tool functions, decorated or plain (plain ones take ``default_effect``), or
+            :class:`ToolSpec` objects.
+        store: where per-task state lives; default a :class:`~toolguard.stores.MemoryStore`
+            (or a ``RedisStore`` when the policy says ``[store] backend = "redis"``).
+        approver: decides calls that need approval; default :func:`toolguard.deny_all`.
+        audit: sinks receiving every :class:`toolguard.AuditEvent` (callables).
+        clock: returns the time in seconds (TTLs, budgets, approval timeouts); inject a fake
+            clock in tests (``toolguard.testing.FakeClock``).
+        strict_tools: override the policy's ``strict_tools``.
+
+    Raises:
+        PolicyError: the policy names tools that are not registered (``strict_tools``), or
+            two tools share a name.
+
+    Thread-safe: one guard serves many tasks and threads; state lives in the store.
+    """
+
+    def __init__(
+        self,
+        policy: Policy | None = None,
+        tools: Iterable[Callable[..., Any] | ToolSpec] = (),
+        *,
+        store: Store | None = None,
+        approver: Approver | None = None,
+        audit: Iterable[AuditSink] = (),
+        clock: Callable[[], float] = time.time,
+        strict_tools: bool | None = None,
+    ) -> None:
+        self._clock = clock
+        self._tools = [spec_of(t) for t in tools]
+        self._strict = strict_tools
+        self._approver: Approver = approver or deny_all
+        self._sinks: tuple[AuditSink, ...] = tuple(audit)
+        self._lock = threading.Lock()
+        self._warned_off = False
+        policy = policy or Policy()
+        self._config = self._build(policy)
+        self._store: Store = store if store is not None else self._default_store(policy)
+        self._inflight: dict[str, threading.Event] = {}
+
+    @classmethod
+    def from_env(
+        cls,
+        tools: Iterable[Callable[..., Any]] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> Guard:
+        """A guard whose policy comes from the environment (``TOOLGUARD_ENV``,
+        ``TOOLGUARD_POLICY``, ``TOOLGUARD_POLICY_DIR``, ``TOOLGUARD_<KEY>__<KEY>``): see
+        :func:`toolguard.policy_from_env`. ``kwargs`` as for :class:`Guard`.
+
+        Raises:
+            PolicyError: the selected file or an environment value is invalid.
+        """
+        from ._settings import policy_from_env
+
+        return cls(policy_from_env(env), tools, **kwargs)
+
+    def _default_store(self, policy: Policy) -> Store:
+        if policy.store.backend == "redis":
+            from .stores.redis import RedisStore
+
+            return RedisStore.from_policy(policy.store)
+        return MemoryStore(
+            max_entries=policy.idempotency.max_entries,
+            state_ttl_s=policy.store.state_ttl_s,
+            clock=self._clock,
+        )
+
+    def _build(self, policy: Policy) -> _Config:
+        entries: dict[str, _Entry] = {}
+        for spec in self._tools:
+            if spec.name in entries:
+                raise PolicyError([PolicyProblem("<guard>", f"tools.{spec.name}",
+                                                 "two registered tools share this name")])
+            entries[spec.name] = self._entry(policy, spec)
+        strict = policy.strict_tools if self._strict is None else self._strict
+        unknown = sorted(set(policy.tools) - set(entries))
+        if strict and unknown:
+            source = policy.sources[-1] if policy.sources else "<policy>"
+            raise PolicyError([
+                PolicyProblem(source, f"tools.{name}",
+                              "names a tool that is not registered with the Guard "
+                              "(set strict_tools = false to allow)")
+                for name in unknown
+            ])
+        return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {})
+
+    @staticmethod
+    def _entry(policy: Policy, spec: ToolSpec) -> _Entry:
+        settings = resolve_tool(policy, spec)
+        if is_recorded(spec):
+            schema = dict(spec.args_schema or {"type": "object"})
+            validator = ArgsValidator(schema) if spec.args_schema is not None else None
+            return _Entry(spec, settings, None, {}, validator, schema)
+        try:
+            signature: inspect.Signature | None = inspect.signature(spec.func)
+        except (TypeError, ValueError):
+            signature = None
+        defaults = {} if signature is None else {
+            name: p.default for name, p in signature.parameters.items()
+            if p.default is not p.empty and p.default is not None
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        schema = dict(spec.args_schema) if spec.args_schema is not None else (
+            schema_from_signature(spec.func)
+        )
+        return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema)
+
+    @property
+    def policy(self) -> Policy:
+        """The policy in force."""
+        return self._config.policy
+
+    @property
+    def store(self) -> Store:
+        """The state store."""
+        return self._store
+
+    def settings(self, tool: str) -> ToolSettings:
+        """The effective settings of a registered tool.
+
+        Raises:
+            KeyError: no such tool.
+        """
+        return self._config.entries[tool].settings
+
+    def reload_policy(self, policy: Policy) -> None:
+        """Swap the policy atomically. Calls already running finish under the old policy;
+        calls that start afterwards see the new one. State (counts, records) is kept.
+
+        Raises:
+            PolicyError: the new policy names unregistered tools (nothing is swapped).
+        """
+        config = self._build(policy)
+        with self._lock:
+            self._config = config
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """Every registered tool in OpenAI function-tool format
+        (``{"type": "function", "function": {"name", "description", "parameters"}}``), from
+        the same schemas the guard validates with."""
+        return [
+            {"type": "function",
+             "function": {"name": name, "description": e.spec.description,
+                          "parameters": e.schema}}
+            for name, e in self._config.entries.items()
+        ]
+
+    def task(self, task_id: str) -> Task:
+        """A handle on one agent task; use it as ``with guard.task(id) as task:`` (or
+        ``async with``) so direct calls of decorated tools are guarded too. The task id
+        scopes all state: counts, idempotency records, budgets, approvals."""
+        if not task_id:
+            raise ValueError("task_id must be a non-empty string")
+        return Task(self, task_id)
+
+    def _emit(self, event: AuditEvent) -> None:
+        for sink in self._sinks:
+            try:
+                sink(event)
+            except Exception:  # a broken sink must not break the call
+                log.exception("toolguard audit sink %r failed", sink)
+
+    def _warn_off(self) -> None:
+        if not self._warned_off:
+            self._warned_off = True
+            log.warning("toolguard: policy mode is 'off': tool calls are not guarded")
+
+
+class Task:
+    """One agent task: the unit that counts, remembers and halts. From :meth:`Guard.task`.
+
+    Thread-safe and asyncio-safe: several threads or coroutines may call through one task
+    (parallel tool calls); state changes are atomic in the store. ``history`` is per process.
+    """
+
+    def __init__(self, guard: Guard, task_id: str) -> None:
+        self.guard = guard
+        self.task_id = task_id
+        self._limit = guard._config.policy.idempotency.max_entries
+        self.history: deque[CallRecord] = deque(maxlen=self._limit)
+        self._ids = itertools.count(1)
+        self._last_content: dict[str, Any] = {}  # signature -> last result, for read-only blocks
+        self._tokens: list[contextvars.Token[Task | None]] = []
+
+    # -- context management -------------------------------------------------------------
+    def __enter__(self) -> Task:
+        self._tokens.append(_CURRENT_TASK.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT_TASK.reset(self._tokens.pop())
+
+    async def __aenter__(self) -> Task:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__()
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def usage(self) -> Usage:
+        """The task's budget counters (tool calls, tokens, elapsed seconds)."""
+        u = self.guard._store.usage(self.task_id)
+        elapsed = 0.0 if u.started_at is None else self.guard._clock() - u.started_at
+        return Usage(u.tool_calls, u.per_tool, u.input_tokens, u.output_tokens, elapsed)
+
+    @property
+    def halted(self) -> bool:
+        """True while the task is halted."""
+        return self.guard._store.usage(self.task_id).halted is not None
+
+    @property
+    def pending_approvals(self) -> dict[str, ApprovalRecord]:
+        """Calls waiting for a human decision, by idempotency key."""
+        return self.guard._store.pending_approvals(self.task_id)
+
+    def record_usage(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        """Report model token usage (counts toward ``budget.max_tokens``).
+
+        Raises:
+            BudgetExceeded: the task's total tokens now exceed ``max_tokens``; the task halts.
+        """
+        if input_tokens < 0 or output_tokens < 0:
+            raise ValueError("token counts must be ≥ 0")
+        total = self.guard._store.add_usage(self.task_id, input_tokens, output_tokens,
+                                            self.guard._clock())
+        limit = self.guard._config.policy.budget.max_tokens
+        if (limit is not None and total > limit
+                and self.guard._config.policy.mode is Mode.ENFORCE):
+            reason = f"budget max_tokens exceeded: too many tokens (limit {limit}, used {total})"
+            self.guard._store.set_halted(self.task_id, {"kind": "BudgetExceeded",
+                                                        "reason": reason})
+            raise BudgetExceeded(reason, budget="max_tokens", limit=limit, usage=total,
+                                 task_id=self.task_id, tool="")
+
+    def new_turn(self) -> None:
+        """A new user message: progress for every signature (counts restart, until_change
+        idempotency records lapse), unless the policy sets ``reset_on_user_turn = false``."""
+        if self.guard._config.policy.ladder.reset_on_user_turn:
+            self.guard._store.new_turn(self.task_id)
+
+    def resume(self) -> None:
+        """Lift a halt (the user added a hint and wants to continue). Counts are kept but a
+        new turn starts, so the call that halted may be tried once more."""
+        self.guard._store.set_halted(self.task_id, None)
+        self.guard._store.new_turn(self.task_id)
+        self._event("halted->planning", "", Decision.ALLOW, "resumed")
+
+    def approve(self, key: str) -> None:
+        """Approve the call with idempotency ``key`` (from ``ToolResult.idempotency_key`` or
+        ``pending_approvals``); its next identical attempt executes. Host code only: nothing
+        the model sends reaches this."""
+        self._decide_approval(key, ApprovalState.APPROVED, "")
+
+    def reject(self, key: str, reason: str = "rejected by the reviewer") -> None:
+        """Reject the call with idempotency ``key``; its attempts are blocked with ``reason``."""
+        self._decide_approval(key, ApprovalState.REJECTED, reason)
+
+    def _decide_approval(self, key: str, state: str, reason: str) -> None:
+        prefix = f"{self.task_id}:"
+        if not key.startswith(prefix):
+            raise ValueError(f"key {key!r} does not belong to task {self.task_id!r}")
+        pending = self.pending_approvals.get(key)
+        record = ApprovalRecord(state, pending.requested_at if pending else 0.0, reason,
+                                pending.tool if pending else "", pending.args if pending else {})
+        self.guard._store.set_approval(self.task_id, key, record,
+                                       self.guard._config.policy.idempotency.ttl_s)
+
+    # -- calls -------------------------------------------------------------------------
+    def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None) -> ToolResult:
+        """Run one tool call the model proposed, through the guard.
+
+        Args:
+            tool: the tool name. args: the arguments as a dict, or the model's JSON text.
+
+        Returns:
+            A :class:`ToolResult`; never a traceback (a tool's exception becomes an error
+            result; malformed arguments become decision ``invalid``).
+
+        Raises:
+            Halt: the turn must end (``RepeatedToolCalls``, ``BudgetExceeded``,
+                ``ApprovalTimedOut``); also every later call until :meth:`resume`.
+            CallInProgress: an identical call kept running past the wait timeout.
+            StoreError: the store failed and the policy fails closed.
+            ToolGuardError: a bug inside the guard (chained to the original exception).
+        """
+        return self._run_sync(tool, args, None)[0]
+
+    async def acall(
+        self, tool: str, args: Mapping[str, Any] | str | bytes | None = None
+    ) -> ToolResult:
+        """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers (sync
+        tools run inline)."""
+        return (await self._run_async(tool, args, None))[0]
+
+    def _replay_call(self, tool: str, args: Mapping[str, Any] | str | None, result: Any,
+                     *, is_error: bool = False, timeout: bool = False) -> ToolResult:
+        """Guard a *recorded* call: nothing runs; if the guard lets it run, the recorded
+        ``result`` stands in for the tool's (an error when ``is_error``; an unknown outcome
+        when ``timeout``). Tools need not be registered: unknown names take their effect from
+        the policy. Used by ``toolguard replay``.
+
+        Raises:
+            Halt: as for :meth:`call`.
+        """
+        def recorded() -> Any:
+            if timeout:
+                raise TimeoutError(str(result))
+            if is_error:
+                raise _RecordedError(result)
+            return result
+
+        return self._run_sync(tool, args, recorded)[0]
+
+    def call_batch(
+        self, calls: Sequence[tuple[str, Mapping[str, Any] | str | bytes | None]]
+    ) -> list[ToolResult]:
+        """Run the parallel tool calls of one model message, in order. Identical calls
+        (same tool and signature) execute once; the others get that result with decision
+        ``cached``. A halt raises after the calls before it ran."""
+        return self._batch(calls, lambda t, a: self.call(t, a))
+
+    async def acall_batch(
+        self, calls: Sequence[tuple[str, Mapping[str, Any] | str | bytes | None]]
+    ) -> list[ToolResult]:
+        """:meth:`call_batch` for asyncio: distinct calls run concurrently."""
+        order, unique = self._dedupe(calls)
+        results = await asyncio.gather(*(self.acall(t, a) for t, a in unique))
+        return [self._copy_for(results[i], dup) for i, dup in order]
+
+    def _batch(self, calls: Sequence[tuple[str, Any]],
+               run: Callable[[str, Any], ToolResult]) -> list[ToolResult]:
+        order, unique = self._dedupe(calls)
+        results = [run(t, a) for t, a in unique]
+        return [self._copy_for(results[i], dup) for i, dup in order]
+
+    def _dedupe(self, calls: Sequence[tuple[str, Any]]
+                ) -> tuple[list[tuple[int, bool]], list[tuple[str, Any]]]:
+        seen: dict[tuple[str, str], int] = {}
+        order: list[tuple[int, bool]] = []
+        unique: list[tuple[str, Any]] = []
+        entries = self.guard._config.entries
+        for tool, args in calls:
+            try:
+                parsed = parse_arguments(args) if isinstance(args, (str, bytes)) else dict(args or {})
+                entry = entries.get(tool)
+                options = entry.settings.args if entry else None
+                ident = (tool, args_hash({**(entry.defaults if entry else {}), **parsed},
+                                         options))
+            except (ArgumentsError, CanonicalizationError, TypeError, ValueError):
+                ident = (tool, f"#{len(unique)}")  # invalid: never merged
+            if ident in seen:
+                order.append((seen[ident], True))
+            else:
+                seen[ident] = len(unique)
+                order.append((len(unique), False))
+                unique.append((tool, args))
+        return order, unique
+
+    @staticmethod
+    def _copy_for(result: ToolResult, duplicate: bool) -> ToolResult:
+        if not duplicate:
+            return result
+        return replace(result, decision=Decision.CACHED if result.executed else result.decision,
+                       reason="identical to another call in the same batch")
+
+    # -- the pipeline ------------------------------------------------------------------
+    def _prepare(self, cfg: _Config, tool: str, raw: Any, virtual: bool) -> _Prepared | ToolResult:
+        entry = cfg.entries.get(tool)
+        call_id = f"{self.task_id}#{next(self._ids)}"
+        if entry is None:
+            if not virtual:
+                names = ", ".join(sorted(cfg.entries)) or "none"
+                return ToolResult(tool, call_id, Decision.INVALID,
+                                  f"[toolguard] Unknown tool {tool!r}. Available tools: {names}.",
+                                  is_error=True, reason=f"unknown tool {tool!r}")
+            entry = cfg.virtual.get(tool)
+            if entry is None:
+                entry = cfg.virtual[tool] = self.guard._entry(cfg.policy, recorded_tool(tool))
+        invalid: str | None = None
+        args: dict[str, Any]
+        if isinstance(raw, (str, bytes)):
+            try:
+                args = parse_arguments(raw)
+            except ArgumentsError as exc:
+                args, invalid = {}, f"arguments are not a valid JSON object: {exc}"
+        elif raw is None:
+            args = {}
+        elif isinstance(raw, Mapping):
+            args = dict(raw)
+        else:
+            args, invalid = {}, f"arguments must be a JSON object, got {type(raw).__name__}"
+        settings = entry.settings
+        effect = entry.effect_for(args) if invalid is None else settings.effect
+        if invalid is None:
+            try:
+                sig = args_hash({**entry.defaults, **args} if entry.defaults else args,
+                                settings.args)
+            except CanonicalizationError as exc:
+                invalid, sig = f"argument has no canonical form: {exc}", ""
+        else:
+            sig = ""
+        if invalid is not None:
+            text = raw if isinstance(raw, str) else repr(raw)
+            sig = digest(b"invalid:" + text.strip().encode("utf-8", "replace"))
+        elif entry.validator is not None:
+            invalid = entry.validator.validate(args, "" if settings.args else sig)
+        mutating = effect is Effect.MUTATING
+        scope = settings.idempotency_scope
+        return _Prepared(
+            entry=entry,
+            call_id=call_id,
+            raw_args=raw,
+            args=args,
+            effect=effect,
+            sig=sig,
+            key=f"{self.task_id}:{tool}:{sig}",
+            invalid=invalid,
+            claim=mutating and scope is not IdempotencyScope.OFF and invalid is None,
+            task_scope=scope is IdempotencyScope.TASK,
+        )
+
+    def _redacted(self, p: _Prepared, cfg: _Config) -> dict[str, Any]:
+        if p.redacted is None:
+            audit = cfg.policy.audit
+            p.redacted = redact(p.args, audit.redact_pattern, audit.max_value_chars)
+        return p.redacted
+
+    def _begin(self, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
+        req = BeginRequest(
+            tool=p.entry.spec.name, signature=p.sig, idempotency_key=p.key,
+            claim=p.claim, task_scope=p.task_scope, count=count,
+            poll=p.effect is Effect.POLL, now=self.guard._clock(),
+            claim_ttl_s=cfg.policy.idempotency.wait_timeout_s,
+        )
+        return self._store_op(cfg, p, lambda: self.guard._store.begin(self.task_id, req))
+
+    def _store_op(self, cfg: _Config, p: _Prepared, op: Callable[[], Any]) -> Any:
+        try:
+            return op()
+        except ToolGuardError:
+            raise
+        except Exception as exc:
+            raise StoreError(f"state store failed for {p.entry.spec.name}: "
+                             f"{type(exc).__name__}: {exc}") from exc
+
+    def _decide(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Verdict:
+        ctx = CallContext(
+            task_id=self.task_id, tool=p.entry.spec.name, settings=p.entry.settings,
+            effect=p.effect, args_hash=p.sig, idempotency_key=p.key, invalid=p.invalid,
+            budget=cfg.policy.budget, approval_timeout_s=cfg.policy.approval.timeout_s,
+            now=self.guard._clock(),
+        )
+        return decide(ctx, snap)
+
+    def _approval_request(self, cfg: _Config, p: _Prepared, snap: Snapshot,
+                          verdict: Verdict) -> ApprovalRequest:
+        requested = snap.approval.requested_at if snap.approval else self.guard._clock()
+        return ApprovalRequest(self.task_id, p.entry.spec.name, self._redacted(p, cfg), p.key,
+                               verdict.reason, requested)
+
+    def _store_approval(self, cfg: _Config, p: _Prepared, snap: Snapshot,
+                        req: ApprovalRequest, answer: ApprovalDecision) -> Snapshot:
+        state = {"approve": ApprovalState.APPROVED, "reject": ApprovalState.REJECTED}.get(
+            answer.verdict, ApprovalState.PENDING)
+        record = ApprovalRecord(state, req.requested_at, answer.reason, req.tool, dict(req.args))
+        self._store_op(cfg, p, lambda: self.guard._store.set_approval(
+            self.task_id, p.key, record, cfg.policy.idempotency.ttl_s))
+        self._event("validating->needs_review", p.entry.spec.name, Decision.REVIEW,
+                    f"approval: {answer.verdict}" + (f" ({answer.reason})" if answer.reason else ""),
+                    p=p, cfg=cfg)
+        return replace(snap, approval=record)
+
+    def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Callable[[], Any] | None
+                      ) -> _Outcome:
+        token = _CURRENT_KEY.set(p.key)
+        start = time.perf_counter()
+        try:
+            value = executor() if executor is not None else p.entry.spec.func(**p.args)
+            if inspect.isawaitable(value):
+                value = _close_awaitable(value, p)
+            return _Outcome(value=value, content=value,
+                            duration_s=time.perf_counter() - start)
+        except Exception as exc:
+            return self._failure(cfg, exc, time.perf_counter() - start)
+        finally:
+            _CURRENT_KEY.reset(token)
+
+    async def _execute_async(self, cfg: _Config, p: _Prepared,
+                             executor: Callable[[], Any] | None) -> _Outcome:
+        token = _CURRENT_KEY.set(p.key)
+        start = time.perf_counter()
+        try:
+            value = executor() if executor is not None else p.entry.spec.func(**p.args)
+            if inspect.isawaitable(value):
+                value = await value
+            return _Outcome(value=value, content=value,
+                            duration_s=time.perf_counter() - start)
+        except Exception as exc:
+            return self._failure(cfg, exc, time.perf_counter() - start)
+        finally:
+            _CURRENT_KEY.reset(token)
+
+    @staticmethod
+    def _failure(cfg: _Config, exc: Exception, duration_s: float) -> _Outcome:
+        # The error envelope (DESIGN.md §2, cause 1): a one-line structured error, no
+        # traceback, so the model does not guess at its own arguments.
+        name = type(exc).__name__
+        qualified = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        unknown = any(t in (name, qualified) for t in cfg.timeout_types) or any(
+            t in (c.__name__ for c in type(exc).__mro__) for t in cfg.timeout_types)
+        if isinstance(exc, _RecordedError):
+            content = exc.content
+        else:
+            message = " ".join(str(exc).split()) or name
+            if len(message) > 300:
+                message = message[:299] + "…"
+            content = f"Error ({name}): {message}"
+            if unknown:
+                content += (" [the outcome is unknown: the action may or may not have "
+                            "happened; check before retrying]")
+        return _Outcome(value=None, content=content, success=False, unknown=unknown,
+                        error_type=None if isinstance(exc, _RecordedError) else name,
+                        exc=exc, duration_s=duration_s)
+
+    def _finish(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
+                outcome: _Outcome | None, halt: dict[str, Any] | None = None) -> None:
+        executed = outcome is not None
+        success = executed and outcome.success  # type: ignore[union-attr]
+        mutating = p.effect is Effect.MUTATING
+        if not executed and not snap.claimed and halt is None:
+            return  # nothing to record: the attempt was counted by begin
+        req = FinishRequest(
+            tool=p.entry.spec.name, signature=p.sig, idempotency_key=p.key,
+            executed=executed, success=success,
+            unknown=executed and mutating and outcome.unknown,  # type: ignore[union-attr]
+            mutating=mutating,
+            result_digest=value_digest(outcome.content) if success else "",  # type: ignore[union-attr]
+            store_result=success and p.claim,
+            content=outcome.content if success else None,  # type: ignore[union-attr]
+            release=snap.claimed, ttl_s=p.entry.settings.idempotency_ttl_s,
+            now=self.guard._clock(), halt=halt, call_id=p.call_id,
+        )
+        self._store_op(cfg, p, lambda: self.guard._store.finish(self.task_id, req))
+        if req.unknown and (p.entry.settings.requires_approval
+                            or not p.entry.settings.forwards_idempotency_key):
+            # An earlier approval covered a call that may now have happened: a retry needs
+            # a fresh decision.
+            record = ApprovalRecord(ApprovalState.PENDING, self.guard._clock(),
+                                    "outcome unknown", p.entry.spec.name, self._redacted(p, cfg))
+            self._store_op(cfg, p, lambda: self.guard._store.set_approval(
+                self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s))
+
+    def _halt_exc(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
+        kind = verdict.halt or halt_kind("Halt")
+        common: dict[str, Any] = {
+            "task_id": self.task_id, "tool": p.entry.spec.name, "args": self._redacted(p, cfg),
+            "args_hash": p.sig, "count": snap.count,
+        }
+        if issubclass(kind, BudgetExceeded):
+            return kind(verdict.reason, budget=verdict.budget or "unknown",
+                        limit=verdict.limit, usage=verdict.usage, **common)
+        return kind(verdict.reason, **common)
+
+    def _conclude(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
+                  outcome: _Outcome | None, observed: Decision | None) -> ToolResult:
+        """Record the outcome and build the result (or raise the halt)."""
+        tool = p.entry.spec.name
+        decision = verdict.decision
+        if decision is Decision.HALT and observed is None:
+            exc = self._halt_exc(cfg, p, snap, verdict)
+            if snap.halted is None:
+                self._finish(cfg, p, snap, verdict, None,
+                             halt={"kind": type(exc).__name__, "reason": verdict.reason,
+                                   "tool": tool, "args_hash": p.sig, "count": snap.count})
+            result = ToolResult(tool, p.call_id, Decision.HALT, f"[toolguard] Halted: {exc}",
+                                is_error=True, reason=verdict.reason, count=snap.count,
+                                effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
+            self._record(p, result, "validating->failed", cfg)
+            raise exc
+        self._finish(cfg, p, snap, verdict, outcome)
+        if outcome is not None:
+            content = outcome.content
+            notice = verdict.notice if observed is None else None
+            if notice and outcome.success:
+                content = _with_notice(content, notice)
+            elif outcome.success is False:
+                notice = None
+            result = ToolResult(
+                tool, p.call_id, Decision.ALLOW if observed is not None else decision, content,
+                value=outcome.value, is_error=not outcome.success,
+                error_type=outcome.error_type, reason=verdict.reason, notice=notice,
+                count=snap.count, effect=p.effect, args_hash=p.sig, idempotency_key=p.key,
+                duration_s=outcome.duration_s, observed=observed,
+            )
+            if outcome.success:
+                self._last_content[p.sig] = outcome.content
+                if len(self._last_content) > self._limit:
+                    del self._last_content[next(iter(self._last_content))]
+            self._record(p, result, "executing->planning", cfg)
+            return result
+        result = self._synthetic(p, snap, verdict)
+        transition = ("validating->needs_review" if decision is Decision.REVIEW
+                      else "validating->planning")
+        self._record(p, result, transition, cfg)
+        return result
+
+    def _synthetic(self, p: _Prepared, snap: Snapshot, verdict: Verdict) -> ToolResult:
+        tool = p.entry.spec.name
+        decision = verdict.decision
+        common: dict[str, Any] = {"reason": verdict.reason, "count": snap.count,
+                                  "effect": p.effect, "args_hash": p.sig,
+                                  "idempotency_key": p.key}
+        if decision is Decision.CACHED and snap.record is not None:
+            stored = snap.record.content
+            return ToolResult(tool, p.call_id, decision, _with_notice(stored, verdict.notice),
+                              value=stored, notice=verdict.notice, **common)
+        if decision is Decision.INVALID:
+            text = (f"[toolguard] Invalid arguments for {tool}, not executed: {verdict.reason}. "
+                    "Fix the arguments and call again.")
+        elif decision is Decision.REVIEW:
+            text = (f"[toolguard] {tool} was not executed: {verdict.reason}. It is waiting for a "
+                    "human decision; do not retry it until told it was approved.")
+        else:
+            text = f"[toolguard] Blocked, not executed: {verdict.reason}."
+            if verdict.reason.startswith(tool) and "same arguments" in verdict.reason:
+                text += (" It will not run again with these arguments: change the arguments, "
+                         "use another tool, or tell the user what is blocking you.")
+                previous = self._last_content.get(p.sig)
+                if p.effect is Effect.READONLY and previous is not None:
+                    text += f"\nThe previous result of this call was:\n{_as_text(previous)}"
+        return ToolResult(tool, p.call_id, decision, text, is_error=True, **common)
+
+    def _record(self, p: _Prepared, result: ToolResult, transition: str, cfg: _Config) -> None:
+        self._remember(CallRecord(p.entry.spec.name, p.raw_args, result))
+        if self.guard._sinks:
+            extra: dict[str, Any] = {}
+            if result.observed is not None:
+                extra["observed"] = str(result.observed)
+            if result.error_type:
+                extra["error_type"] = result.error_type
+            self.guard._emit(AuditEvent(
+                time=self.guard._clock(), task_id=self.task_id, call_id=p.call_id,
+                tool=p.entry.spec.name, transition=transition, decision=str(result.decision),
+                reason=result.reason, effect=str(p.effect), args_hash=p.sig,
+                args=self._redacted(p, cfg), count=result.count, duration_s=result.duration_s,
+                extra=extra,
+            ))
+
+    def _event(self, transition: str, tool: str, decision: Decision, reason: str,
+               p: _Prepared | None = None, cfg: _Config | None = None) -> None:
+        if self.guard._sinks:
+            self.guard._emit(AuditEvent(
+                time=self.guard._clock(), task_id=self.task_id,
+                call_id=p.call_id if p else "", tool=tool, transition=transition,
+                decision=str(decision), reason=reason,
+                effect=str(p.effect) if p else "", args_hash=p.sig if p else "",
+                args=self._redacted(p, cfg) if p and cfg else {},
+            ))
+
+    def _run_sync(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+                  ) -> tuple[ToolResult, BaseException | None]:
+        cfg = self.guard._config
+        try:
+            prepared = self._prepare(cfg, tool, raw, executor is not None)
+            if isinstance(prepared, ToolResult):
+                self._remember(CallRecord(tool, raw, prepared))
+                return prepared, None
+            p = prepared
+            if cfg.policy.mode is Mode.OFF:
+                self.guard._warn_off()
+                outcome = self._execute_sync(cfg, p, executor)
+                return self._plain(p, outcome), outcome.exc
+            snap = self._begin(cfg, p, count=True)
+            while True:
+                verdict = self._decide(cfg, p, snap)
+                if verdict.ask_approval and cfg.policy.mode is Mode.ENFORCE:
+                    req = self._approval_request(cfg, p, snap, verdict)
+                    answer = self.guard._approver(req)
+                    if inspect.isawaitable(answer):
+                        _discard(answer)
+                        raise ToolGuardError("the approver is async: use task.acall()")
+                    snap = self._store_approval(cfg, p, snap, req, answer)
+                    if answer.verdict != "defer":
+                        continue
+                elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
+                    self._wait_sync(cfg, p)
+                    snap = self._begin(cfg, p, count=False)
+                    continue
+                break
+            observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
+            if observed is not None or verdict.decision.executed:
+                outcome = self._execute_sync(cfg, p, executor)
+                self._notify(p)
+                return self._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
+            return self._conclude(cfg, p, snap, verdict, None, None), None
+        except ToolGuardError:
+            raise
+        except Exception as exc:  # a bug in the guard: never a half-recorded call
+            raise ToolGuardError(f"internal error while guarding {tool}: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+
+    async def _run_async(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+                         ) -> tuple[ToolResult, BaseException | None]:
+        cfg = self.guard._config
+        try:
+            prepared = self._prepare(cfg, tool, raw, executor is not None)
+            if isinstance(prepared, ToolResult):
+                self._remember(CallRecord(tool, raw, prepared))
+                return prepared, None
+            p = prepared
+            if cfg.policy.mode is Mode.OFF:
+                self.guard._warn_off()
+                outcome = await self._execute_async(cfg, p, executor)
+                return self._plain(p, outcome), outcome.exc
+            snap = self._begin(cfg, p, count=True)
+            while True:
+                verdict = self._decide(cfg, p, snap)
+                if verdict.ask_approval and cfg.policy.mode is Mode.ENFORCE:
+                    req = self._approval_request(cfg, p, snap, verdict)
+                    answer = self.guard._approver(req)
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+                    snap = self._store_approval(cfg, p, snap, req, answer)
+                    if answer.verdict != "defer":
+                        continue
+                elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
+                    await self._wait_async(cfg, p)
+                    snap = self._begin(cfg, p, count=False)
+                    continue
+                break
+            observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
+            if observed is not None or verdict.decision.executed:
+                outcome = await self._execute_async(cfg, p, executor)
+                self._notify(p)
+                return self._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
+            return self._conclude(cfg, p, snap, verdict, None, None), None
+        except ToolGuardError:
+            raise
+        except Exception as exc:
+            raise ToolGuardError(f"internal error while guarding {tool}: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+
+    def _plain(self, p: _Prepared, outcome: _Outcome) -> ToolResult:
+        result = ToolResult(p.entry.spec.name, p.call_id, Decision.ALLOW, outcome.content,
+                            value=outcome.value, is_error=not outcome.success,
+                            error_type=outcome.error_type, effect=p.effect, args_hash=p.sig,
+                            idempotency_key=p.key, duration_s=outcome.duration_s)
+        self._remember(CallRecord(p.entry.spec.name, p.raw_args, result))
+        return result
+
+    def _remember(self, record: CallRecord) -> None:
+        self.history.append(record)
+
+    # -- waiting on an identical call in progress ----------------------------------------
+    def _notify(self, p: _Prepared) -> None:
+        if p.claim:
+            with self.guard._lock:
+                event = self.guard._inflight.pop(p.key, None)
+            if event is not None:
+                event.set()
+
+    def _waiter(self, p: _Prepared) -> threading.Event:
+        with self.guard._lock:
+            return self.guard._inflight.setdefault(p.key, threading.Event())
+
+    def _settled(self, cfg: _Config, p: _Prepared) -> bool:
+        record = self._store_op(cfg, p, lambda: self.guard._store.get_record(
+            self.task_id, p.key, self.guard._clock()))
+        return record is None or record.state is not RecordState.IN_PROGRESS
+
+    def _wait_sync(self, cfg: _Config, p: _Prepared) -> None:
+        limit = cfg.policy.idempotency.wait_timeout_s
+        start = time.monotonic()
+        pause = _WAIT_POLL_S[0]
+        event = self._waiter(p)
+        while not self._settled(cfg, p):
+            waited = time.monotonic() - start
+            if waited >= limit:
+                raise CallInProgress(p.entry.spec.name, p.key, waited)
+            event.wait(min(pause, limit - waited))
+            pause = min(pause * 2, _WAIT_POLL_S[1])
+
+    async def _wait_async(self, cfg: _Config, p: _Prepared) -> None:
+        limit = cfg.policy.idempotency.wait_timeout_s
+        start = time.monotonic()
+        pause = _WAIT_POLL_S[0]
+        while not self._settled(cfg, p):
+            waited = time.monotonic() - start
+            if waited >= limit:
+                raise CallInProgress(p.entry.spec.name, p.key, waited)
+            await asyncio.sleep(min(pause, limit - waited))
+            pause = min(pause * 2, _WAIT_POLL_S[1])
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value, default=repr).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return repr(value)
+
+
+def _with_notice(content: Any, notice: str | None) -> Any:
+    if not notice:
+        return content
+    return f"{_as_text(content)}\n\n[toolguard] {notice}"
+
+
+def _discard(awaitable: Awaitable[Any]) -> None:
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()
+
+
+def _close_awaitable(value: Awaitable[Any], p: _Prepared) -> Any:
+    _discard(value)
+    raise TypeError(f"{p.entry.spec.name} is async: call it with task.acall()")
+
+
+# -- direct calls of decorated tools ------------------------------------------------------
+def _bind(task: Task, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+          ) -> tuple[_Entry | None, dict[str, Any]]:
+    entry = task.guard._config.entries.get(spec.name)
+    if entry is None or entry.spec is not spec or entry.signature is None:
+        return None, {}
+    bound = entry.signature.bind(*args, **kwargs)
+    return entry, dict(bound.arguments)
+
+
+def _direct_result(result: ToolResult, exc: BaseException | None) -> Any:
+    if exc is not None:
+        raise exc
+    if result.decision in (Decision.ALLOW, Decision.WARN, Decision.CACHED):
+        return result.value
+    raise ToolBlocked(result)
+
+
+def direct_call(spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
+                kwargs: dict[str, Any]) -> Any:
+    """Run a decorated sync tool called directly: guarded inside an active task that has it
+    registered, plain otherwise. Returns the tool's value (also for ``cached``).
+
+    Raises:
+        ToolBlocked: block / review / invalid. Halt: the task halts. Whatever the tool raised.
+    """
+    task = _CURRENT_TASK.get()
+    if task is None:
+        return func(*args, **kwargs)
+    entry, bound = _bind(task, spec, args, kwargs)
+    if entry is None:
+        return func(*args, **kwargs)
+    result, exc = task._run_sync(spec.name, bound, lambda: func(*args, **kwargs))
+    return _direct_result(result, exc)
+
+
+async def direct_call_async(spec: ToolSpec, func: Callable[..., Awaitable[Any]],
+                            args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """:func:`direct_call` for ``async def`` tools."""
+    task = _CURRENT_TASK.get()
+    if task is None:
+        return await func(*args, **kwargs)
+    entry, bound = _bind(task, spec, args, kwargs)
+    if entry is None:
+        return await func(*args, **kwargs)
+    result, exc = await task._run_async(spec.name, bound, lambda: func(*args, **kwargs))
+    return _direct_result(result, exc)

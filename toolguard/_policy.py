@@ -1,0 +1,218 @@
+"""The policy model: frozen pydantic models that the engine reads.
+
+Files are loaded by :func:`toolguard.load_policy` (TOML → JSON Schema → semantic checks →
+these models); see ``_policy_loader.py``. Every field here has a key of the same name in the
+TOML language, and the shipped JSON Schema (``toolguard/policy.schema.json``) is the single
+source for what a file may contain. Counts are calls; durations are seconds (``_s``).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from typing import Literal
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from ._types import Effect, IdempotencyScope, Mode
+
+__all__ = [
+    "ApprovalPolicy",
+    "ArgOptions",
+    "AuditPolicy",
+    "BudgetPolicy",
+    "IdempotencyPolicy",
+    "LadderOverride",
+    "LadderPolicy",
+    "LadderThresholds",
+    "Policy",
+    "StorePolicy",
+    "ToolPolicy",
+    "ToolRule",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LadderThresholds(_Frozen):
+    """Repeat counts at which a call is warned, blocked and halted (1 = first call).
+
+    DESIGN.md §1: a call is allowed below ``warn_at``, executed with a notice from ``warn_at``,
+    not executed from ``block_at`` and the task halts at ``halt_at``. ``warn_at ≤ block_at ≤
+    halt_at``; equal values skip a rung.
+    """
+
+    warn_at: int = Field(ge=2)
+    block_at: int = Field(ge=2)
+    halt_at: int = Field(ge=2)
+
+
+class LadderOverride(_Frozen):
+    """A per-tool ladder: any subset of the thresholds; the rest come from the tool's effect."""
+
+    warn_at: int | None = Field(default=None, ge=2)
+    block_at: int | None = Field(default=None, ge=2)
+    halt_at: int | None = Field(default=None, ge=2)
+
+
+class LadderPolicy(_Frozen):
+    """``[ladder]``: thresholds per effect (read-only is more tolerant: DESIGN.md §1)."""
+
+    reset_on_user_turn: bool = True
+    readonly: LadderThresholds = LadderThresholds(warn_at=3, block_at=4, halt_at=5)
+    mutating: LadderThresholds = LadderThresholds(warn_at=2, block_at=3, halt_at=4)
+
+
+class BudgetPolicy(_Frozen):
+    """``[budget]``: hard quotas per task (DESIGN.md §2, layer 1). ``None`` means no limit."""
+
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    timeout_s: float | None = Field(default=None, gt=0)
+    max_consecutive_failures: int | None = Field(default=None, ge=1)
+
+
+class IdempotencyPolicy(_Frozen):
+    """``[idempotency]``: the cache of completed mutating calls (DESIGN.md §2, layer 2).
+
+    Attributes:
+        ttl_s: how long a completed call is remembered, in seconds.
+        max_entries: bound on remembered calls per store (in-memory LRU eviction beyond it).
+        timeout_exceptions: exception class names (``__name__`` or ``module.qualname``) whose
+            raising means the outcome is unknown: an identical retry goes to ``review``.
+        wait_timeout_s: how long an identical concurrent call waits for the first one before
+            raising :class:`toolguard.CallInProgress`, in seconds.
+    """
+
+    ttl_s: float = Field(default=3600.0, gt=0)
+    max_entries: int = Field(default=10_000, ge=1)
+    timeout_exceptions: tuple[str, ...] = ("TimeoutError",)
+    wait_timeout_s: float = Field(default=30.0, gt=0)
+
+
+class ApprovalPolicy(_Frozen):
+    """``[approval]``: a pending approval older than ``timeout_s`` seconds fails the task."""
+
+    timeout_s: float = Field(default=300.0, gt=0)
+
+
+class AuditPolicy(_Frozen):
+    """``[audit]``: argument keys matching any ``redact`` pattern (case-insensitive substring
+    or regex search) are replaced by ``"[REDACTED]"`` before they reach a sink, a notice or an
+    exception; string values longer than ``max_value_chars`` characters are truncated."""
+
+    redact: tuple[str, ...] = ("password", "token", "api_key", "secret", "authorization")
+    max_value_chars: int = Field(default=200, ge=8)
+
+    @cached_property
+    def redact_pattern(self) -> re.Pattern[str] | None:
+        """All ``redact`` patterns as one compiled case-insensitive regex (None if empty)."""
+        if not self.redact:
+            return None
+        return re.compile("|".join(f"(?:{p})" for p in self.redact), re.IGNORECASE)
+
+
+class StorePolicy(_Frozen):
+    """``[store]``: where per-task state lives.
+
+    Attributes:
+        backend: ``memory`` (per process, the default) or ``redis`` (shared by workers).
+        url: the Redis URL, e.g. ``redis://127.0.0.1:6379/0``.
+        on_error: ``fail_closed`` blocks the call when the store fails; ``fail_open`` runs it
+            unguarded with a warning audit event.
+        timeout_s: timeout of every store operation, in seconds.
+        key_prefix: namespace of every key (``{key_prefix}:{task}:...``).
+        state_ttl_s: TTL of per-task state (ladder counts, budgets, flags), in seconds.
+    """
+
+    backend: Literal["memory", "redis"] = "memory"
+    url: str | None = None
+    on_error: Literal["fail_closed", "fail_open"] = "fail_closed"
+    timeout_s: float = Field(default=1.0, gt=0)
+    key_prefix: str = "toolguard"
+    state_ttl_s: float = Field(default=86_400.0, gt=0)
+
+
+class ArgOptions(_Frozen):
+    """``[tools.X.args.NAME]``: how one top-level argument enters the signature.
+
+    ``ignore`` drops it (volatile fields: a model-invented request id); ``normalize = "path"``
+    folds ``\\`` to ``/``, ``./``, ``//`` and a trailing ``/``; ``normalize = "whitespace"``
+    collapses runs of white space and strips the ends; ``case = "insensitive"`` casefolds.
+    """
+
+    ignore: bool = False
+    normalize: Literal["path", "whitespace"] | None = None
+    case: Literal["sensitive", "insensitive"] = "sensitive"
+
+
+class ToolRule(_Frozen):
+    """``[[tools.X.rules]]``: if every regex in ``match`` is found (``re.search``) in the
+    string form of the named argument, the call gets ``effect``. First match wins."""
+
+    match: dict[str, str]
+    effect: Effect
+
+    @cached_property
+    def compiled(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
+        """``match`` with each pattern compiled once."""
+        return tuple((arg, re.compile(pattern)) for arg, pattern in self.match.items())
+
+
+class ToolPolicy(_Frozen):
+    """``[tools.NAME]``: settings for one tool; unset fields inherit (see ``explain``)."""
+
+    effect: Effect | None = None
+    requires_approval: bool | None = None
+    idempotency_scope: IdempotencyScope | None = None
+    idempotency_ttl_s: float | None = Field(default=None, gt=0)
+    forwards_idempotency_key: bool | None = None
+    max_calls: int | None = Field(default=None, ge=1)
+    max_polls: int | None = Field(default=None, ge=1)
+    ladder: LadderOverride | None = None
+    args: dict[str, ArgOptions] = Field(default_factory=dict)
+    rules: tuple[ToolRule, ...] = ()
+
+
+class Policy(_Frozen):
+    """A whole policy. ``Policy()`` is the built-in defaults.
+
+    Attributes:
+        mode: enforce | observe | off.
+        default_effect: effect of a tool nothing else classifies (no decorator, no policy
+            entry); ``"deny"`` refuses such tools (decision ``block``).
+        strict_tools: when a :class:`toolguard.Guard` is built, tools named in ``tools`` but
+            not registered are an error.
+        default_max_polls: ``max_polls`` of a poll call whose tool sets none.
+        sources: files this policy was loaded from, most general first (informational).
+    """
+
+    mode: Mode = Mode.ENFORCE
+    default_effect: Effect | Literal["deny"] = Effect.MUTATING
+    strict_tools: bool = True
+    default_max_polls: int = Field(default=50, ge=1)
+    budget: BudgetPolicy = BudgetPolicy()
+    ladder: LadderPolicy = LadderPolicy()
+    idempotency: IdempotencyPolicy = IdempotencyPolicy()
+    approval: ApprovalPolicy = ApprovalPolicy()
+    audit: AuditPolicy = AuditPolicy()
+    store: StorePolicy = StorePolicy()
+    tools: dict[str, ToolPolicy] = Field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+
+    # key path ("budget.max_tool_calls") -> where its value came from ("policies/prod.toml",
+    # "env TOOLGUARD_BUDGET__MAX_TOOL_CALLS"); a path that is absent has its built-in default.
+    _provenance: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def source_of(self, path: str) -> str:
+        """Where the value at dotted ``path`` came from: a file, ``env VAR`` or ``built-in``."""
+        return self._provenance.get(path, "built-in")
+
+    def with_provenance(self, provenance: Mapping[str, str]) -> Policy:
+        """Attach where each key came from (used by the loader; returns ``self``)."""
+        self._provenance = dict(provenance)
+        return self

@@ -1,0 +1,155 @@
+"""Resolve one tool's effective settings from its decorator spec and the policy.
+
+Precedence, lowest first (tested in ``tests/test_precedence.py``): built-in defaults <
+decorator arguments < policy file (its ``[tools.X]`` beats its global sections) < environment
+variables. Environment variables are already merged into the :class:`Policy` by the loader, so
+here a value set in the policy (file or env) beats the decorator, which beats built-ins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ._decorators import NOT_GIVEN, ToolSpec
+from ._policy import ArgOptions, LadderThresholds, Policy, ToolPolicy, ToolRule
+from ._types import Effect, IdempotencyScope
+
+__all__ = ["ToolSettings", "resolve_tool"]
+
+_EMPTY = ToolPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSettings:
+    """Effective settings of one tool (counts are calls, durations seconds).
+
+    ``effect`` is the tool's base effect; ``rules`` may give a single call another one.
+    ``deny`` is true when nothing classifies the tool and the policy's ``default_effect`` is
+    ``"deny"``. ``sources`` maps each field name to where its value came from.
+    """
+
+    name: str
+    effect: Effect
+    deny: bool
+    requires_approval: bool
+    idempotency_scope: IdempotencyScope
+    idempotency_ttl_s: float
+    forwards_idempotency_key: bool
+    max_calls: int | None
+    max_polls: int
+    readonly_ladder: LadderThresholds
+    mutating_ladder: LadderThresholds
+    args: dict[str, ArgOptions] = field(default_factory=dict)
+    rules: tuple[ToolRule, ...] = ()
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def ladder_for(self, effect: Effect) -> LadderThresholds:
+        """The thresholds that apply to a call of ``effect`` (poll calls have none)."""
+        return self.readonly_ladder if effect is Effect.READONLY else self.mutating_ladder
+
+
+def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
+    """Compute a tool's effective settings and where each came from.
+
+    Args:
+        policy: the loaded policy (environment overrides already merged).
+        spec: the tool's decorator spec (:func:`toolguard.spec_of` for plain functions).
+
+    Returns:
+        The frozen :class:`ToolSettings`.
+    """
+    tp = policy.tools.get(spec.name, _EMPTY)
+    src: dict[str, str] = {}
+    tool_key = f"tools.{spec.name}"
+
+    def from_tool(key: str) -> str:
+        return policy.source_of(f"{tool_key}.{key}")
+
+    deny = False
+    effect: Effect
+    if tp.effect is not None:
+        effect, src["effect"] = tp.effect, from_tool("effect")
+    elif spec.effect is not NOT_GIVEN:
+        effect, src["effect"] = spec.effect, "decorator"
+    elif policy.default_effect == "deny":
+        effect, deny, src["effect"] = Effect.MUTATING, True, policy.source_of("default_effect")
+    else:
+        effect, src["effect"] = Effect(policy.default_effect), policy.source_of("default_effect")
+
+    if tp.requires_approval is not None:
+        approval, src["requires_approval"] = tp.requires_approval, from_tool("requires_approval")
+    elif spec.requires_approval:
+        approval, src["requires_approval"] = True, "decorator"
+    else:
+        approval, src["requires_approval"] = False, "built-in"
+
+    scope: IdempotencyScope
+    if tp.idempotency_scope is not None:
+        scope, src["idempotency_scope"] = tp.idempotency_scope, from_tool("idempotency_scope")
+    elif spec.idempotency_scope is not NOT_GIVEN:
+        scope, src["idempotency_scope"] = spec.idempotency_scope, "decorator"
+    else:
+        scope = IdempotencyScope.TASK if approval else IdempotencyScope.UNTIL_CHANGE
+        src["idempotency_scope"] = "built-in"
+
+    global_ttl_src = policy.source_of("idempotency.ttl_s")
+    ttl: float
+    if tp.idempotency_ttl_s is not None:
+        ttl, src["idempotency_ttl_s"] = tp.idempotency_ttl_s, from_tool("idempotency_ttl_s")
+    elif global_ttl_src != "built-in" or spec.idempotency_ttl_s is NOT_GIVEN:
+        ttl, src["idempotency_ttl_s"] = policy.idempotency.ttl_s, global_ttl_src
+    else:
+        ttl, src["idempotency_ttl_s"] = float(spec.idempotency_ttl_s), "decorator"
+
+    forwards: bool
+    if tp.forwards_idempotency_key is not None:
+        forwards = tp.forwards_idempotency_key
+        src["forwards_idempotency_key"] = from_tool("forwards_idempotency_key")
+    elif spec.forwards_idempotency_key is not NOT_GIVEN:
+        forwards, src["forwards_idempotency_key"] = spec.forwards_idempotency_key, "decorator"
+    else:
+        forwards, src["forwards_idempotency_key"] = False, "built-in"
+
+    max_calls: int | None
+    if tp.max_calls is not None:
+        max_calls, src["max_calls"] = tp.max_calls, from_tool("max_calls")
+    elif spec.max_calls is not NOT_GIVEN:
+        max_calls, src["max_calls"] = spec.max_calls, "decorator"
+    else:
+        max_calls, src["max_calls"] = None, "built-in"
+
+    if tp.max_polls is not None:
+        max_polls, src["max_polls"] = tp.max_polls, from_tool("max_polls")
+    else:
+        max_polls, src["max_polls"] = policy.default_max_polls, policy.source_of("default_max_polls")
+
+    ladders: dict[Literal["readonly", "mutating"], LadderThresholds] = {}
+    for kind in ("readonly", "mutating"):
+        base: LadderThresholds = getattr(policy.ladder, kind)
+        over = tp.ladder
+        if over is not None and over.model_fields_set:
+            base = base.model_copy(update={k: getattr(over, k) for k in over.model_fields_set})
+            src[f"{kind}_ladder"] = from_tool("ladder")
+        else:
+            src[f"{kind}_ladder"] = policy.source_of(f"ladder.{kind}")
+        ladders[kind] = base
+
+    src["args"] = from_tool("args")
+    src["rules"] = from_tool("rules")
+    return ToolSettings(
+        name=spec.name,
+        effect=effect,
+        deny=deny,
+        requires_approval=approval,
+        idempotency_scope=scope,
+        idempotency_ttl_s=ttl,
+        forwards_idempotency_key=forwards,
+        max_calls=max_calls,
+        max_polls=max_polls,
+        readonly_ladder=ladders["readonly"],
+        mutating_ladder=ladders["mutating"],
+        args=dict(tp.args),
+        rules=tp.rules,
+        sources=src,
+    )

@@ -1,0 +1,81 @@
+"""What a guarded call returns: :class:`ToolResult`; and a task's :class:`Usage`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._types import Decision, Effect
+
+__all__ = ["ToolResult", "Usage"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The outcome of one tool call, ready to send back to the model.
+
+    Attributes:
+        tool: the tool name.
+        call_id: unique id of this call within the guard.
+        decision: what the guard did (:class:`Decision`).
+        content: what to send to the model as the tool result: the tool's return value, with
+            the notice appended (as text) when there is one; for calls that did not run, a
+            synthetic message saying why and what to do instead.
+        value: the tool's own return value (``None`` when it did not run; the stored value
+            for ``cached``).
+        is_error: the result is an error (the tool raised, or the call did not run and
+            nothing stands in for it).
+        error_type: the exception class name when the tool raised, else ``None``.
+        reason: one line on why the guard decided so (``""`` for a plain allow).
+        notice: the corrective hint appended to ``content`` (warn, cached), else ``None``.
+        count: the call's repeat count (1 = first since the last progress).
+        effect: the effect the call was judged with (rules may differ from the tool's).
+        args_hash: canonical arguments hash (32 hex digits).
+        idempotency_key: ``"{task_id}:{tool}:{args_hash}"``.
+        duration_s: time spent executing the tool, in seconds (0 if it did not run).
+        observed: in ``observe`` mode, the decision enforcement would have taken.
+    """
+
+    tool: str
+    call_id: str
+    decision: Decision
+    content: Any
+    value: Any = None
+    is_error: bool = False
+    error_type: str | None = None
+    reason: str = ""
+    notice: str | None = None
+    count: int = 1
+    effect: Effect = Effect.READONLY
+    args_hash: str = ""
+    idempotency_key: str = ""
+    duration_s: float = 0.0
+    observed: Decision | None = None
+
+    @property
+    def executed(self) -> bool:
+        """True exactly when the tool ran (decision ``allow`` or ``warn``)."""
+        return self.decision.executed
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A task's budget counters.
+
+    Attributes:
+        tool_calls: tool calls proposed so far (every decision counts).
+        per_tool: the same, by tool name.
+        input_tokens / output_tokens / total_tokens: reported by ``task.record_usage``.
+        elapsed_s: seconds since the task's first call or usage report (0 before).
+    """
+
+    tool_calls: int
+    per_tool: dict[str, int] = field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens

@@ -1,0 +1,128 @@
+"""Argument schemas: derived from type hints (pydantic) or given (``args_schema=``), validated
+before execution with jsonschema.
+
+Validators are compiled once per tool. jsonschema writes the detailed messages; when the
+optional ``jsonschema-rs`` package is installed (extra ``toolguard[fast]``) it decides validity
+first, and jsonschema runs only for invalid arguments (see the README's benchmark table).
+A signature that validated once is not validated again (bounded LRU per tool).
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cachetools import LRUCache
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+from pydantic import ConfigDict, create_model
+
+__all__ = ["ArgsValidator", "schema_from_signature"]
+
+try:  # optional fast path
+    import jsonschema_rs as _rs
+except ImportError:  # pragma: no cover - depends on the environment
+    _rs = None
+
+_MAX_ERRORS = 8
+
+
+def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a function's arguments, from its type hints.
+
+    Parameters without a hint accept anything; ``**kwargs`` allows extra properties;
+    ``*args`` and positional-only parameters are not part of the JSON interface. Hints pydantic
+    cannot express fall back to an unconstrained property.
+    """
+    sig = inspect.signature(func)
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # noqa: BLE001 - unresolvable forward references: go without hints
+        hints = {}
+    fields: dict[str, Any] = {}
+    extra = False
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            extra = True
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY):
+            continue
+        default = ... if p.default is p.empty else p.default
+        fields[p.name] = (hints.get(p.name, Any), default)
+    config = ConfigDict(extra="allow" if extra else "forbid", arbitrary_types_allowed=True)
+    try:
+        model = create_model(f"{getattr(func, '__name__', 'tool')}_arguments",
+                             __config__=config, **fields)
+        schema = model.model_json_schema()
+    except Exception:  # noqa: BLE001 - pydantic cannot express a hint: fall back, stay usable
+        schema = {
+            "type": "object",
+            "properties": {name: {} for name in fields},
+            "required": [n for n, (_, d) in fields.items() if d is ...],
+            "additionalProperties": extra,
+        }
+    schema.pop("title", None)
+    return schema
+
+
+def _path(error: ValidationError) -> str:
+    out = "args"
+    for part in error.absolute_path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+class ArgsValidator:
+    """A compiled validator for one tool's arguments.
+
+    Args:
+        schema: a JSON Schema of the arguments object (draft 2020-12 assumed unless
+            ``$schema`` says otherwise).
+        cache_size: how many validated signatures to remember.
+
+    Thread-safe for concurrent ``validate`` calls (the LRU is only a hint: a lost update
+    means one extra validation).
+    """
+
+    def __init__(self, schema: Mapping[str, Any], cache_size: int = 1024) -> None:
+        self.schema = dict(schema)
+        cls = Draft202012Validator
+        if "$schema" in self.schema:
+            from jsonschema.validators import validator_for
+
+            cls = validator_for(self.schema, default=Draft202012Validator)
+        cls.check_schema(self.schema)
+        self._validator = cls(self.schema)
+        self._fast = _rs.validator_for(self.schema) if _rs is not None else None
+        self._valid: LRUCache[str, bool] = LRUCache(maxsize=cache_size)
+
+    def validate(self, args: Mapping[str, Any], signature: str = "") -> str | None:
+        """Validate ``args``; ``None`` if valid, else a short message listing each failing
+        path and what was expected (at most 8 problems), meant for the model.
+
+        Args:
+            args: the arguments object. signature: the call's canonical hash; a signature
+                seen valid before skips validation ("" disables the shortcut).
+        """
+        if signature and signature in self._valid:
+            return None
+        if self._fast is not None:
+            try:
+                ok = self._fast.is_valid(args)
+            except (ValueError, TypeError):
+                ok = False
+        else:
+            ok = self._validator.is_valid(args)
+        if ok:
+            if signature:
+                self._valid[signature] = True
+            return None
+        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        if not errors:  # the fast validator disagreed (e.g. non-JSON values): trust jsonschema
+            return None
+        lines = [f"{_path(e)}: {e.message}" for e in errors[:_MAX_ERRORS]]
+        if len(errors) > _MAX_ERRORS:
+            lines.append(f"... and {len(errors) - _MAX_ERRORS} more")
+        return "; ".join(lines)

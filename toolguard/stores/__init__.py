@@ -1,0 +1,47 @@
+"""State stores: where per-task guard state lives.
+
+:class:`MemoryStore` (default, per process) and :class:`RedisStore` (extra
+``toolguard[redis]``, shared by several workers) implement the :class:`Store` protocol and
+pass one contract test suite.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._base import (
+    ApprovalRecord,
+    ApprovalState,
+    BeginRequest,
+    FinishRequest,
+    IdempotencyRecord,
+    Snapshot,
+    Store,
+    TaskUsage,
+)
+from .memory import MemoryStore
+
+if TYPE_CHECKING:
+    from .redis import RedisStore
+
+__all__ = [
+    "ApprovalRecord",
+    "ApprovalState",
+    "BeginRequest",
+    "FinishRequest",
+    "IdempotencyRecord",
+    "MemoryStore",
+    "RedisStore",
+    "Snapshot",
+    "Store",
+    "TaskUsage",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # RedisStore imports redis-py, an optional extra: load it only when asked for.
+    if name == "RedisStore":
+        from .redis import RedisStore
+
+        return RedisStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

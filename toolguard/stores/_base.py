@@ -1,0 +1,219 @@
+"""The store port: every piece of per-task state lives behind these few atomic operations.
+
+After AWS Powertools' idempotency persistence layer (a port with a few atomic primitives and
+explicit record states), widened to everything the engine keeps per task: signature history
+and ladder counts, idempotency records, budget counters, the halted flag and approvals.
+
+The hot path is two operations: :meth:`Store.begin` (count the attempt, read what the
+decision needs, claim the idempotency key) and :meth:`Store.finish` (record the outcome). A
+call answered from the idempotency cache needs only ``begin``. Each is atomic: two workers
+racing on one signature see consistent counts and exactly one of them claims the key.
+
+Every back-end passes one contract suite (``tests/test_store_contract.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from .._types import RecordState
+
+__all__ = [
+    "ApprovalRecord",
+    "ApprovalState",
+    "BeginRequest",
+    "FinishRequest",
+    "IdempotencyRecord",
+    "Snapshot",
+    "Store",
+    "TaskUsage",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    """A remembered mutating call.
+
+    Attributes:
+        state: in_progress (claimed, running), completed (result stored) or unknown (timed
+            out: it may have happened).
+        epoch: the task's progress epoch when recorded (``until_change`` records lapse when
+            the epoch moves on).
+        created_at: clock time of the claim or completion, in seconds.
+        content: the stored result (completed records).
+        call_id: the call that produced it.
+    """
+
+    state: RecordState
+    epoch: int
+    created_at: float
+    content: Any = None
+    call_id: str = ""
+
+
+class ApprovalState:
+    """String constants of an approval record's state."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """A human decision about one idempotency key (``state`` an :class:`ApprovalState`).
+
+    ``requested_at`` is the clock time of the first request in seconds (0 for a
+    pre-approval); ``tool`` and ``args`` (redacted) describe the pending call."""
+
+    state: str
+    requested_at: float
+    reason: str = ""
+    tool: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BeginRequest:
+    """What :meth:`Store.begin` needs for one call.
+
+    Attributes:
+        tool: tool name. signature: the canonical arguments hash.
+        idempotency_key: the call's key, or "" when the call has no idempotency record
+            (read-only tools, scope off).
+        claim: claim ``idempotency_key`` (state in_progress) if no valid record exists.
+        task_scope: records of this tool survive progress (scope ``task``).
+        count: count this attempt (False when re-entering after waiting on another call).
+        poll: count it as a poll of the signature instead of a ladder attempt.
+        now: clock time in seconds. claim_ttl_s: TTL of the in-progress claim in seconds.
+    """
+
+    tool: str
+    signature: str
+    idempotency_key: str
+    claim: bool
+    task_scope: bool
+    count: bool
+    poll: bool
+    now: float
+    claim_ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the decision core reads, as of just after the attempt was counted.
+
+    ``count`` is the repeat count of the signature (1 for a first call since the last
+    progress); ``polls`` how often the signature was polled; ``record`` the valid
+    idempotency record if any; ``claimed`` whether this call now holds the claim.
+    """
+
+    halted: dict[str, Any] | None
+    epoch: int
+    calls: int
+    tool_calls: int
+    consecutive_failures: int
+    tokens: int
+    started_at: float
+    count: int
+    polls: int
+    record: IdempotencyRecord | None
+    approval: ApprovalRecord | None
+    claimed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FinishRequest:
+    """The outcome of one call, for :meth:`Store.finish`.
+
+    Attributes:
+        tool, signature, idempotency_key: as in :class:`BeginRequest`.
+        executed: the tool ran. success: it returned (did not raise).
+        unknown: it ended in a timeout whose real outcome is unknown.
+        mutating: the call's effect is mutating (success may be progress).
+        result_digest: digest of the result (progress detection), "" if not executed.
+        store_result: keep a completed idempotency record holding ``content``.
+        content: the result to remember. release: drop this call's claim without a record.
+        ttl_s: TTL of the idempotency record in seconds. now: clock time in seconds.
+        halt: set the task's halted flag to this description (or None).
+        call_id: the call's id.
+    """
+
+    tool: str
+    signature: str
+    idempotency_key: str
+    executed: bool
+    success: bool
+    unknown: bool
+    mutating: bool
+    result_digest: str
+    store_result: bool
+    content: Any
+    release: bool
+    ttl_s: float
+    now: float
+    halt: dict[str, Any] | None = None
+    call_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskUsage:
+    """Counters of one task: tool calls proposed, per tool, tokens, start time (seconds)."""
+
+    tool_calls: int
+    per_tool: dict[str, int]
+    input_tokens: int
+    output_tokens: int
+    started_at: float | None
+    epoch: int
+    halted: dict[str, Any] | None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Per-task state, atomically. Implementations: :class:`~toolguard.stores.MemoryStore`,
+    :class:`~toolguard.stores.RedisStore`. All times are seconds on the guard's clock.
+
+    Every method may raise :class:`toolguard.StoreError` when the back-end fails.
+    """
+
+    def begin(self, task_id: str, req: BeginRequest) -> Snapshot:
+        """Count the attempt, claim the key if asked, and return the state to decide on."""
+        ...
+
+    def finish(self, task_id: str, req: FinishRequest) -> None:
+        """Record a call's outcome: progress, result history, idempotency record, halt."""
+        ...
+
+    def get_record(self, task_id: str, key: str, now: float) -> IdempotencyRecord | None:
+        """The idempotency record under ``key`` if it has not expired."""
+        ...
+
+    def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
+        """Set (or with None clear) the task's halted flag."""
+        ...
+
+    def new_turn(self, task_id: str) -> None:
+        """A new user turn: progress for every signature (the epoch moves on)."""
+        ...
+
+    def add_usage(self, task_id: str, input_tokens: int, output_tokens: int, now: float) -> int:
+        """Add token usage; return the task's total tokens."""
+        ...
+
+    def usage(self, task_id: str) -> TaskUsage:
+        """The task's counters."""
+        ...
+
+    def set_approval(self, task_id: str, key: str, record: ApprovalRecord, ttl_s: float) -> None:
+        """Store a human decision (or a pending request) for ``key``."""
+        ...
+
+    def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
+        """Pending approval requests of the task, by key."""
+        ...
+
+    def clear_task(self, task_id: str) -> None:
+        """Delete every key of the task."""
+        ...

@@ -1,0 +1,245 @@
+"""In-memory store: the default, per process.
+
+Thread-safe: every operation holds one lock, so ``begin`` and ``finish`` are atomic across
+threads (and trivially across asyncio tasks, which never interleave inside them). State is
+per process: several worker processes serving one task need :class:`RedisStore`.
+
+Bounded: idempotency records live in a :class:`cachetools.TLRUCache` (per-record TTL, at most
+``max_entries``, least recently used evicted first); tasks in a :class:`cachetools.TTLCache`
+that forgets a task ``state_ttl_s`` seconds after its last use; per-task signature history in
+an LRU of ``max_entries`` signatures. Expiry is lazy (on access), as cachetools documents, and
+follows the injected ``clock``, so tests advance a fake clock instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cachetools import LRUCache, TLRUCache, TTLCache
+
+from .._types import RecordState
+from ._base import (
+    ApprovalRecord,
+    ApprovalState,
+    BeginRequest,
+    FinishRequest,
+    IdempotencyRecord,
+    Snapshot,
+    TaskUsage,
+)
+
+__all__ = ["MemoryStore"]
+
+
+class _Sig:
+    __slots__ = ("count", "epoch", "last_digest", "polls")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.count = 0
+        self.polls = 0
+        self.last_digest = ""
+
+
+@dataclass(slots=True)
+class _Task:
+    max_entries: int
+    epoch: int = 0
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    started_at: float | None = None
+    halted: dict[str, Any] | None = None
+    tool_calls: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    sigs: LRUCache[str, _Sig] = field(init=False)
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.sigs = LRUCache(maxsize=self.max_entries)
+
+
+def _record_ttu(_key: Any, value: tuple[IdempotencyRecord, float], now: float) -> float:
+    return now + value[1]
+
+
+class MemoryStore:
+    """Per-process store (see the module docstring).
+
+    Args:
+        max_entries: bound on idempotency records (whole store) and on signatures per task.
+        state_ttl_s: a task is forgotten this many seconds after its last use.
+        max_tasks: bound on tasks kept at once (least recently used first out).
+        clock: returns the current time in seconds; the guard passes its own.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_entries: int = 10_000,
+        state_ttl_s: float = 86_400.0,
+        max_tasks: int = 100_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._max_entries = max_entries
+        self._tasks: TTLCache[str, _Task] = TTLCache(maxsize=max_tasks, ttl=state_ttl_s,
+                                                      timer=clock)
+        self._records: TLRUCache[tuple[str, str], tuple[IdempotencyRecord, float]] = TLRUCache(
+            maxsize=max_entries, ttu=_record_ttu, timer=clock
+        )
+
+    def _task(self, task_id: str) -> _Task:
+        state = self._tasks.get(task_id)
+        if state is None:
+            state = _Task(self._max_entries)
+        self._tasks[task_id] = state  # re-insert: refreshes the task's TTL
+        return state
+
+    def _valid_record(self, state: _Task, task_id: str, key: str,
+                      task_scope: bool) -> IdempotencyRecord | None:
+        entry = self._records.get((task_id, key))
+        if entry is None:
+            return None
+        record = entry[0]
+        if (record.state is RecordState.COMPLETED and not task_scope
+                and record.epoch != state.epoch):
+            return None  # until_change: lapsed at the progress since
+        return record
+
+    def begin(self, task_id: str, req: BeginRequest) -> Snapshot:
+        with self._lock:
+            state = self._task(task_id)
+            if state.started_at is None:
+                state.started_at = req.now
+            sig = state.sigs.get(req.signature)
+            if sig is None:
+                sig = state.sigs[req.signature] = _Sig(state.epoch)
+            elif sig.epoch != state.epoch:
+                sig.epoch, sig.count, sig.polls = state.epoch, 0, 0
+            tool_calls = state.tool_calls.get(req.tool, 0)
+            if req.count:
+                state.calls += 1
+                tool_calls += 1
+                state.tool_calls[req.tool] = tool_calls
+                if req.poll:
+                    sig.polls += 1
+                else:
+                    sig.count += 1
+            record = None
+            claimed = False
+            if req.idempotency_key:
+                record = self._valid_record(state, task_id, req.idempotency_key, req.task_scope)
+                if record is None and req.claim:
+                    claim = IdempotencyRecord(RecordState.IN_PROGRESS, state.epoch, req.now)
+                    self._records[(task_id, req.idempotency_key)] = (claim, req.claim_ttl_s)
+                    claimed = True
+            approval = state.approvals.get(req.idempotency_key) if req.idempotency_key else None
+            return Snapshot(
+                halted=state.halted,
+                epoch=state.epoch,
+                calls=state.calls,
+                tool_calls=tool_calls,
+                consecutive_failures=state.failures.get(req.tool, 0),
+                tokens=state.input_tokens + state.output_tokens,
+                started_at=state.started_at,
+                count=max(sig.count, 1),
+                polls=sig.polls,
+                record=record,
+                approval=approval,
+                claimed=claimed,
+            )
+
+    def finish(self, task_id: str, req: FinishRequest) -> None:
+        with self._lock:
+            state = self._task(task_id)
+            if req.executed:
+                state.failures[req.tool] = 0 if req.success else state.failures.get(req.tool, 0) + 1
+                if req.success and req.result_digest:
+                    sig = state.sigs.get(req.signature)
+                    if sig is None:
+                        sig = state.sigs[req.signature] = _Sig(state.epoch)
+                    pair = (req.signature, req.result_digest)
+                    if req.mutating and pair not in state.seen:
+                        # Progress (a): the world changed; every count restarts, and this call
+                        # is the first of the new epoch.
+                        state.seen.add(pair)
+                        state.epoch += 1
+                        sig.epoch, sig.count, sig.polls = state.epoch, 1, 0
+                    elif sig.last_digest and sig.last_digest != req.result_digest:
+                        # Progress (b): this signature's output moved.
+                        sig.count = 1
+                    sig.last_digest = req.result_digest
+            key = (task_id, req.idempotency_key)
+            if req.idempotency_key:
+                if req.store_result:
+                    record = IdempotencyRecord(RecordState.COMPLETED, state.epoch, req.now,
+                                               req.content, req.call_id)
+                    self._records[key] = (record, req.ttl_s)
+                elif req.unknown:
+                    record = IdempotencyRecord(RecordState.UNKNOWN, state.epoch, req.now,
+                                               None, req.call_id)
+                    self._records[key] = (record, req.ttl_s)
+                elif req.release:
+                    entry = self._records.get(key)
+                    if entry is not None and entry[0].state is RecordState.IN_PROGRESS:
+                        del self._records[key]
+            if req.halt is not None:
+                state.halted = req.halt
+
+    def get_record(self, task_id: str, key: str, now: float) -> IdempotencyRecord | None:
+        with self._lock:
+            entry = self._records.get((task_id, key))
+            return None if entry is None else entry[0]
+
+    def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
+        with self._lock:
+            self._task(task_id).halted = halt
+
+    def new_turn(self, task_id: str) -> None:
+        with self._lock:
+            self._task(task_id).epoch += 1
+
+    def add_usage(self, task_id: str, input_tokens: int, output_tokens: int, now: float) -> int:
+        with self._lock:
+            state = self._task(task_id)
+            if state.started_at is None:
+                state.started_at = now
+            state.input_tokens += input_tokens
+            state.output_tokens += output_tokens
+            return state.input_tokens + state.output_tokens
+
+    def usage(self, task_id: str) -> TaskUsage:
+        with self._lock:
+            state = self._task(task_id)
+            return TaskUsage(
+                tool_calls=state.calls,
+                per_tool=dict(state.tool_calls),
+                input_tokens=state.input_tokens,
+                output_tokens=state.output_tokens,
+                started_at=state.started_at,
+                epoch=state.epoch,
+                halted=state.halted,
+            )
+
+    def set_approval(self, task_id: str, key: str, record: ApprovalRecord, ttl_s: float) -> None:
+        # Approvals live as long as the task's state (state_ttl_s); ttl_s is for stores
+        # that expire keys one by one.
+        with self._lock:
+            self._task(task_id).approvals[key] = record
+
+    def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
+        with self._lock:
+            return {k: r for k, r in self._task(task_id).approvals.items()
+                    if r.state == ApprovalState.PENDING}
+
+    def clear_task(self, task_id: str) -> None:
+        with self._lock:
+            self._tasks.pop(task_id, None)
+            for key in [k for k in self._records.keys() if k[0] == task_id]:  # noqa: SIM118
+                self._records.pop(key, None)
