@@ -61,7 +61,8 @@ def test_case_must_properties(path: Path) -> None:
         return i < len(decisions) and decisions[i].executed
 
     for i in must.get("run", []):
-        assert executed(i), f"call {i} must run, got {decisions[i] if i < len(decisions) else 'nothing (halted)'}"
+        got = decisions[i] if i < len(decisions) else "nothing (the run halted before)"
+        assert executed(i), f"call {i} must run, got {got}"
     for i in must.get("not_run", []):
         assert not executed(i), f"call {i} must not run, got {decisions[i]}"
     if "stopped_by" in must:

@@ -18,7 +18,8 @@ core-engine issue:
   lowercase hyphenated string: the forms a model sends in JSON, so a typed direct call and
   the same call dispatched from JSON text share one signature;
 * tagged objects for values whose JSON form is lossy or ambiguous: ``{"$bytes": base64}``,
-  ``{"$decimal": str(d.normalize())}``, ``{"$datetime": ISO-8601 in UTC}`` (naive datetimes
+  ``{"$decimal": "<digits>E<exponent>"}`` (exact: ``Decimal("1.50")`` → ``"15E-1"``),
+  ``{"$datetime": ISO-8601 in UTC}`` (naive datetimes
   are taken as UTC), ``{"$date": ...}``, ``{"$time": ...}``, ``{"$path": posix}``,
   ``{"$dataclass": "module.Qualname", "fields": {...}}`` and
   ``{"$model": "module.Qualname", "fields": {...}}`` (pydantic models);
@@ -215,6 +216,11 @@ def _walk(value: Any, path: str) -> Any:
     if isinstance(value, enum.Enum):
         return _walk(value.value, path)
     if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CanonicalizationError(path, "string is not valid Unicode (lone surrogate)"
+                                        ) from None
         return str(value)
     if isinstance(value, int):
         value = int(value)
@@ -248,10 +254,14 @@ def _walk(value: Any, path: str) -> Any:
     if isinstance(value, decimal.Decimal):
         if not value.is_finite():
             raise CanonicalizationError(path, f"Decimal {value} is not finite")
-        return {"$decimal": str(value.normalize())}
+        return {"$decimal": _decimal_text(value)}
     if isinstance(value, dt.datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
-        return {"$datetime": aware.astimezone(dt.timezone.utc).isoformat()}
+        try:
+            return {"$datetime": aware.astimezone(dt.timezone.utc).isoformat()}
+        except OverflowError:
+            raise CanonicalizationError(path, f"{value.isoformat()} is out of range in UTC"
+                                        ) from None
     if isinstance(value, dt.date):
         return {"$date": value.isoformat()}
     if isinstance(value, dt.time):
@@ -271,6 +281,19 @@ def _walk(value: Any, path: str) -> Any:
         path, f"no canonical form for {type(value).__module__}.{type(value).__qualname__} "
               "(pass JSON-like values, or a dataclass / pydantic model)"
     )
+
+
+def _decimal_text(value: decimal.Decimal) -> str:
+    # Exact and independent of the decimal context (Decimal.normalize() rounds to the
+    # context's precision): significant digits without trailing zeros, then the exponent.
+    sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # finite, checked by the caller
+    coefficient = "".join(map(str, digits)).lstrip("0")
+    if not coefficient:
+        return "0"
+    stripped = coefficient.rstrip("0")
+    exponent += len(coefficient) - len(stripped)
+    return f"{'-' if sign else ''}{stripped}E{exponent}"
 
 
 def _qualname(value: Any) -> str:
@@ -303,7 +326,7 @@ def canonical_args(
 
 def digest(data: bytes) -> str:
     """XXH3-128 of ``data`` seeded with :data:`CANONICAL_VERSION`, 32 hex digits."""
-    return xxhash.xxh3_128_hexdigest(data, seed=CANONICAL_VERSION)  # type: ignore[no-any-return]
+    return xxhash.xxh3_128_hexdigest(data, seed=CANONICAL_VERSION)
 
 
 def args_hash(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None = None) -> str:
@@ -333,4 +356,4 @@ def value_digest(value: Any) -> str:
                 data = orjson.dumps(canonicalize(value), option=orjson.OPT_SORT_KEYS)
             except CanonicalizationError:
                 data = repr(value).encode("utf-8", errors="replace")
-    return xxhash.xxh3_64_hexdigest(data)  # type: ignore[no-any-return]
+    return xxhash.xxh3_64_hexdigest(data)

@@ -18,7 +18,19 @@ from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
 
 from ._types import Effect, IdempotencyScope
 
-__all__ = ["NOT_GIVEN", "NotGiven", "ToolSpec", "mutating", "readonly", "requires_approval", "spec_of"]
+__all__ = [
+    "NOT_GIVEN",
+    "NotGiven",
+    "ToolSpec",
+    "is_recorded",
+    "mutating",
+    "readonly",
+    "recorded_tool",
+    "requires_approval",
+    "spec_of",
+]
+
+Scope = IdempotencyScope | Literal["until_change", "task", "off"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -64,7 +76,7 @@ class ToolSpec:
     idempotency_scope: IdempotencyScope | NotGiven = NOT_GIVEN
     idempotency_ttl_s: float | NotGiven = NOT_GIVEN
     forwards_idempotency_key: bool | NotGiven = NOT_GIVEN
-    max_calls: int | None | NotGiven = NOT_GIVEN
+    max_calls: int | NotGiven | None = NOT_GIVEN
     args_schema: Mapping[str, Any] | None = None
     description: str = ""
 
@@ -182,7 +194,7 @@ def readonly(
     *,
     name: str | NotGiven = ...,
     poll: bool = ...,
-    max_calls: int | None | NotGiven = ...,
+    max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
@@ -192,7 +204,7 @@ def readonly(
     *,
     name: str | NotGiven = NOT_GIVEN,
     poll: bool = False,
-    max_calls: int | None | NotGiven = NOT_GIVEN,
+    max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
@@ -226,10 +238,10 @@ def mutating(func: Callable[P, R], /) -> Callable[P, R]: ...
 def mutating(
     *,
     name: str | NotGiven = ...,
-    idempotency_scope: IdempotencyScope | Literal["until_change", "task", "off"] | NotGiven = ...,
+    idempotency_scope: Scope | NotGiven = ...,
     idempotency_ttl_s: float | NotGiven = ...,
     forwards_idempotency_key: bool | NotGiven = ...,
-    max_calls: int | None | NotGiven = ...,
+    max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
@@ -238,10 +250,10 @@ def mutating(
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
-    idempotency_scope: IdempotencyScope | Literal["until_change", "task", "off"] | NotGiven = NOT_GIVEN,
+    idempotency_scope: Scope | NotGiven = NOT_GIVEN,
     idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
     forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
-    max_calls: int | None | NotGiven = NOT_GIVEN,
+    max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
@@ -282,10 +294,10 @@ def requires_approval(func: Callable[P, R], /) -> Callable[P, R]: ...
 def requires_approval(
     *,
     name: str | NotGiven = ...,
-    idempotency_scope: IdempotencyScope | Literal["until_change", "task", "off"] | NotGiven = ...,
+    idempotency_scope: Scope | NotGiven = ...,
     idempotency_ttl_s: float | NotGiven = ...,
     forwards_idempotency_key: bool | NotGiven = ...,
-    max_calls: int | None | NotGiven = ...,
+    max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
@@ -294,10 +306,10 @@ def requires_approval(
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
-    idempotency_scope: IdempotencyScope | Literal["until_change", "task", "off"] | NotGiven = NOT_GIVEN,
+    idempotency_scope: Scope | NotGiven = NOT_GIVEN,
     idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
     forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
-    max_calls: int | None | NotGiven = NOT_GIVEN,
+    max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:

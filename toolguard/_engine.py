@@ -17,10 +17,10 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -63,6 +63,7 @@ from .stores.memory import MemoryStore
 __all__ = ["CallRecord", "Guard", "Task", "current_idempotency_key"]
 
 log = logging.getLogger("toolguard")
+T = TypeVar("T")
 
 _CURRENT_TASK: contextvars.ContextVar[Task | None] = contextvars.ContextVar(
     "toolguard_task", default=None
@@ -99,6 +100,17 @@ class _Entry:
     defaults: dict[str, Any]
     validator: ArgsValidator | None
     schema: dict[str, Any]
+
+    def signature_of(self, args: Mapping[str, Any]) -> str:
+        """The canonical hash of ``args`` bound through the tool's signature: an omitted
+        argument, an explicit null and the default value are one call.
+
+        Raises:
+            CanonicalizationError: an argument has no canonical form.
+        """
+        if self.defaults:
+            args = {**self.defaults, **{k: v for k, v in args.items() if v is not None}}
+        return args_hash(args, self.settings.args)
 
     def effect_for(self, args: Mapping[str, Any]) -> Effect:
         for rule in self.settings.rules:
@@ -228,7 +240,8 @@ class Guard:
         if policy.store.backend == "redis":
             from .stores.redis import RedisStore
 
-            return RedisStore.from_policy(policy.store)
+            store: Store = RedisStore.from_policy(policy.store)
+            return store
         return MemoryStore(
             max_entries=policy.idempotency.max_entries,
             state_ttl_s=policy.store.state_ttl_s,
@@ -488,7 +501,7 @@ class Task:
         """Run the parallel tool calls of one model message, in order. Identical calls
         (same tool and signature) execute once; the others get that result with decision
         ``cached``. A halt raises after the calls before it ran."""
-        return self._batch(calls, lambda t, a: self.call(t, a))
+        return self._batch(calls, self.call)
 
     async def acall_batch(
         self, calls: Sequence[tuple[str, Mapping[str, Any] | str | bytes | None]]
@@ -512,11 +525,10 @@ class Task:
         entries = self.guard._config.entries
         for tool, args in calls:
             try:
-                parsed = parse_arguments(args) if isinstance(args, (str, bytes)) else dict(args or {})
+                parsed = (parse_arguments(args) if isinstance(args, (str, bytes))
+                          else dict(args or {}))
                 entry = entries.get(tool)
-                options = entry.settings.args if entry else None
-                ident = (tool, args_hash({**(entry.defaults if entry else {}), **parsed},
-                                         options))
+                ident = (tool, entry.signature_of(parsed) if entry else args_hash(parsed))
             except (ArgumentsError, CanonicalizationError, TypeError, ValueError):
                 ident = (tool, f"#{len(unique)}")  # invalid: never merged
             if ident in seen:
@@ -564,8 +576,7 @@ class Task:
         effect = entry.effect_for(args) if invalid is None else settings.effect
         if invalid is None:
             try:
-                sig = args_hash({**entry.defaults, **args} if entry.defaults else args,
-                                settings.args)
+                sig = entry.signature_of(args)
             except CanonicalizationError as exc:
                 invalid, sig = f"argument has no canonical form: {exc}", ""
         else:
@@ -601,11 +612,11 @@ class Task:
             tool=p.entry.spec.name, signature=p.sig, idempotency_key=p.key,
             claim=p.claim, task_scope=p.task_scope, count=count,
             poll=p.effect is Effect.POLL, now=self.guard._clock(),
-            claim_ttl_s=cfg.policy.idempotency.wait_timeout_s,
+            claim_ttl_s=cfg.policy.idempotency.in_progress_ttl_s,
         )
         return self._store_op(cfg, p, lambda: self.guard._store.begin(self.task_id, req))
 
-    def _store_op(self, cfg: _Config, p: _Prepared, op: Callable[[], Any]) -> Any:
+    def _store_op(self, cfg: _Config, p: _Prepared, op: Callable[[], T]) -> T:
         try:
             return op()
         except ToolGuardError:
@@ -637,8 +648,8 @@ class Task:
         self._store_op(cfg, p, lambda: self.guard._store.set_approval(
             self.task_id, p.key, record, cfg.policy.idempotency.ttl_s))
         self._event("validating->needs_review", p.entry.spec.name, Decision.REVIEW,
-                    f"approval: {answer.verdict}" + (f" ({answer.reason})" if answer.reason else ""),
-                    p=p, cfg=cfg)
+                    f"approval: {answer.verdict}"
+                    + (f" ({answer.reason})" if answer.reason else ""), p=p, cfg=cfg)
         return replace(snap, approval=record)
 
     def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Callable[[], Any] | None
@@ -651,7 +662,7 @@ class Task:
                 value = _close_awaitable(value, p)
             return _Outcome(value=value, content=value,
                             duration_s=time.perf_counter() - start)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any tool error becomes an error envelope
             return self._failure(cfg, exc, time.perf_counter() - start)
         finally:
             _CURRENT_KEY.reset(token)
@@ -666,7 +677,7 @@ class Task:
                 value = await value
             return _Outcome(value=value, content=value,
                             duration_s=time.perf_counter() - start)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any tool error becomes an error envelope
             return self._failure(cfg, exc, time.perf_counter() - start)
         finally:
             _CURRENT_KEY.reset(token)
@@ -721,6 +732,14 @@ class Task:
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
                 self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s))
 
+    def _abandon(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> None:
+        """The tool was interrupted (KeyboardInterrupt, task cancellation): record it as a
+        failure whose outcome is unknown, so the claim is not left behind and an identical
+        retry of a mutating call goes to review instead of running blind."""
+        outcome = _Outcome(content="interrupted", success=False, unknown=True)
+        self._finish(cfg, p, snap, verdict, outcome)
+        self._notify(p)
+
     def _halt_exc(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
         kind = verdict.halt or halt_kind("Halt")
         common: dict[str, Any] = {
@@ -739,10 +758,10 @@ class Task:
         decision = verdict.decision
         if decision is Decision.HALT and observed is None:
             exc = self._halt_exc(cfg, p, snap, verdict)
-            if snap.halted is None:
-                self._finish(cfg, p, snap, verdict, None,
-                             halt={"kind": type(exc).__name__, "reason": verdict.reason,
-                                   "tool": tool, "args_hash": p.sig, "count": snap.count})
+            halt = None if snap.halted is not None else {
+                "kind": type(exc).__name__, "reason": verdict.reason, "tool": tool,
+                "args_hash": p.sig, "count": snap.count}
+            self._finish(cfg, p, snap, verdict, None, halt=halt)
             result = ToolResult(tool, p.call_id, Decision.HALT, f"[toolguard] Halted: {exc}",
                                 is_error=True, reason=verdict.reason, count=snap.count,
                                 effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
@@ -846,21 +865,23 @@ class Task:
                 verdict = self._decide(cfg, p, snap)
                 if verdict.ask_approval and cfg.policy.mode is Mode.ENFORCE:
                     req = self._approval_request(cfg, p, snap, verdict)
-                    answer = self.guard._approver(req)
-                    if inspect.isawaitable(answer):
-                        _discard(answer)
-                        raise ToolGuardError("the approver is async: use task.acall()")
+                    answer = _sync_answer(self.guard._approver(req))
                     snap = self._store_approval(cfg, p, snap, req, answer)
                     if answer.verdict != "defer":
                         continue
                 elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
                     self._wait_sync(cfg, p)
-                    snap = self._begin(cfg, p, count=False)
+                    # decide again on fresh state, but as the attempt this call was
+                    snap = replace(self._begin(cfg, p, count=False), count=snap.count)
                     continue
                 break
             observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
             if observed is not None or verdict.decision.executed:
-                outcome = self._execute_sync(cfg, p, executor)
+                try:
+                    outcome = self._execute_sync(cfg, p, executor)
+                except BaseException:
+                    self._abandon(cfg, p, snap, verdict)
+                    raise
                 self._notify(p)
                 return self._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
             return self._conclude(cfg, p, snap, verdict, None, None), None
@@ -896,12 +917,16 @@ class Task:
                         continue
                 elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
                     await self._wait_async(cfg, p)
-                    snap = self._begin(cfg, p, count=False)
+                    snap = replace(self._begin(cfg, p, count=False), count=snap.count)
                     continue
                 break
             observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
             if observed is not None or verdict.decision.executed:
-                outcome = await self._execute_async(cfg, p, executor)
+                try:
+                    outcome = await self._execute_async(cfg, p, executor)
+                except BaseException:  # cancelled (e.g. asyncio.wait_for) or interrupted
+                    self._abandon(cfg, p, snap, verdict)
+                    raise
                 self._notify(p)
                 return self._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
             return self._conclude(cfg, p, snap, verdict, None, None), None
@@ -976,6 +1001,13 @@ def _with_notice(content: Any, notice: str | None) -> Any:
     if not notice:
         return content
     return f"{_as_text(content)}\n\n[toolguard] {notice}"
+
+
+def _sync_answer(answer: Any) -> ApprovalDecision:
+    if inspect.isawaitable(answer):
+        _discard(answer)
+        raise ToolGuardError("the approver is async: use task.acall()")
+    return answer  # type: ignore[no-any-return]
 
 
 def _discard(awaitable: Awaitable[Any]) -> None:

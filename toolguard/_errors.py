@@ -3,13 +3,13 @@
     ToolGuardError
     ├── PolicyError (ValueError)          a policy file or setting is invalid; lists every problem
     ├── CanonicalizationError (TypeError) an argument has no canonical form; names its path
-    ├── ToolBlocked                       a direct call the guard did not run (block, review, invalid)
+    ├── ToolBlocked                       a direct call that did not run (block/review/invalid)
     ├── CallInProgress                    an identical call is still running after the wait timeout
     ├── StoreError                        the state store failed and the policy fails closed
     └── Halt                              the turn must end; the task stays halted until resume()
         ├── RepeatedToolCalls             the ladder reached ``halt_at``
-        ├── BudgetExceeded                a hard quota (calls, tokens, time, failures) was exceeded
-        └── ApprovalTimedOut              a call waited for approval longer than ``approval.timeout_s``
+        ├── BudgetExceeded                a hard quota (calls, tokens, time, failures) exceeded
+        └── ApprovalTimedOut              approval pending past ``approval.timeout_s``
 
 Why :class:`Halt` is a :class:`ToolGuardError` and so an ``Exception``: agent frameworks often
 catch ``Exception`` around a tool and feed the message back to the model. That is survivable
@@ -161,7 +161,7 @@ class Halt(ToolGuardError):
     # ``BaseException.args`` is the message tuple; here ``args`` is the call's redacted
     # arguments, as the API promises. The C-level tuple still drives str() and repr().
     @property  # type: ignore[override]
-    def args(self) -> dict[str, Any]:  # type: ignore[override]
+    def args(self) -> dict[str, Any]:
         """The halted call's arguments, redacted (also as ``arguments``)."""
         return self.arguments
 

@@ -9,10 +9,9 @@ source for what a file may contain. Counts are calls; durations are seconds (``_
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Literal
-
-from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -86,12 +85,16 @@ class IdempotencyPolicy(_Frozen):
             raising means the outcome is unknown: an identical retry goes to ``review``.
         wait_timeout_s: how long an identical concurrent call waits for the first one before
             raising :class:`toolguard.CallInProgress`, in seconds.
+        in_progress_ttl_s: how long the claim of a running call is honoured, in seconds: a
+            worker that crashed mid-call frees the key after this. Set it above your longest
+            tool run (a claim that expires under a running call lets an identical call run).
     """
 
     ttl_s: float = Field(default=3600.0, gt=0)
     max_entries: int = Field(default=10_000, ge=1)
     timeout_exceptions: tuple[str, ...] = ("TimeoutError",)
     wait_timeout_s: float = Field(default=30.0, gt=0)
+    in_progress_ttl_s: float = Field(default=600.0, gt=0)
 
 
 class ApprovalPolicy(_Frozen):
@@ -209,10 +212,28 @@ class Policy(_Frozen):
     _provenance: dict[str, str] = PrivateAttr(default_factory=dict)
 
     def source_of(self, path: str) -> str:
-        """Where the value at dotted ``path`` came from: a file, ``env VAR`` or ``built-in``."""
-        return self._provenance.get(path, "built-in")
+        """Where the value at dotted ``path`` came from: a file, ``env VAR`` or ``built-in``.
+
+        A leaf (``budget.max_tool_calls``) answers exactly. A table (``ladder.mutating``,
+        ``tools.bash``) answers with the source applied last to it or to any key beneath it. A
+        path inside a value set whole (``tools.bash.rules[0]`` of an array) answers with the
+        source of that value.
+        """
+        found = "built-in"
+        for key, source in self._provenance.items():  # in the order the values were applied
+            if key == path or key.startswith((f"{path}.", f"{path}[")):
+                found = source
+        if found == "built-in":
+            for key, source in self._provenance.items():
+                if path.startswith((f"{key}.", f"{key}[")):
+                    return source
+        return found
 
     def with_provenance(self, provenance: Mapping[str, str]) -> Policy:
-        """Attach where each key came from (used by the loader; returns ``self``)."""
+        """Attach where each key came from (used by the loader; returns ``self``).
+
+        ``provenance`` maps a key path to its source, in the order the values were applied
+        (most general layer first), so that a table reports the source applied last.
+        """
         self._provenance = dict(provenance)
         return self

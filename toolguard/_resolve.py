@@ -122,7 +122,8 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     if tp.max_polls is not None:
         max_polls, src["max_polls"] = tp.max_polls, from_tool("max_polls")
     else:
-        max_polls, src["max_polls"] = policy.default_max_polls, policy.source_of("default_max_polls")
+        max_polls = policy.default_max_polls
+        src["max_polls"] = policy.source_of("default_max_polls")
 
     ladders: dict[Literal["readonly", "mutating"], LadderThresholds] = {}
     for kind in ("readonly", "mutating"):

@@ -21,6 +21,7 @@ from pydantic import ConfigDict, create_model
 
 __all__ = ["ArgsValidator", "schema_from_signature"]
 
+_rs: Any
 try:  # optional fast path
     import jsonschema_rs as _rs
 except ImportError:  # pragma: no cover - depends on the environment
@@ -88,7 +89,7 @@ class ArgsValidator:
 
     def __init__(self, schema: Mapping[str, Any], cache_size: int = 1024) -> None:
         self.schema = dict(schema)
-        cls = Draft202012Validator
+        cls: Any = Draft202012Validator
         if "$schema" in self.schema:
             from jsonschema.validators import validator_for
 

@@ -1,4 +1,4 @@
-"""Enums shared by every layer: what a tool does, what the guard decided, how long a result is remembered."""
+"""Enums shared by every layer: what a tool does, what the guard decided, what is remembered."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .._types import RecordState
+from toolguard._types import RecordState
 
 __all__ = [
     "ApprovalRecord",

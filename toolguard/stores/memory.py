@@ -21,7 +21,8 @@ from typing import Any
 
 from cachetools import LRUCache, TLRUCache, TTLCache
 
-from .._types import RecordState
+from toolguard._types import RecordState
+
 from ._base import (
     ApprovalRecord,
     ApprovalState,

@@ -1,0 +1,118 @@
+"""Hard per-task quotas through the engine: each budget raises BudgetExceeded naming the budget,
+limit and usage; the task stays halted; ``task.usage`` reports every counter."""
+
+from __future__ import annotations
+
+import pytest
+
+import toolguard as tg
+from toolguard._policy import BudgetPolicy, ToolPolicy
+from toolguard.testing import FakeClock
+
+
+@tg.readonly
+def lookup(key: str) -> str:
+    return f"value of {key}"
+
+
+@tg.mutating
+def flaky(key: str) -> str:
+    raise ConnectionError("backend down")
+
+
+def guard_with(clock: FakeClock, **budget: float) -> tg.Guard:
+    return tg.Guard(tg.Policy(budget=BudgetPolicy(**budget)), [lookup, flaky],  # type: ignore[arg-type]
+                    clock=clock)
+
+
+def test_max_tool_calls(clock: FakeClock) -> None:
+    task = guard_with(clock, max_tool_calls=3).task("t")
+    for i in range(3):
+        task.call("lookup", {"key": str(i)})
+    with pytest.raises(tg.BudgetExceeded) as info:
+        task.call("lookup", {"key": "3"})
+    e = info.value
+    assert (e.budget, e.limit, e.usage, e.tool) == ("max_tool_calls", 3, 4, "lookup")
+    assert task.halted
+    with pytest.raises(tg.BudgetExceeded):
+        task.call("lookup", {"key": "new"})
+    assert task.usage.tool_calls == 5
+
+
+def test_max_tokens_via_record_usage(clock: FakeClock) -> None:
+    task = guard_with(clock, max_tokens=1000).task("t")
+    task.record_usage(input_tokens=600, output_tokens=300)
+    assert task.usage.total_tokens == 900 and task.usage.input_tokens == 600
+    task.call("lookup", {"key": "a"})
+    with pytest.raises(tg.BudgetExceeded) as info:
+        task.record_usage(input_tokens=200)
+    assert (info.value.budget, info.value.limit, info.value.usage) == ("max_tokens", 1000, 1100)
+    with pytest.raises(tg.BudgetExceeded):
+        task.call("lookup", {"key": "b"})
+
+
+def test_timeout_on_the_injected_clock(clock: FakeClock) -> None:
+    task = guard_with(clock, timeout_s=60).task("t")
+    task.call("lookup", {"key": "a"})
+    clock.advance(59)
+    task.call("lookup", {"key": "b"})
+    assert task.usage.elapsed_s == 59
+    clock.advance(2)
+    with pytest.raises(tg.BudgetExceeded) as info:
+        task.call("lookup", {"key": "c"})
+    assert info.value.budget == "timeout_s" and info.value.usage == 61
+
+
+def test_per_tool_max_calls(clock: FakeClock) -> None:
+    policy = tg.Policy(tools={"lookup": ToolPolicy(max_calls=2)})
+    task = tg.Guard(policy, [lookup, flaky], clock=clock).task("t")
+    task.call("lookup", {"key": "a"})
+    task.call("lookup", {"key": "b"})
+    with pytest.raises(tg.BudgetExceeded) as info:
+        task.call("lookup", {"key": "c"})
+    assert info.value.budget == "max_calls" and task.usage.per_tool == {"lookup": 3}
+
+
+def test_decorator_max_calls(clock: FakeClock) -> None:
+    @tg.readonly(max_calls=1)
+    def once(x: int) -> int:
+        return x
+
+    task = tg.Guard(tools=[once], clock=clock).task("t")
+    task.call("once", {"x": 1})
+    with pytest.raises(tg.BudgetExceeded):
+        task.call("once", {"x": 2})
+
+
+def test_max_consecutive_failures_any_arguments(clock: FakeClock) -> None:
+    task = guard_with(clock, max_consecutive_failures=2).task("t")
+    assert task.call("flaky", {"key": "a"}).is_error
+    assert task.call("flaky", {"key": "b"}).is_error
+    with pytest.raises(tg.BudgetExceeded) as info:
+        task.call("flaky", {"key": "c"})
+    assert info.value.budget == "max_consecutive_failures"
+    assert "failed that many times in a row" in str(info.value)
+
+
+def test_a_success_resets_consecutive_failures(clock: FakeClock) -> None:
+    outcomes = iter([False, True, False, False])
+
+    @tg.readonly
+    def sometimes(i: int) -> str:
+        if not next(outcomes):
+            raise ValueError("no")
+        return "yes"
+
+    task = tg.Guard(tg.Policy(budget=BudgetPolicy(max_consecutive_failures=2)), [sometimes],
+                    clock=clock).task("t")
+    assert [task.call("sometimes", {"i": i}).is_error for i in range(4)] == [
+        True, False, True, True]
+
+
+def test_unlimited_by_default(clock: FakeClock) -> None:
+    task = tg.Guard(tools=[lookup], clock=clock).task("t")
+    for i in range(500):
+        task.call("lookup", {"key": str(i)})
+    clock.advance(1e6)
+    task.record_usage(input_tokens=10**9)
+    assert task.call("lookup", {"key": "x"}).executed

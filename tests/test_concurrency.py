@@ -1,0 +1,169 @@
+"""N identical concurrent mutating calls execute exactly once (threads and asyncio); parallel
+distinct calls keep exact counts; reload under concurrent calls."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import toolguard as tg
+from toolguard._policy import BudgetPolicy, IdempotencyPolicy, LadderPolicy, LadderThresholds
+
+D = tg.Decision
+N = 16
+
+
+def test_threads_identical_mutating_call_executes_once() -> None:
+    runs = 0
+    lock = threading.Lock()
+    barrier = threading.Barrier(N)
+
+    @tg.mutating
+    def charge(order: str) -> str:
+        nonlocal runs
+        with lock:
+            runs += 1
+        time.sleep(0.05)  # still running while the others arrive
+        return "charged"
+
+    lenient = LadderThresholds(warn_at=N + 1, block_at=N + 2, halt_at=N + 3)
+    guard = tg.Guard(tg.Policy(ladder=LadderPolicy(mutating=lenient)), [charge])
+    task = guard.task("t")
+
+    def worker() -> tg.ToolResult:
+        barrier.wait()
+        return task.call("charge", {"order": "o1"})
+
+    with ThreadPoolExecutor(N) as pool:
+        results = list(pool.map(lambda _: worker(), range(N)))
+    assert runs == 1
+    assert sorted(r.decision for r in results) == sorted([D.ALLOW] + [D.CACHED] * (N - 1))
+    assert all(r.value == "charged" for r in results)
+
+
+def test_threads_default_ladder_still_executes_once_and_halts_the_flood() -> None:
+    runs = 0
+    barrier = threading.Barrier(8)
+
+    @tg.mutating
+    def charge(order: str) -> str:
+        nonlocal runs
+        runs += 1
+        time.sleep(0.05)
+        return "charged"
+
+    task = tg.Guard(tools=[charge]).task("t")
+
+    def worker() -> tg.Decision:
+        barrier.wait()
+        try:
+            return task.call("charge", {"order": "o1"}).decision
+        except tg.Halt:
+            return D.HALT
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda _: worker(), range(8)))
+    assert runs == 1 and got.count(D.ALLOW) == 1 and D.HALT in got
+
+
+async def test_asyncio_identical_mutating_call_executes_once() -> None:
+    runs = 0
+    lenient = LadderThresholds(warn_at=N + 1, block_at=N + 2, halt_at=N + 3)
+
+    @tg.mutating
+    async def send_email(to: str, body: str) -> str:
+        nonlocal runs
+        runs += 1
+        await asyncio.sleep(0.02)
+        return "sent"
+
+    guard = tg.Guard(tg.Policy(ladder=LadderPolicy(mutating=lenient)), [send_email])
+    task = guard.task("t")
+    results = await asyncio.gather(
+        *(task.acall("send_email", {"to": "a@b.c", "body": "hi"}) for _ in range(N)))
+    assert runs == 1
+    assert sorted(r.decision for r in results) == sorted([D.ALLOW] + [D.CACHED] * (N - 1))
+    assert all(r.value == "sent" for r in results)
+
+
+def test_waiting_call_times_out_with_call_in_progress() -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    @tg.mutating
+    def slow(x: int) -> str:
+        started.set()
+        release.wait(5)
+        return "done"
+
+    policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=0.05))
+    guard = tg.Guard(policy, [slow])
+    task = guard.task("t")
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(task.call, "slow", {"x": 1})
+        assert started.wait(5)
+        with pytest.raises(tg.CallInProgress) as info:
+            task.call("slow", {"x": 1})
+        assert info.value.tool == "slow" and info.value.waited_s >= 0.05
+        release.set()
+        assert first.result().decision is D.ALLOW
+
+
+def test_budget_is_exact_under_threads() -> None:
+    @tg.readonly
+    def lookup(i: int) -> int:
+        return i
+
+    guard = tg.Guard(tg.Policy(budget=BudgetPolicy(max_tool_calls=50)), [lookup])
+    task = guard.task("t")
+
+    def worker(i: int) -> bool:
+        try:
+            task.call("lookup", {"i": i})
+        except tg.BudgetExceeded:
+            return False
+        return True
+
+    with ThreadPoolExecutor(8) as pool:
+        ran = list(pool.map(worker, range(200)))
+    assert sum(ran) == 50
+    assert task.usage.tool_calls >= 50
+
+
+def test_reload_under_concurrent_calls_never_mixes_policies() -> None:
+    @tg.readonly
+    def probe(i: int) -> int:
+        return i
+
+    loose = tg.Policy()
+    tight = tg.Policy(budget=BudgetPolicy(max_tool_calls=10_000))
+    guard = tg.Guard(loose, [probe])
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def caller(n: int) -> None:
+        task = guard.task(f"t{n}")
+        i = 0
+        while not stop.is_set():
+            try:
+                r = task.call("probe", {"i": i})
+                assert r.decision is D.ALLOW
+            except BaseException as exc:
+                errors.append(exc)
+                return
+            i += 1
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for k in range(200):
+        guard.reload_policy(tight if k % 2 else loose)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert guard.policy in (loose, tight)

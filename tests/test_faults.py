@@ -1,0 +1,136 @@
+"""The three fault-injection tests of DESIGN.md §2, plus unknown outcomes and forwarded keys."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import toolguard as tg
+from toolguard._policy import BudgetPolicy
+from toolguard.testing import FakeClock, auto_approve, auto_defer
+
+D = tg.Decision
+
+
+def test_corrupted_json_from_a_tool_loop_is_stopped_by_the_ladder(clock: FakeClock) -> None:
+    """A tool returns corrupted JSON; the model, thinking its arguments were wrong, retries.
+    The guard stops the loop before any turn limit and nothing crashes."""
+    calls = 0
+
+    @tg.readonly
+    def get_order(order_id: str) -> str:
+        nonlocal calls
+        calls += 1
+        return '{"order": {"id": "A1", "status": '  # truncated JSON, every time
+
+    guard = tg.Guard(tools=[get_order], clock=clock)
+    task = guard.task("t")
+    seen: list[tg.Decision] = []
+
+    def model_loop() -> None:
+        for _ in range(50):  # a model that would retry forever
+            r = task.call("get_order", {"order_id": "A1"})
+            seen.append(r.decision)
+            with pytest.raises(json.JSONDecodeError):
+                json.loads(r.content if r.executed else "{")
+
+    with pytest.raises(tg.RepeatedToolCalls) as info:
+        model_loop()
+    assert seen == [D.ALLOW, D.ALLOW, D.WARN, D.BLOCK]
+    assert calls == 3 and info.value.tool == "get_order"
+
+
+def test_corrupted_json_with_varying_arguments_is_stopped_by_failure_budget(
+    clock: FakeClock,
+) -> None:
+    """The same loop where the model varies its arguments each time (no two calls equal):
+    the tool raises on the junk, and max_consecutive_failures halts the guessing."""
+
+    @tg.readonly
+    def parse_report(report_id: str) -> dict[str, str]:
+        return json.loads('{"rows": [1, 2,')  # type: ignore[no-any-return]
+
+    guard = tg.Guard(tg.Policy(budget=BudgetPolicy(max_consecutive_failures=3)),
+                     [parse_report], clock=clock)
+    task = guard.task("t")
+    results = [task.call("parse_report", {"report_id": f"r{i}"}) for i in range(3)]
+    assert all(r.is_error and r.error_type == "JSONDecodeError" for r in results)
+    with pytest.raises(tg.BudgetExceeded) as info:
+        task.call("parse_report", {"report_id": "r3"})
+    assert info.value.budget == "max_consecutive_failures" and info.value.limit == 3
+
+
+def test_timeout_after_the_backend_wrote_does_not_write_twice(clock: FakeClock) -> None:
+    """A network timeout arrives after the backend already succeeded; the model retries the
+    same write. The idempotency key stops the second write: the retry goes to review."""
+    backend: list[str] = []
+
+    @tg.mutating
+    def create_issue(title: str) -> str:
+        backend.append(title)  # the write happened...
+        raise TimeoutError("request timed out, no response received")  # ...the answer did not
+
+    guard = tg.Guard(tools=[create_issue], approver=auto_defer, clock=clock)
+    task = guard.task("t")
+    first = task.call("create_issue", {"title": "Proposal"})
+    assert first.is_error and "outcome is unknown" in first.content
+    retry = task.call("create_issue", {"title": "Proposal"})
+    assert retry.decision is D.REVIEW and "may already have happened" in retry.reason
+    assert backend == ["Proposal"]
+    assert list(task.pending_approvals) == [first.idempotency_key]
+
+
+def test_unknown_outcome_retry_runs_once_a_human_approves(clock: FakeClock) -> None:
+    attempts: list[int] = []
+
+    @tg.mutating
+    def transfer(amount: int) -> str:
+        attempts.append(amount)
+        if len(attempts) == 1:
+            raise TimeoutError("gateway timeout")
+        return "ok"
+
+    guard = tg.Guard(tools=[transfer], approver=auto_approve, clock=clock)
+    task = guard.task("t")
+    task.call("transfer", {"amount": 5})
+    r = task.call("transfer", {"amount": 5})
+    assert r.executed and attempts == [5, 5]
+    assert task.call("transfer", {"amount": 5}).decision is D.CACHED
+
+
+def test_forwarded_idempotency_key_is_retried_with_the_same_key(clock: FakeClock) -> None:
+    keys: list[str | None] = []
+
+    @tg.mutating(forwards_idempotency_key=True)
+    def charge(amount: int) -> str:
+        keys.append(tg.current_idempotency_key())
+        if len(keys) == 1:
+            raise TimeoutError("timed out")
+        return "charged"
+
+    guard = tg.Guard(tools=[charge], clock=clock)
+    task = guard.task("t")
+    task.call("charge", {"amount": 5})
+    r = task.call("charge", {"amount": 5})
+    assert r.executed and keys[0] == keys[1] == r.idempotency_key
+
+
+def test_policy_timeout_exceptions_by_name(clock: FakeClock) -> None:
+    from toolguard._policy import IdempotencyPolicy
+
+    class GatewayTimeout(Exception):
+        pass
+
+    ran: list[int] = []
+
+    @tg.mutating
+    def pay(amount: int) -> str:
+        ran.append(amount)
+        raise GatewayTimeout("504")
+
+    policy = tg.Policy(idempotency=IdempotencyPolicy(timeout_exceptions=("GatewayTimeout",)))
+    guard = tg.Guard(policy, [pay], approver=auto_defer, clock=clock)
+    task = guard.task("t")
+    task.call("pay", {"amount": 1})
+    assert task.call("pay", {"amount": 1}).decision is D.REVIEW and ran == [1]
