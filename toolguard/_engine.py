@@ -609,7 +609,11 @@ class Task:
 
     def _begin(self, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
         req = BeginRequest(
-            tool=p.entry.spec.name, signature=p.sig, idempotency_key=p.key,
+            tool=p.entry.spec.name, signature=p.sig,
+            # records and approvals exist only for mutating or approval-gated calls: other
+            # calls skip those look-ups
+            idempotency_key=p.key if p.effect is Effect.MUTATING
+            or p.entry.settings.requires_approval else "",
             claim=p.claim, task_scope=p.task_scope, count=count,
             poll=p.effect is Effect.POLL, now=self.guard._clock(),
             claim_ttl_s=cfg.policy.idempotency.in_progress_ttl_s,

@@ -52,7 +52,8 @@ class PolicyProblem:
     """One problem in a policy.
 
     Attributes:
-        source: the file path, ``"<env>"`` for an environment variable, or ``"<dict>"``.
+        source: the file path, ``"env TOOLGUARD_..."`` for an environment variable, or
+            ``"<dict>"``.
         path: dotted key path, e.g. ``"tools.send_email.ladder.block_at"`` (``""`` for the root).
         message: what was expected, e.g. ``"must be ≥ warn_at (3)"``.
         line: 1-based line in ``source`` where it can be recovered, else ``None``.

@@ -1,0 +1,138 @@
+"""``toolguard check``, ``schema`` and ``explain`` through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from toolguard._policy_loader import policy_schema
+from toolguard.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "policies"
+VALID = FIXTURES / "valid"
+INVALID = FIXTURES / "invalid"
+WIDE = {"COLUMNS": "250"}  # rich tables must not fold the values under test
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    for name in ("TOOLGUARD_ENV", "TOOLGUARD_POLICY", "TOOLGUARD_POLICY_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    return CliRunner()
+
+
+def test_check_valid_files(runner: CliRunner) -> None:
+    files = [str(VALID / "full.toml"), str(ROOT / "policies" / "prod.toml")]
+    result = runner.invoke(app, ["check", *files])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"{f}: ok" for f in files]
+
+
+def test_check_lists_every_problem_and_exits_1(runner: CliRunner) -> None:
+    ok = str(VALID / "full.toml")
+    bad = str(INVALID / "many_problems.toml")
+    result = runner.invoke(app, ["check", ok, bad, str(INVALID / "syntax_error.toml")])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[0] == f"{ok}: ok"
+    assert f'{bad}:2:1: mode: must be one of "enforce", "observe", "off", got "loud"' in lines
+    assert f"{bad}:13:15: tools.write_file.args.path.normalize: " in result.output
+    assert sum(line.startswith(f"{bad}:") for line in lines) == 6
+    syntax = INVALID / "syntax_error.toml"
+    assert f"{syntax}:3:14: <root>: TOML syntax error: Invalid value" in lines
+
+
+def test_check_a_missing_file_exits_2_naming_it(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["check", str(VALID / "full.toml"), "no/such/policy.toml"])
+    assert result.exit_code == 2
+    assert "no/such/policy.toml" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_check_needs_a_file(runner: CliRunner) -> None:
+    assert runner.invoke(app, ["check"]).exit_code == 2
+
+
+def test_schema_prints_the_json_schema(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["schema"])
+    assert result.exit_code == 0
+    assert json.loads(result.output) == policy_schema()
+
+
+def _rows(output: str) -> dict[str, list[str]]:
+    """Table rows of ``explain`` by setting name: [value, source]."""
+    rows: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if len(cells) == 3:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_explain_shows_values_and_sources(runner: CliRunner) -> None:
+    base, child = str(VALID / "base.toml"), str(VALID / "child.toml")
+    env = {**WIDE, "TOOLGUARD_BUDGET__MAX_TOKENS": "999"}
+    result = runner.invoke(app, ["explain", child, "--tool", "send_email"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = _rows(result.output)
+    assert rows["effect"] == ["mutating", base]
+    assert rows["max_calls"] == ["1", child]
+    assert rows["idempotency_ttl_s"] == ["3600.0", "built-in"]
+    assert rows["mutating_ladder"] == ["warn_at 2, block_at 3, halt_at 6", child]
+    assert rows["budget.max_tool_calls"] == ["20", child]
+    assert rows["budget.max_tokens"] == ["999", "env TOOLGUARD_BUDGET__MAX_TOKENS"]
+    assert rows["budget.timeout_s"] == ["none (no limit)", "built-in"]
+    assert f"policy files: {base}, {child}" in result.output
+
+
+def test_explain_env_selects_a_file(runner: CliRunner, tmp_path: Path) -> None:
+    (tmp_path / "staging.toml").write_text(
+        "[tools.deploy]\nrequires_approval = true\n", encoding="utf-8"
+    )
+    env = {**WIDE, "TOOLGUARD_POLICY_DIR": str(tmp_path)}
+    result = runner.invoke(app, ["explain", "--tool", "deploy", "--env", "staging"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = _rows(result.output)
+    assert rows["requires_approval"] == ["true", str(tmp_path / "staging.toml")]
+    assert rows["idempotency_scope"] == ["task", "built-in"]  # approval implies task
+
+
+def test_explain_without_file_uses_the_environment(runner: CliRunner) -> None:
+    env = {**WIDE, "TOOLGUARD_TOOLS__X__MAX_CALLS": "4", "TOOLGUARD_DEFAULT_EFFECT": "deny"}
+    result = runner.invoke(app, ["explain", "--tool", "x"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = _rows(result.output)
+    assert rows["max_calls"] == ["4", "env TOOLGUARD_TOOLS__X__MAX_CALLS"]
+    assert rows["deny"] == ["true", "env TOOLGUARD_DEFAULT_EFFECT"]
+    assert "policy files: none (built-in defaults)" in result.output
+
+
+def test_explain_an_invalid_policy_exits_2_listing_problems(runner: CliRunner) -> None:
+    bad = str(INVALID / "wrong_type.toml")
+    result = runner.invoke(app, ["explain", bad, "--tool", "send_email"])
+    assert result.exit_code == 2
+    assert f"{bad}:4:25: tools.send_email.ladder.block_at" in result.output
+    assert "error: invalid policy (1 problem(s))" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_explain_a_missing_file_exits_2_naming_it(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["explain", "absent.toml", "--tool", "t"])
+    assert result.exit_code == 2
+    assert "absent.toml: <root>: cannot read policy file" in result.output
+
+
+def test_explain_file_and_env_together_is_bad_input(runner: CliRunner) -> None:
+    result = runner.invoke(
+        app, ["explain", str(VALID / "full.toml"), "--tool", "t", "--env", "prod"]
+    )
+    assert result.exit_code == 2
+    assert "not both" in result.output
+
+
+def test_explain_needs_a_tool(runner: CliRunner) -> None:
+    assert runner.invoke(app, ["explain", str(VALID / "full.toml")]).exit_code == 2

@@ -1,0 +1,322 @@
+"""Invalid policies: every problem is reported with its file, key path, position and what was
+expected. Each fixture is a real TOML file in ``fixtures/policies/invalid/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolguard._errors import PolicyError, PolicyProblem
+from toolguard._policy_loader import load_policy, load_policy_dict
+
+INVALID = Path(__file__).resolve().parent / "fixtures" / "policies" / "invalid"
+
+# fixture -> every expected problem as (file, key path, line, column, message)
+Expected = list[tuple[str, str, int | None, int | None, str]]
+CASES: dict[str, Expected] = {
+    "wrong_type.toml": [
+        (
+            "wrong_type.toml",
+            "tools.send_email.ladder.block_at",
+            4,
+            25,
+            'must be an integer ≥ 2, got "three"',
+        ),
+    ],
+    "unknown_root_key.toml": [
+        (
+            "unknown_root_key.toml",
+            "foo",
+            2,
+            1,
+            "unknown key 'foo' (allowed: extends, mode, default_effect, strict_tools, "
+            "default_max_polls, budget, ladder, idempotency, approval, audit, store, tools)",
+        ),
+    ],
+    "unknown_tool_key.toml": [
+        (
+            "unknown_tool_key.toml",
+            "tools.send_email.max_call",
+            3,
+            1,
+            "unknown key 'max_call' (allowed: effect, requires_approval, idempotency_scope, "
+            "idempotency_ttl_s, forwards_idempotency_key, max_calls, max_polls, ladder, args, "
+            "rules)",
+        ),
+    ],
+    "bad_regex.toml": [
+        (
+            "bad_regex.toml",
+            "tools.bash.rules[1].match.command",
+            9,
+            11,
+            "not a valid regular expression: missing ), unterminated subpattern at position 1, "
+            'got "^(git status"',
+        ),
+    ],
+    "bad_redact_regex.toml": [
+        (
+            "bad_redact_regex.toml",
+            "audit.redact[1]",
+            4,
+            3,
+            "not a valid regular expression: unterminated character set at position 0, "
+            'got "[unclosed"',
+        ),
+    ],
+    "ladder_order.toml": [
+        ("ladder_order.toml", "ladder.mutating.block_at", 3, 1, "must be ≥ warn_at (3)"),
+    ],
+    "tool_ladder_after_merge.toml": [
+        (
+            "tool_ladder_after_merge.toml",
+            "tools.deploy.ladder.halt_at",
+            4,
+            12,
+            "must be ≥ block_at (3, from ladder.mutating)",
+        ),
+    ],
+    "cycle_a.toml": [
+        (
+            "cycle_b.toml",
+            "extends",
+            2,
+            1,
+            f"cycle: {INVALID / 'cycle_a.toml'} → {INVALID / 'cycle_b.toml'} → "
+            f"{INVALID / 'cycle_a.toml'}",
+        ),
+    ],
+    "missing_extends.toml": [
+        (
+            "missing_extends.toml",
+            "extends",
+            1,
+            1,
+            f"cannot read {INVALID / 'no_such_policy.toml'}: No such file or directory",
+        ),
+    ],
+    "syntax_error.toml": [
+        ("syntax_error.toml", "", 3, 14, "TOML syntax error: Invalid value"),
+    ],
+    "bad_enum.toml": [
+        (
+            "bad_enum.toml",
+            "mode",
+            1,
+            1,
+            'must be one of "enforce", "observe", "off", got "enforcing"',
+        ),
+        (
+            "bad_enum.toml",
+            "store.backend",
+            4,
+            1,
+            'must be one of "memory", "redis", got "postgres"',
+        ),
+    ],
+    "negative_budget.toml": [
+        ("negative_budget.toml", "budget.max_tokens", 3, 1, "must be an integer ≥ 1, got -5"),
+        ("negative_budget.toml", "budget.timeout_s", 4, 1, "must be a number > 0, got 0"),
+    ],
+    "rule_missing_effect.toml": [
+        (
+            "rule_missing_effect.toml",
+            "tools.bash.rules[0]",
+            1,
+            1,
+            "missing required key 'effect'",
+        ),
+    ],
+    "extends_not_string.toml": [
+        ("extends_not_string.toml", "extends", 1, 1, "must be a string, got 5"),
+    ],
+    "many_problems.toml": [
+        (
+            "many_problems.toml",
+            "mode",
+            2,
+            1,
+            'must be one of "enforce", "observe", "off", got "loud"',
+        ),
+        ("many_problems.toml", "strict_tools", 3, 1, 'must be true or false, got "yes"'),
+        ("many_problems.toml", "budget.max_tool_calls", 6, 1, "must be an integer ≥ 1, got 0"),
+        ("many_problems.toml", "idempotency.ttl_s", 9, 1, 'must be a number > 0, got "an hour"'),
+        (
+            "many_problems.toml",
+            "tools.write_file.effect",
+            12,
+            1,
+            'must be one of "readonly", "mutating", "poll", got "writes"',
+        ),
+        (
+            "many_problems.toml",
+            "tools.write_file.args.path.normalize",
+            13,
+            15,
+            'must be one of "path", "whitespace", got "posix"',
+        ),
+    ],
+}
+
+
+def _problems(name: str) -> list[PolicyProblem]:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(INVALID / name, env={})
+    return list(caught.value.problems)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_invalid_policy_reports_exact_problems(name: str) -> None:
+    found = [(Path(p.source).name, p.path, p.line, p.column, p.message) for p in _problems(name)]
+    assert found == CASES[name]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_problem_sources_are_the_files(name: str) -> None:
+    for problem in _problems(name):
+        assert Path(problem.source).parent == INVALID
+
+
+def test_every_invalid_fixture_has_a_case() -> None:
+    fixtures = {p.name for p in INVALID.glob("*.toml")}
+    assert fixtures - set(CASES) == {"cycle_b.toml"}  # loaded through cycle_a.toml
+
+
+def test_problem_renders_as_file_line_column_path_message() -> None:
+    [problem] = _problems("wrong_type.toml")
+    assert str(problem) == (
+        f"{INVALID / 'wrong_type.toml'}:4:25: tools.send_email.ladder.block_at: "
+        'must be an integer ≥ 2, got "three"'
+    )
+
+
+def test_one_error_lists_every_problem() -> None:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(INVALID / "many_problems.toml", env={})
+    text = str(caught.value)
+    assert text.startswith("invalid policy (6 problem(s)):")
+    assert text.count("many_problems.toml:") == 6
+
+
+def test_cycle_through_the_other_file_names_the_same_cycle() -> None:
+    [problem] = _problems("cycle_b.toml")
+    assert Path(problem.source).name == "cycle_a.toml"
+    assert problem.message.startswith(f"cycle: {INVALID / 'cycle_b.toml'} → ")
+
+
+def test_problems_of_a_parent_and_a_child_are_reported_together(tmp_path: Path) -> None:
+    (tmp_path / "parent.toml").write_text("[budget]\nmax_tokens = 0\n", encoding="utf-8")
+    child = tmp_path / "child.toml"
+    child.write_text('extends = "parent.toml"\nmode = "nope"\n', encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(child, env={})
+    found = [(Path(p.source).name, p.path, p.line) for p in caught.value.problems]
+    assert found == [("parent.toml", "budget.max_tokens", 2), ("child.toml", "mode", 2)]
+
+
+def test_missing_root_file(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(tmp_path / "absent.toml", env={})
+    [problem] = caught.value.problems
+    assert problem.source == str(tmp_path / "absent.toml")
+    assert problem.message == "cannot read policy file: No such file or directory"
+
+
+def test_syntax_error_at_end_of_document(tmp_path: Path) -> None:
+    path = tmp_path / "eof.toml"
+    path.write_text('mode = "enforce"\nx = [1,\n', encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path, env={})
+    [problem] = caught.value.problems
+    assert (problem.path, problem.line, problem.column) == ("", 3, 1)
+    assert problem.message.startswith("TOML syntax error: ")
+
+
+def test_partial_tool_ladder_is_checked_against_every_possible_effect(tmp_path: Path) -> None:
+    """A tool whose effect the decorator decides, with a rule making some calls read-only."""
+    path = tmp_path / "p.toml"
+    path.write_text(
+        "[tools.t]\nladder = { block_at = 2 }\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path, env={})
+    assert [p.message for p in caught.value.problems] == [
+        "must be ≥ warn_at (3, from ladder.readonly)"
+    ]
+    path.write_text('[tools.t]\neffect = "mutating"\nladder = { block_at = 2 }\n', encoding="utf-8")
+    assert load_policy(path, env={}).tools["t"].ladder is not None
+    path.write_text(
+        '[tools.t]\neffect = "mutating"\nladder = { block_at = 2 }\n'
+        '[[tools.t.rules]]\nmatch = { a = "x" }\neffect = "readonly"\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(PolicyError):
+        load_policy(path, env={})
+
+
+def test_unknown_key_inside_an_argument_table_is_located(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("[tools.t.args.path]\nnormalise = 'path'\n", encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path, env={})
+    [problem] = caught.value.problems
+    assert (problem.path, problem.line, problem.column) == ("tools.t.args.path.normalise", 2, 1)
+    assert problem.message == "unknown key 'normalise' (allowed: ignore, normalize, case)"
+
+
+def test_quoted_tool_names_are_quoted_in_paths(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[tools."fs.grep"]\nmax_calls = 0\n', encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path, env={})
+    [problem] = caught.value.problems
+    assert (problem.path, problem.line) == ('tools."fs.grep".max_calls', 2)
+
+
+_KEYS = st.sampled_from(
+    [
+        "mode",
+        "budget",
+        "ladder",
+        "readonly",
+        "mutating",
+        "warn_at",
+        "block_at",
+        "halt_at",
+        "tools",
+        "t",
+        "rules",
+        "match",
+        "effect",
+        "audit",
+        "redact",
+        "args",
+        "extends_",
+        "x",
+    ]
+)
+_SCALARS = st.none() | st.booleans() | st.integers(-3, 10) | st.floats(allow_nan=False)
+_SCALARS |= st.sampled_from(["(", "readonly", "enforce", "[a-z]+"])
+_DOCUMENTS = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_KEYS, _DOCUMENTS, max_size=5))
+def test_any_document_yields_a_policy_or_a_policy_error(data: dict[str, object]) -> None:
+    """Whatever the input, the loader answers with a Policy or PolicyError, never a crash."""
+    try:
+        load_policy_dict(data)
+    except PolicyError as error:
+        problems = error.problems
+    else:
+        return
+    assert problems
+    assert all(p.message for p in problems)

@@ -1,0 +1,273 @@
+"""Environment variables: file selection and overrides of any key, validated like a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolguard._errors import PolicyError, PolicyProblem
+from toolguard._policy import LadderThresholds, Policy
+from toolguard._policy_loader import load_policy
+from toolguard._settings import OVERRIDE_KEYS, parse_value, policy_from_env, read_environment
+from toolguard._types import Effect, Mode
+
+ROOT = Path(__file__).resolve().parent.parent
+VALID = ROOT / "tests" / "fixtures" / "policies" / "valid"
+
+
+def _problems(env: dict[str, str], path: Path | None = None) -> list[PolicyProblem]:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path, env=env)
+    return list(caught.value.problems)
+
+
+def test_no_variables_means_built_in_defaults() -> None:
+    assert policy_from_env({}) == Policy()
+    assert policy_from_env({}).sources == ()
+
+
+def test_no_file_is_searched_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Even with ./policies/default.toml present, no ENV or POLICY means built-ins."""
+    monkeypatch.chdir(ROOT)
+    assert (ROOT / "policies" / "default.toml").is_file()
+    assert policy_from_env({}) == Policy()
+
+
+def test_overrides_by_nested_path() -> None:
+    policy = policy_from_env(
+        {
+            "TOOLGUARD_MODE": "observe",
+            "TOOLGUARD_BUDGET__MAX_TOOL_CALLS": "20",
+            "TOOLGUARD_BUDGET__TIMEOUT_S": "1.5",
+            "TOOLGUARD_STORE__URL": "redis://cache:6379/0",
+            "TOOLGUARD_STRICT_TOOLS": "false",
+            "TOOLGUARD_LADDER__READONLY__HALT_AT": "9",
+            "TOOLGUARD_TOOLS__SEND_EMAIL__MAX_CALLS": "2",
+            "PATH": "/usr/bin",
+        }
+    )
+    assert policy.mode is Mode.OBSERVE
+    assert policy.budget.max_tool_calls == 20
+    assert policy.budget.timeout_s == 1.5
+    assert policy.store.url == "redis://cache:6379/0"
+    assert policy.strict_tools is False
+    assert policy.ladder.readonly == LadderThresholds(warn_at=3, block_at=4, halt_at=9)
+    assert policy.tools["send_email"].max_calls == 2
+    assert policy.source_of("budget.max_tool_calls") == "env TOOLGUARD_BUDGET__MAX_TOOL_CALLS"
+    assert policy.source_of("mode") == "env TOOLGUARD_MODE"
+    assert policy.source_of("ladder.readonly") == "env TOOLGUARD_LADDER__READONLY__HALT_AT"
+    assert policy.source_of("budget.max_tokens") == "built-in"
+
+
+def test_environment_beats_the_file() -> None:
+    child = str(VALID / "child.toml")
+    policy = load_policy(child, env={"TOOLGUARD_BUDGET__MAX_TOOL_CALLS": "5"})
+    assert policy.budget.max_tool_calls == 5
+    assert policy.budget.max_tokens == 100_000
+    assert policy.source_of("budget.max_tool_calls") == "env TOOLGUARD_BUDGET__MAX_TOOL_CALLS"
+    assert policy.source_of("budget.max_tokens") == str(VALID / "base.toml")
+    assert policy.source_of("budget") == "env TOOLGUARD_BUDGET__MAX_TOOL_CALLS"
+    assert policy.sources == (str(VALID / "base.toml"), child)  # files only
+
+
+def test_values_are_json_when_they_parse() -> None:
+    assert parse_value("20") == 20
+    assert parse_value("1.5") == 1.5
+    assert parse_value("true") is True
+    assert parse_value("null") is None
+    assert parse_value('["a", "b"]') == ["a", "b"]
+    assert parse_value('{"warn_at": 2}') == {"warn_at": 2}
+    assert parse_value("observe") == "observe"
+    assert parse_value('"123"') == "123"
+    assert parse_value("NaN") == "NaN"
+    assert parse_value("") == ""
+
+
+def test_json_values_set_arrays_tables_and_unset_limits() -> None:
+    policy = load_policy(
+        VALID / "base.toml",
+        env={
+            "TOOLGUARD_AUDIT__REDACT": '["cookie", "session"]',
+            "TOOLGUARD_BUDGET__MAX_TOKENS": "null",
+            "TOOLGUARD_TOOLS__BASH__RULES": '[{"match": {"command": "^ls"}, "effect": "readonly"}]',
+            "TOOLGUARD_TOOLS__BASH__LADDER": '{"halt_at": 9}',
+            "TOOLGUARD_STORE__KEY_PREFIX": '"123"',
+        },
+    )
+    assert policy.audit.redact == ("cookie", "session")
+    assert policy.budget.max_tokens is None  # no limit
+    assert policy.tools["bash"].rules[0].effect is Effect.READONLY
+    assert policy.tools["bash"].ladder is not None
+    assert policy.tools["bash"].ladder.halt_at == 9
+    assert policy.store.key_prefix == "123"
+    assert policy.source_of("tools.bash.ladder") == "env TOOLGUARD_TOOLS__BASH__LADDER"
+    assert policy.source_of("tools.bash.rules[0].effect") == "env TOOLGUARD_TOOLS__BASH__RULES"
+
+
+def test_tool_names_match_the_file_case_insensitively(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("[tools.sendEmail]\nmax_calls = 3\n", encoding="utf-8")
+    policy = load_policy(
+        path,
+        env={
+            "TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS": "1",
+            "TOOLGUARD_TOOLS__OTHER_TOOL__MAX_CALLS": "4",
+        },
+    )
+    assert set(policy.tools) == {"sendEmail", "other_tool"}
+    assert policy.tools["sendEmail"].max_calls == 1
+    assert policy.source_of("tools.sendEmail.max_calls") == (
+        "env TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS"
+    )
+
+
+def test_variable_names_are_case_insensitive() -> None:
+    policy = policy_from_env({"toolguard_mode": "off", "Toolguard_Budget__Max_Tokens": "9"})
+    assert policy.mode is Mode.OFF
+    assert policy.budget.max_tokens == 9
+    assert policy.source_of("budget.max_tokens") == "env Toolguard_Budget__Max_Tokens"
+
+
+def test_a_bad_value_names_the_variable() -> None:
+    [problem] = _problems({"TOOLGUARD_BUDGET__MAX_TOOL_CALLS": "twenty"})
+    assert problem.source == "env TOOLGUARD_BUDGET__MAX_TOOL_CALLS"
+    assert problem.path == "budget.max_tool_calls"
+    assert problem.message == 'must be an integer ≥ 1, got "twenty"'
+    assert problem.line is None
+    assert str(problem) == (
+        "env TOOLGUARD_BUDGET__MAX_TOOL_CALLS: budget.max_tool_calls: "
+        'must be an integer ≥ 1, got "twenty"'
+    )
+
+
+def test_every_bad_variable_is_reported_with_the_files_problems(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('mode = "loud"\n', encoding="utf-8")
+    found = {
+        (p.source, p.path, p.message)
+        for p in _problems(
+            {
+                "TOOLGUARD_BUDGET__MAX_TOOL_CALL": "5",
+                "TOOLGUARD_DEFAULT_EFFECT": "maybe",
+                "TOOLGUARD_TOOLS__BASH__RULES": (
+                    '[{"match": {"command": "("}, "effect": "readonly"}]'
+                ),
+            },
+            path,
+        )
+    }
+    assert found == {
+        (str(path), "mode", 'must be one of "enforce", "observe", "off", got "loud"'),
+        (
+            "env TOOLGUARD_BUDGET__MAX_TOOL_CALL",
+            "budget.max_tool_call",
+            "unknown key 'max_tool_call' (allowed: max_tool_calls, max_tokens, timeout_s, "
+            "max_consecutive_failures)",
+        ),
+        (
+            "env TOOLGUARD_DEFAULT_EFFECT",
+            "default_effect",
+            'must be one of "readonly", "mutating", "poll", "deny", got "maybe"',
+        ),
+        (
+            "env TOOLGUARD_TOOLS__BASH__RULES",
+            "tools.bash.rules[0].match.command",
+            "not a valid regular expression: missing ), unterminated subpattern at position 0, "
+            'got "("',
+        ),
+    }
+
+
+def test_a_variable_that_breaks_the_ladder_order_is_blamed() -> None:
+    [problem] = _problems({"TOOLGUARD_LADDER__MUTATING__WARN_AT": "4"})
+    assert problem.source == "env TOOLGUARD_LADDER__MUTATING__WARN_AT"
+    assert problem.path == "ladder.mutating.warn_at"
+    assert problem.message == "must be ≤ block_at (3, from built-in default)"
+
+
+def test_a_whole_table_and_its_keys_cannot_both_be_set() -> None:
+    problems = _problems(
+        {"TOOLGUARD_BUDGET": '{"max_tokens": 5}', "TOOLGUARD_BUDGET__MAX_TOKENS": "6"}
+    )
+    [problem] = problems
+    assert problem.source == "env TOOLGUARD_BUDGET__MAX_TOKENS"
+    assert "TOOLGUARD_BUDGET sets the whole of budget" in problem.message
+    assert policy_from_env({"TOOLGUARD_BUDGET": '{"max_tokens": 5}'}).budget.max_tokens == 5
+
+
+def test_unrelated_toolguard_variables_are_ignored() -> None:
+    assert policy_from_env({"TOOLGUARD_TEST_REDIS_URL": "redis://x", "TOOLGUARD_": "1"}) == Policy()
+
+
+def test_env_selects_a_file_from_the_policy_dir(tmp_path: Path) -> None:
+    (tmp_path / "prod.toml").write_text("[budget]\nmax_tool_calls = 11\n", encoding="utf-8")
+    env = {"TOOLGUARD_ENV": "prod", "TOOLGUARD_POLICY_DIR": str(tmp_path)}
+    policy = policy_from_env(env)
+    assert policy.budget.max_tool_calls == 11
+    assert policy.sources == (str(tmp_path / "prod.toml"),)
+    assert policy.source_of("budget.max_tool_calls") == str(tmp_path / "prod.toml")
+
+
+def test_env_defaults_to_the_policies_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    policy = policy_from_env({"TOOLGUARD_ENV": "prod"})
+    assert policy.default_effect == "deny"
+    assert policy.sources == ("policies/default.toml", "policies/prod.toml")
+
+
+def test_policy_names_a_file_and_wins_over_env(tmp_path: Path) -> None:
+    (tmp_path / "prod.toml").write_text('mode = "off"\n', encoding="utf-8")
+    named = tmp_path / "named.toml"
+    named.write_text('mode = "observe"\n', encoding="utf-8")
+    env = {
+        "TOOLGUARD_POLICY": str(named),
+        "TOOLGUARD_ENV": "prod",
+        "TOOLGUARD_POLICY_DIR": str(tmp_path),
+    }
+    policy = policy_from_env(env)
+    assert policy.mode is Mode.OBSERVE
+    assert policy.sources == (str(named),)
+
+
+def test_an_explicit_path_wins_over_the_variables(tmp_path: Path) -> None:
+    named = tmp_path / "named.toml"
+    named.write_text('mode = "observe"\n', encoding="utf-8")
+    policy = load_policy(VALID / "base.toml", env={"TOOLGUARD_POLICY": str(named)})
+    assert policy.mode is Mode.ENFORCE
+
+
+def test_a_missing_env_file_names_the_variable(tmp_path: Path) -> None:
+    [problem] = _problems({"TOOLGUARD_ENV": "staging", "TOOLGUARD_POLICY_DIR": str(tmp_path)})
+    assert problem.source == str(tmp_path / "staging.toml")
+    assert problem.message == (
+        "cannot read policy file (selected by TOOLGUARD_ENV=staging): No such file or directory"
+    )
+
+
+def test_an_env_name_must_not_be_a_path() -> None:
+    [problem] = _problems({"TOOLGUARD_ENV": "../secrets"})
+    assert problem.source == "env TOOLGUARD_ENV"
+    assert "got '../secrets'" in problem.message
+
+
+def test_none_reads_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLGUARD_BUDGET__MAX_TOKENS", "77")
+    assert policy_from_env().budget.max_tokens == 77
+    assert load_policy(VALID / "base.toml").budget.max_tokens == 77
+    assert load_policy(VALID / "base.toml", env={}).budget.max_tokens == 100_000
+
+
+def test_read_environment_reports_the_selection(tmp_path: Path) -> None:
+    overrides = read_environment(
+        {"TOOLGUARD_ENV": "dev", "TOOLGUARD_POLICY_DIR": str(tmp_path), "TOOLGUARD_MODE": "off"}
+    )
+    assert overrides.policy_file == tmp_path / "dev.toml"
+    assert overrides.selected_by == "TOOLGUARD_ENV=dev"
+    assert overrides.data == {"mode": "off"}
+    assert overrides.variables == {("mode",): "TOOLGUARD_MODE"}
+    assert overrides.problems == ()
+
+
+def test_every_top_level_policy_key_can_be_overridden() -> None:
+    assert set(OVERRIDE_KEYS) == set(Policy.model_fields) - {"sources"}

@@ -1,0 +1,184 @@
+"""The ``toolguard`` command line.
+
+``toolguard check FILE...``
+    Validate policy files: ``ok`` per valid file and exit 0, else every problem as
+    ``file:line:col: key.path: message`` and exit 1.
+``toolguard schema``
+    Print the JSON Schema of a policy file (for editors and CI).
+``toolguard explain [FILE] --tool NAME [--env ENV]``
+    The effective settings of one tool and, for each value, where it came from: ``built-in``,
+    ``decorator``, a file, or ``env TOOLGUARD_...``. Without FILE or ``--env`` the policy is the
+    one the environment selects (``TOOLGUARD_POLICY`` / ``TOOLGUARD_ENV``).
+
+Exit codes: 0 success, 1 invalid policy (``check``), 2 bad input (a missing file, an invalid
+policy given to ``explain``, bad options), never a traceback.
+
+Every command is a small function on the module-level :data:`app`. A command written in
+another module adds itself to the same app (``@app.command()`` on import, or a
+``register(app)`` function called before :func:`main` runs it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ._decorators import ToolSpec
+from ._errors import PolicyError
+from ._policy import BudgetPolicy, LadderThresholds, Policy
+from ._policy_loader import check_policy_files, load_policy, policy_schema
+from ._resolve import resolve_tool
+from ._settings import PREFIX, policy_from_env
+
+__all__ = ["app", "main"]
+
+BAD_INPUT = 2
+INVALID = 1
+
+app = typer.Typer(
+    name="toolguard",
+    help="Check, print and explain toolguard policies.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _stdout() -> Console:
+    # Built per call so that output goes to the current sys.stdout (tests swap it).
+    return Console(soft_wrap=True, highlight=False)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+@app.command()
+def check(
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Policy files (TOML).", exists=True, dir_okay=False, show_default=False
+        ),
+    ],
+) -> None:
+    """Validate policy files; exit 1 listing every problem if any is invalid."""
+    out = _stdout()
+    failed = False
+    for file in files:
+        problems = check_policy_files([file])
+        if not problems:
+            out.print(Text.assemble((str(file), "bold"), ": ", ("ok", "green")))
+            continue
+        failed = True
+        for problem in problems:
+            out.print(Text(str(problem), style="red"))
+    if failed:
+        raise typer.Exit(INVALID)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of a policy file."""
+    typer.echo(json.dumps(policy_schema(), indent=2, ensure_ascii=False))
+
+
+@app.command()
+def explain(
+    tool: Annotated[str, typer.Option("--tool", help="The tool name the model calls.")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="A policy file (default: the one the environment selects)."),
+    ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option("--env", help="Load <TOOLGUARD_POLICY_DIR or policies>/ENV.toml."),
+    ] = None,
+) -> None:
+    """Show a tool's effective settings and where each value came from."""
+    if file is not None and env is not None:
+        _fail("give a policy FILE or --env, not both")
+    policy = _load(file, env)
+    settings = resolve_tool(policy, ToolSpec(name=tool, func=_undecorated))
+
+    table = Table(title=f"{tool}: effective settings", title_justify="left")
+    for column in ("setting", "value", "source"):
+        table.add_column(column, overflow="fold")
+    for item in dataclasses.fields(settings):
+        if item.name in {"name", "sources"}:
+            continue
+        source = settings.sources.get(item.name, settings.sources.get("effect", "built-in"))
+        table.add_row(item.name, _show(getattr(settings, item.name)), source)
+    table.add_section()
+    table.add_row("mode", str(policy.mode), policy.source_of("mode"))
+    for name in BudgetPolicy.model_fields:
+        key = f"budget.{name}"
+        table.add_row(key, _show(getattr(policy.budget, name)), policy.source_of(key))
+    _stdout().print(table)
+    files = ", ".join(policy.sources) or "none (built-in defaults)"
+    _stdout().print(Text(f"policy files: {files}"))
+
+
+def main() -> None:
+    """Entry point of the ``toolguard`` script (and of ``python -m toolguard.cli``)."""
+    app()
+
+
+def _load(file: Path | None, env: str | None) -> Policy:
+    """The policy ``explain`` reads; exits 2 with every problem if it is invalid."""
+    try:
+        if file is not None:
+            return load_policy(file)
+        if env is not None:
+            environ = {k: v for k, v in os.environ.items() if k.upper() != f"{PREFIX}POLICY"}
+            return load_policy(None, env={**environ, f"{PREFIX}ENV": env})
+        return policy_from_env()
+    except PolicyError as error:
+        err = _stderr()
+        for problem in error.problems:
+            err.print(Text(str(problem), style="red"))
+        _fail(f"invalid policy ({len(error.problems)} problem(s))")
+
+
+def _fail(message: str) -> NoReturn:
+    _stderr().print(Text(f"error: {message}", style="bold red"))
+    raise typer.Exit(BAD_INPUT)
+
+
+def _show(value: object) -> str:
+    """A setting's value for the table."""
+    if value is None:
+        return "none (no limit)"
+    if isinstance(value, LadderThresholds):
+        return f"warn_at {value.warn_at}, block_at {value.block_at}, halt_at {value.halt_at}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_show_model(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, tuple):
+        return "; ".join(_show_model(v) for v in value) or "none"
+    return str(value)
+
+
+def _show_model(value: object) -> str:
+    dump = getattr(value, "model_dump", None)
+    if dump is None:
+        return str(value)
+    fields = dump(mode="json", exclude_defaults=True)
+    return json.dumps(fields, ensure_ascii=False)
+
+
+def _undecorated(*args: object, **kwargs: object) -> None:
+    """Stands for the tool's function: ``explain`` sees no decorator arguments."""
+
+
+if __name__ == "__main__":
+    main()
