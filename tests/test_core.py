@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 import toolguard as tg
@@ -39,35 +37,35 @@ SNAP = Snapshot(halted=None, epoch=0, calls=1, tool_calls=1, consecutive_failure
     ],
 )
 def test_ladder_default_thresholds(effect: tg.Effect, expected: list[tg.Decision]) -> None:
-    got = [decide(ctx(effect), replace(SNAP, count=n)).decision for n in range(1, 6)]
+    got = [decide(ctx(effect), SNAP._replace(count=n)).decision for n in range(1, 6)]
     assert got == expected
 
 
 def test_warn_notice_names_tool_and_count() -> None:
-    v = decide(ctx(tg.Effect.READONLY, tool="grep"), replace(SNAP, count=3))
+    v = decide(ctx(tg.Effect.READONLY, tool="grep"), SNAP._replace(count=3))
     assert v.decision is D.WARN
     assert v.notice is not None and "grep" in v.notice and "3 times" in v.notice
 
 
 def test_halt_is_repeated_tool_calls() -> None:
-    v = decide(ctx(tg.Effect.MUTATING), replace(SNAP, count=4))
+    v = decide(ctx(tg.Effect.MUTATING), SNAP._replace(count=4))
     assert v.halt is tg.RepeatedToolCalls
 
 
 def test_poll_is_exempt_from_ladder_but_limited_by_max_polls() -> None:
     policy = tg.Policy(default_max_polls=3)
     assert decide(ctx(tg.Effect.POLL, policy=policy),
-                  replace(SNAP, count=50, polls=3)).decision is D.ALLOW
-    v = decide(ctx(tg.Effect.POLL, policy=policy), replace(SNAP, polls=4))
+                  SNAP._replace(count=50, polls=3)).decision is D.ALLOW
+    v = decide(ctx(tg.Effect.POLL, policy=policy), SNAP._replace(polls=4))
     assert v.decision is D.HALT and v.halt is tg.BudgetExceeded and v.budget == "max_polls"
 
 
 def test_per_tool_ladder_override_merges_with_effect_defaults() -> None:
     policy = tg.Policy(tools={"t": ToolPolicy(ladder=LadderOverride(block_at=2, warn_at=2))})
     assert decide(ctx(tg.Effect.MUTATING, policy=policy),
-                  replace(SNAP, count=2)).decision is D.BLOCK
+                  SNAP._replace(count=2)).decision is D.BLOCK
     assert decide(ctx(tg.Effect.MUTATING, policy=policy),
-                  replace(SNAP, count=4)).decision is D.HALT
+                  SNAP._replace(count=4)).decision is D.HALT
 
 
 @pytest.mark.parametrize(
@@ -83,77 +81,77 @@ def test_per_tool_ladder_override_merges_with_effect_defaults() -> None:
 def test_budgets_halt_with_budget_exceeded(budget: BudgetPolicy, snap_update: dict[str, float],
                                            name: str) -> None:
     policy = tg.Policy(budget=budget)
-    v = decide(ctx(policy=policy), replace(SNAP, **snap_update))  # type: ignore[arg-type]
+    v = decide(ctx(policy=policy), SNAP._replace(**snap_update))  # type: ignore[arg-type]
     assert v.decision is D.HALT and v.halt is tg.BudgetExceeded and v.budget == name
     assert v.usage > v.limit or name == "max_consecutive_failures"
 
 
 def test_budget_at_limit_is_still_allowed() -> None:
     policy = tg.Policy(budget=BudgetPolicy(max_tool_calls=5, timeout_s=10))
-    assert decide(ctx(policy=policy), replace(SNAP, calls=5, started_at=90.0)).decision is D.ALLOW
+    assert decide(ctx(policy=policy), SNAP._replace(calls=5, started_at=90.0)).decision is D.ALLOW
 
 
 def test_per_tool_max_calls() -> None:
     policy = tg.Policy(tools={"t": ToolPolicy(max_calls=2)})
-    v = decide(ctx(policy=policy), replace(SNAP, tool_calls=3))
+    v = decide(ctx(policy=policy), SNAP._replace(tool_calls=3))
     assert v.budget == "max_calls"
 
 
 def test_halted_task_halts_again_with_the_same_kind() -> None:
-    v = decide(ctx(), replace(SNAP, halted={"kind": "BudgetExceeded", "reason": "x"}))
+    v = decide(ctx(), SNAP._replace(halted={"kind": "BudgetExceeded", "reason": "x"}))
     assert v.decision is D.HALT and v.halt is tg.BudgetExceeded
 
 
 def test_halt_rung_beats_cached() -> None:
     record = IdempotencyRecord(RecordState.COMPLETED, 0, 0.0, "done")
     assert decide(ctx(tg.Effect.MUTATING),
-                  replace(SNAP, count=3, record=record)).decision is D.CACHED
+                  SNAP._replace(count=3, record=record)).decision is D.CACHED
     assert decide(ctx(tg.Effect.MUTATING),
-                  replace(SNAP, count=4, record=record)).decision is D.HALT
+                  SNAP._replace(count=4, record=record)).decision is D.HALT
 
 
 def test_in_progress_record_means_wait() -> None:
     record = IdempotencyRecord(RecordState.IN_PROGRESS, 0, 0.0)
-    v = decide(ctx(tg.Effect.MUTATING), replace(SNAP, record=record))
+    v = decide(ctx(tg.Effect.MUTATING), SNAP._replace(record=record))
     assert v.wait
 
 
 def test_own_claim_is_not_a_hit() -> None:
     record = IdempotencyRecord(RecordState.IN_PROGRESS, 0, 0.0)
     assert decide(ctx(tg.Effect.MUTATING),
-                  replace(SNAP, record=None, claimed=True)).decision is D.ALLOW
+                  SNAP._replace(record=None, claimed=True)).decision is D.ALLOW
     assert record.state is RecordState.IN_PROGRESS
 
 
 def test_unknown_outcome_goes_to_review_then_runs_when_approved() -> None:
     record = IdempotencyRecord(RecordState.UNKNOWN, 0, 0.0)
-    v = decide(ctx(tg.Effect.MUTATING), replace(SNAP, count=2, record=record))
+    v = decide(ctx(tg.Effect.MUTATING), SNAP._replace(count=2, record=record))
     assert v.decision is D.REVIEW and v.ask_approval
     approved = ApprovalRecord(ApprovalState.APPROVED, 0.0)
-    v = decide(ctx(tg.Effect.MUTATING), replace(SNAP, count=2, record=record, approval=approved))
+    v = decide(ctx(tg.Effect.MUTATING), SNAP._replace(count=2, record=record, approval=approved))
     assert v.decision is D.ALLOW
 
 
 def test_unknown_outcome_with_forwarded_key_retries() -> None:
     policy = tg.Policy(tools={"t": ToolPolicy(forwards_idempotency_key=True)})
     record = IdempotencyRecord(RecordState.UNKNOWN, 0, 0.0)
-    v = decide(ctx(tg.Effect.MUTATING, policy=policy), replace(SNAP, count=2, record=record))
+    v = decide(ctx(tg.Effect.MUTATING, policy=policy), SNAP._replace(count=2, record=record))
     assert v.decision is D.WARN
 
 
 def test_approval_pending_times_out() -> None:
     policy = tg.Policy(tools={"t": ToolPolicy(requires_approval=True)})
     pending = ApprovalRecord(ApprovalState.PENDING, requested_at=0.0)
-    v = decide(ctx(policy=policy, now=301.0), replace(SNAP, approval=pending))
+    v = decide(ctx(policy=policy, now=301.0), SNAP._replace(approval=pending))
     assert v.halt is tg.ApprovalTimedOut
-    v = decide(ctx(policy=policy, now=299.0), replace(SNAP, approval=pending))
+    v = decide(ctx(policy=policy, now=299.0), SNAP._replace(approval=pending))
     assert v.decision is D.REVIEW
 
 
 def test_rejected_approval_blocks_with_reason() -> None:
     policy = tg.Policy(tools={"t": ToolPolicy(requires_approval=True)})
     rejected = ApprovalRecord(ApprovalState.REJECTED, 0.0, "too expensive")
-    v = decide(ctx(policy=policy), replace(SNAP, approval=rejected))
+    v = decide(ctx(policy=policy), SNAP._replace(approval=rejected))
     assert v.decision is D.BLOCK and "too expensive" in v.reason
 
 
@@ -165,5 +163,5 @@ def test_invalid_beats_approval_and_deny_beats_invalid() -> None:
 
 
 def test_decide_is_pure() -> None:
-    c, s = ctx(tg.Effect.MUTATING), replace(SNAP, count=2)
+    c, s = ctx(tg.Effect.MUTATING), SNAP._replace(count=2)
     assert decide(c, s) == decide(c, s)

@@ -23,7 +23,15 @@ from typing import Any
 
 import orjson
 
-__all__ = ["AuditEvent", "AuditSink", "JsonlSink", "LoggingSink", "MemorySink", "redact"]
+__all__ = [
+    "AuditEvent",
+    "AuditSink",
+    "JsonlSink",
+    "LoggingSink",
+    "MemorySink",
+    "redact",
+    "scrub",
+]
 
 REDACTED = "[REDACTED]"
 
@@ -87,6 +95,18 @@ def _redact_value(key: str, value: Any, pattern: re.Pattern[str] | None, max_cha
         return value
     text = repr(value)
     return text if len(text) <= max_chars else f"{text[:max_chars]}…"
+
+
+def scrub(message: str, args: Mapping[str, Any], pattern: re.Pattern[str] | None) -> str:
+    """``message`` with the values of top-level arguments whose key matches ``pattern``
+    replaced by ``"[REDACTED]"`` (validation messages quote the offending value)."""
+    if pattern is None:
+        return message
+    for key, value in args.items():
+        if pattern.search(key) and value is not None and value != "":
+            text = value if isinstance(value, str) else repr(value)
+            message = message.replace(repr(value), REDACTED).replace(text, REDACTED)
+    return message
 
 
 class MemorySink:

@@ -5,7 +5,8 @@ form follows RFC 8785 (JSON Canonicalization Scheme) in spirit: UTF-8 JSON, obje
 sorted, no insignificant white space; and adds the normalizations of DESIGN.md §2 and the
 core-engine issue:
 
-* object keys sorted recursively; entries whose value is ``None``/null dropped (so an omitted
+* object keys sorted recursively, by Unicode code point (RFC 8785 sorts by UTF-16 code
+  units; the two differ only between astral-plane characters and U+E000–U+FFFF); entries whose value is ``None``/null dropped (so an omitted
   optional argument and an explicit null are the same call); nulls inside arrays are kept
   (their position matters);
 * numbers: ``1`` and ``1.0`` are equal (integral floats become integers, exactly, via
@@ -162,11 +163,14 @@ def _json_type(value: Any) -> str:
 def normalize_path(value: str) -> str:
     """Fold the spellings of one path: ``\\`` → ``/``, repeated ``/``, ``./`` segments and a
     trailing ``/`` (the root ``/`` stays). ``C:\\a\\.\\b\\`` → ``C:/a/b``."""
-    parts = value.replace("\\", "/").split("/")
+    slashed = value.replace("\\", "/")
+    parts = slashed.split("/")
     kept = [p for i, p in enumerate(parts) if p != "." and (p or i == 0)]
     out = "/".join(kept)
-    if not out and value.startswith(("/", "\\")):
+    if not out and slashed.startswith("/"):
         return "/"
+    if slashed.startswith("//") and not slashed.startswith("///"):
+        out = "/" + out  # a UNC path (\\server\share) keeps its two leading slashes
     return out or "."
 
 
@@ -242,7 +246,9 @@ def _walk(value: Any, path: str) -> Any:
                     f"{path}[{key!r}]", f"object keys must be strings, got {type(key).__name__}"
                 )
             if item is not None:
-                out[str(key)] = _walk(item, f"{path}.{key}")
+                walked = _walk(item, f"{path}.{key}")
+                if walked is not None:  # e.g. an Enum member whose value is None
+                    out[str(key)] = walked
         return out
     if isinstance(value, (list, tuple)):
         return [_walk(item, f"{path}[{i}]") for i, item in enumerate(value)]
@@ -320,7 +326,11 @@ def canonical_args(
     except (_Unserializable, TypeError, orjson.JSONEncodeError):
         out = b""
     if not out or _SUSPECT.search(out) is not None:
-        out = orjson.dumps(canonicalize(args), option=orjson.OPT_SORT_KEYS)
+        normalized = canonicalize(args)
+        try:
+            out = orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError) as exc:  # orjson's depth limit (255)
+            raise CanonicalizationError("args", f"cannot serialize: {exc}") from None
     return out
 
 

@@ -25,6 +25,7 @@ ValidateSchema, with the ladder of DESIGN.md §1):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ._errors import ApprovalTimedOut, BudgetExceeded, Halt, RepeatedToolCalls
 from ._policy import BudgetPolicy
@@ -35,9 +36,8 @@ from .stores._base import ApprovalState, Snapshot
 __all__ = ["CallContext", "Verdict", "decide"]
 
 
-@dataclass(frozen=True, slots=True)
-class CallContext:
-    """Everything about one call that the decision reads (frozen; built once per call).
+class CallContext(NamedTuple):
+    """Everything about one call that the decision reads (immutable; built once per call).
 
     Attributes:
         task_id, tool: what is called. settings: the tool's resolved settings.

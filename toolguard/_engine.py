@@ -30,7 +30,7 @@ from ._approval import (
     Approver,
     deny_all,
 )
-from ._audit import AuditEvent, AuditSink, redact
+from ._audit import AuditEvent, AuditSink, redact, scrub
 from ._canonical import ArgumentsError, args_hash, digest, parse_arguments, value_digest
 from ._core import CallContext, Verdict, decide, halt_kind
 from ._decorators import ToolSpec, is_recorded, recorded_tool, spec_of
@@ -100,6 +100,7 @@ class _Entry:
     defaults: dict[str, Any]
     validator: ArgsValidator | None
     schema: dict[str, Any]
+    maybe_async: bool  # its function is async, or it is a recorded/unknown callable
 
     def signature_of(self, args: Mapping[str, Any]) -> str:
         """The canonical hash of ``args`` bound through the tool's signature: an omitted
@@ -273,7 +274,7 @@ class Guard:
         if is_recorded(spec):
             schema = dict(spec.args_schema or {"type": "object"})
             validator = ArgsValidator(schema) if spec.args_schema is not None else None
-            return _Entry(spec, settings, None, {}, validator, schema)
+            return _Entry(spec, settings, None, {}, validator, schema, True)
         try:
             signature: inspect.Signature | None = inspect.signature(spec.func)
         except (TypeError, ValueError):
@@ -286,7 +287,9 @@ class Guard:
         schema = dict(spec.args_schema) if spec.args_schema is not None else (
             schema_from_signature(spec.func)
         )
-        return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema)
+        maybe_async = spec.is_async or not inspect.isfunction(spec.func)
+        return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema,
+                      maybe_async)
 
     @property
     def policy(self) -> Policy:
@@ -585,7 +588,10 @@ class Task:
             text = raw if isinstance(raw, str) else repr(raw)
             sig = digest(b"invalid:" + text.strip().encode("utf-8", "replace"))
         elif entry.validator is not None:
-            invalid = entry.validator.validate(args, "" if settings.args else sig)
+            invalid = entry.validator.validate(args)
+            if invalid is not None:
+                audit = cfg.policy.audit
+                invalid = scrub(invalid, args, audit.redact_pattern)
         mutating = effect is Effect.MUTATING
         scope = settings.idempotency_scope
         return _Prepared(
@@ -654,7 +660,7 @@ class Task:
         self._event("validating->needs_review", p.entry.spec.name, Decision.REVIEW,
                     f"approval: {answer.verdict}"
                     + (f" ({answer.reason})" if answer.reason else ""), p=p, cfg=cfg)
-        return replace(snap, approval=record)
+        return snap._replace(approval=record)
 
     def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Callable[[], Any] | None
                       ) -> _Outcome:
@@ -662,7 +668,7 @@ class Task:
         start = time.perf_counter()
         try:
             value = executor() if executor is not None else p.entry.spec.func(**p.args)
-            if inspect.isawaitable(value):
+            if p.entry.maybe_async and inspect.isawaitable(value):
                 value = _close_awaitable(value, p)
             return _Outcome(value=value, content=value,
                             duration_s=time.perf_counter() - start)
@@ -786,7 +792,7 @@ class Task:
                 count=snap.count, effect=p.effect, args_hash=p.sig, idempotency_key=p.key,
                 duration_s=outcome.duration_s, observed=observed,
             )
-            if outcome.success:
+            if outcome.success and p.effect is Effect.READONLY:
                 self._last_content[p.sig] = outcome.content
                 if len(self._last_content) > self._limit:
                     del self._last_content[next(iter(self._last_content))]
@@ -876,7 +882,7 @@ class Task:
                 elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
                     self._wait_sync(cfg, p)
                     # decide again on fresh state, but as the attempt this call was
-                    snap = replace(self._begin(cfg, p, count=False), count=snap.count)
+                    snap = self._begin(cfg, p, count=False)._replace(count=snap.count)
                     continue
                 break
             observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
@@ -921,7 +927,7 @@ class Task:
                         continue
                 elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
                     await self._wait_async(cfg, p)
-                    snap = replace(self._begin(cfg, p, count=False), count=snap.count)
+                    snap = self._begin(cfg, p, count=False)._replace(count=snap.count)
                     continue
                 break
             observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None

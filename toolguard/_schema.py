@@ -4,7 +4,7 @@ before execution with jsonschema.
 Validators are compiled once per tool. jsonschema writes the detailed messages; when the
 optional ``jsonschema-rs`` package is installed (extra ``toolguard[fast]``) it decides validity
 first, and jsonschema runs only for invalid arguments (see the README's benchmark table).
-A signature that validated once is not validated again (bounded LRU per tool).
+Arguments that validated once are not validated again (bounded LRU per tool).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+import xxhash
 from cachetools import LRUCache
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
@@ -97,16 +99,19 @@ class ArgsValidator:
         cls.check_schema(self.schema)
         self._validator = cls(self.schema)
         self._fast = _rs.validator_for(self.schema) if _rs is not None else None
-        self._valid: LRUCache[str, bool] = LRUCache(maxsize=cache_size)
+        self._valid: LRUCache[bytes, bool] = LRUCache(maxsize=cache_size)
 
-    def validate(self, args: Mapping[str, Any], signature: str = "") -> str | None:
+    def validate(self, args: Mapping[str, Any]) -> str | None:
         """Validate ``args``; ``None`` if valid, else a short message listing each failing
         path and what was expected (at most 8 problems), meant for the model.
 
-        Args:
-            args: the arguments object. signature: the call's canonical hash; a signature
-                seen valid before skips validation ("" disables the shortcut).
+        Arguments seen valid before skip validation. The memo is keyed by the exact arguments
+        (nulls included), not by the canonical hash, which folds nulls and defaults away.
         """
+        try:
+            signature = xxhash.xxh3_128_digest(orjson.dumps(args, option=orjson.OPT_SORT_KEYS))
+        except (TypeError, orjson.JSONEncodeError):
+            signature = b""  # not plain JSON (a direct call with Python objects): no memo
         if signature and signature in self._valid:
             return None
         if self._fast is not None:

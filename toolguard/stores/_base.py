@@ -1,5 +1,8 @@
 """The store port: every piece of per-task state lives behind these few atomic operations.
 
+Requests and snapshots are named tuples: immutable like frozen dataclasses, but several
+times cheaper to build, and three are built on every call.
+
 After AWS Powertools' idempotency persistence layer (a port with a few atomic primitives and
 explicit record states), widened to everything the engine keeps per task: signature history
 and ladder counts, idempotency records, budget counters, the halted flag and approvals.
@@ -15,7 +18,7 @@ Every back-end passes one contract suite (``tests/test_store_contract.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from toolguard._types import RecordState
 
@@ -74,8 +77,7 @@ class ApprovalRecord:
     args: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class BeginRequest:
+class BeginRequest(NamedTuple):
     """What :meth:`Store.begin` needs for one call.
 
     Attributes:
@@ -100,8 +102,7 @@ class BeginRequest:
     claim_ttl_s: float
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """What the decision core reads, as of just after the attempt was counted.
 
     ``count`` is the repeat count of the signature (1 for a first call since the last
@@ -123,8 +124,7 @@ class Snapshot:
     claimed: bool
 
 
-@dataclass(frozen=True, slots=True)
-class FinishRequest:
+class FinishRequest(NamedTuple):
     """The outcome of one call, for :meth:`Store.finish`.
 
     Attributes:

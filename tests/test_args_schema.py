@@ -1,0 +1,471 @@
+"""Argument schemas (``toolguard._schema``): derived from type hints or given as
+``args_schema=``, validated before execution; checked on the 14 real tau-bench airline tools
+and all 1164 calls gpt-4o made with them."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import pytest
+
+import toolguard as tg
+from toolguard._canonical import parse_arguments
+from toolguard._decorators import recorded_tool
+from toolguard._schema import ArgsValidator, schema_from_signature
+
+# -- schemas derived from type hints ----------------------------------------------------------
+
+
+def f_typed(
+    name: str,
+    count: int,
+    tags: list[str],
+    note: Optional[str] = None,  # noqa: UP045 - the Optional spelling is what is under test
+    mode: Literal["fast", "slow"] = "fast",
+) -> None:
+    """Typed parameters, some with defaults."""
+
+
+def f_kwargs(path: str, **kwargs: Any) -> None:
+    """Extra keyword arguments allowed."""
+
+
+def f_untyped(a, b=2):  # type: ignore[no-untyped-def]
+    """No hints at all."""
+
+
+def f_positional(x: int, /, y: int, *rest: int) -> None:
+    """Positional-only and *args are not part of the JSON interface."""
+
+
+class Opaque:
+    """A type pydantic cannot express in JSON Schema."""
+
+
+def f_opaque(o: Opaque, n: int = 1) -> None:
+    """Falls back to unconstrained properties."""
+
+
+def test_schema_from_typed_signature() -> None:
+    schema = schema_from_signature(f_typed)
+    assert schema["type"] == "object"
+    assert schema["required"] == ["name", "count", "tags"]
+    assert schema["additionalProperties"] is False
+    props = schema["properties"]
+    assert list(props) == ["name", "count", "tags", "note", "mode"]
+    assert props["name"]["type"] == "string"
+    assert props["count"]["type"] == "integer"
+    assert props["tags"]["type"] == "array"
+    assert props["tags"]["items"] == {"type": "string"}
+    assert {"type": "string"} in props["note"]["anyOf"]
+    assert {"type": "null"} in props["note"]["anyOf"]
+    assert props["mode"]["enum"] == ["fast", "slow"]
+    assert props["mode"]["default"] == "fast"
+    assert "title" not in schema
+
+
+def test_schema_with_kwargs_allows_extra_properties() -> None:
+    schema = schema_from_signature(f_kwargs)
+    assert schema["additionalProperties"] is True
+    assert schema["required"] == ["path"]
+    assert list(schema["properties"]) == ["path"]
+    assert ArgsValidator(schema).validate({"path": "a", "anything": [1]}) is None
+
+
+def test_schema_without_hints_accepts_anything() -> None:
+    schema = schema_from_signature(f_untyped)
+    assert schema["required"] == ["a"]
+    assert "type" not in schema["properties"]["a"]
+    assert schema["properties"]["b"]["default"] == 2
+    validator = ArgsValidator(schema)
+    assert validator.validate({"a": {"x": [None, 1.5]}}) is None
+    assert validator.validate({"a": 1, "c": 2}) is not None  # still no extra properties
+
+
+def test_schema_skips_positional_only_and_varargs() -> None:
+    schema = schema_from_signature(f_positional)
+    assert list(schema["properties"]) == ["y"]
+    assert schema["required"] == ["y"]
+
+
+def test_schema_falls_back_when_pydantic_cannot_express_a_hint() -> None:
+    assert schema_from_signature(f_opaque) == {
+        "type": "object",
+        "properties": {"o": {}, "n": {}},
+        "required": ["o"],
+        "additionalProperties": False,
+    }
+
+
+def test_validator_lists_at_most_eight_problems() -> None:
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(10)}}
+    message = ArgsValidator(schema).validate({f"p{i}": "x" for i in range(10)})
+    assert message is not None
+    assert message.count("is not of type 'integer'") == 8
+    assert message.endswith("... and 2 more")
+
+
+# -- through a Guard --------------------------------------------------------------------------
+
+
+class Booking:
+    """The side effect the guard must prevent for invalid calls."""
+
+    def __init__(self) -> None:
+        self.executed = 0
+
+
+@pytest.fixture
+def booking() -> Booking:
+    return Booking()
+
+
+@pytest.fixture
+def guard(booking: Booking) -> tg.Guard:
+    def book(
+        user_id: str,
+        seats: int,
+        cabin: Literal["economy", "business"],
+        insurance: bool = False,
+    ) -> str:
+        """Book seats for a user.
+
+        The second paragraph is not part of the description.
+        """
+        booking.executed += 1
+        return f"booked {seats}"
+
+    return tg.Guard(tools=[tg.mutating(book)])
+
+
+def test_invalid_arguments_are_not_executed(guard: tg.Guard, booking: Booking) -> None:
+    result = guard.task("t").call("book", {"user_id": 5, "cabin": "first", "extra": True})
+    assert result.decision is tg.Decision.INVALID
+    assert not result.executed
+    assert result.is_error
+    assert booking.executed == 0
+    content = str(result.content)
+    assert content.startswith("[toolguard] Invalid arguments for book, not executed:")
+    assert "args.user_id: 5 is not of type 'string'" in content
+    assert "args.cabin: 'first' is not one of ['economy', 'business']" in content
+    assert "args: 'seats' is a required property" in content
+    assert "Additional properties are not allowed ('extra' was unexpected)" in content
+    assert "args.user_id" in result.reason
+    assert content.endswith("Fix the arguments and call again.")
+
+
+def test_valid_arguments_run(guard: tg.Guard, booking: Booking) -> None:
+    result = guard.task("t").call("book", '{"user_id": "u1", "seats": 2, "cabin": "economy"}')
+    assert result.decision is tg.Decision.ALLOW
+    assert result.content == "booked 2"
+    assert booking.executed == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"user_id": "u1", "seats": 2,', "line 1, column 30 (char 29)"),
+        ('{"user_id": "u1",\n "seats": 2 "cabin": "economy"}', "line 2, column 13 (char 30)"),
+        ("[1, 2]", "got an array"),
+        ('{"seats": NaN}', "line 1, column 11 (char 10)"),
+    ],
+)
+def test_malformed_json_is_invalid_with_its_position(
+    guard: tg.Guard, booking: Booking, text: str, where: str
+) -> None:
+    result = guard.task("t").call("book", text)
+    assert result.decision is tg.Decision.INVALID
+    assert result.is_error
+    assert "arguments are not a valid JSON object" in result.reason
+    assert where in result.reason
+    assert where in str(result.content)
+    assert booking.executed == 0
+
+
+class CountingValidator:
+    """Wraps a compiled validator and counts ``is_valid`` calls."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def is_valid(self, instance: Any) -> bool:
+        self.calls += 1
+        return bool(self.inner.is_valid(instance))
+
+    def iter_errors(self, instance: Any) -> Any:
+        return self.inner.iter_errors(instance)
+
+
+def test_a_signature_validated_once_is_not_validated_again(
+    guard: tg.Guard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    validator = guard._config.entries["book"].validator
+    assert validator is not None
+    counters = []
+    for attr in ("_fast", "_validator"):
+        if getattr(validator, attr) is not None:
+            counter = CountingValidator(getattr(validator, attr))
+            monkeypatch.setattr(validator, attr, counter)
+            counters.append(counter)
+
+    def checks() -> int:
+        return sum(c.calls for c in counters)
+
+    task = guard.task("t")
+    first = task.call("book", {"user_id": "u", "seats": 1, "cabin": "economy"})
+    assert checks() == 1
+    assert len(validator._valid) == 1
+    task.new_turn()
+    # the same arguments as JSON text, in another key order and spacing: not validated again
+    again = task.call("book", '{"cabin": "economy",   "seats": 1, "user_id": "u"}')
+    assert again.args_hash == first.args_hash
+    assert again.decision is tg.Decision.ALLOW
+    assert checks() == 1
+    # the memo is keyed by the exact arguments (nulls included), not the canonical hash:
+    # a spelling the hash folds away (an explicit default) is validated once more
+    task.new_turn()
+    spelled = task.call("book", {"user_id": "u", "seats": 1, "cabin": "economy",
+                                 "insurance": False})
+    assert spelled.args_hash == first.args_hash and checks() == 2
+    task.call("book", {"user_id": "u", "seats": 2, "cabin": "economy"})
+    assert checks() == 3
+    # invalid arguments are never remembered as valid
+    for _ in range(2):
+        task.new_turn()
+        bad = task.call("book", {"user_id": "u", "seats": "2", "cabin": "economy"})
+        assert bad.decision is tg.Decision.INVALID
+    assert checks() == 5
+    assert len(validator._valid) == 3
+
+
+def test_explicit_null_is_validated_even_after_the_empty_call() -> None:
+    received: list[dict[str, Any]] = []
+
+    def send(**kwargs: Any) -> str:
+        received.append(kwargs)
+        return "sent"
+
+    schema = {"type": "object", "properties": {"to": {"type": "string"}}}
+    task = tg.Guard(tools=[tg.readonly(args_schema=schema)(send)]).task("t")
+    assert task.call("send", {"to": None}).decision is tg.Decision.INVALID
+    assert task.call("send", {}).decision is tg.Decision.ALLOW
+    assert task.call("send", {"to": None}).decision is tg.Decision.INVALID
+    assert received == [{}]
+
+
+def test_explicit_null_for_a_defaulted_argument_is_judged_the_same_every_time() -> None:
+    received: list[tuple[str, int]] = []
+
+    def page(name: str, n: int = 1) -> str:
+        received.append((name, n))
+        return "ok"
+
+    task = tg.Guard(tools=[tg.readonly(page)]).task("t")
+    first = task.call("page", {"name": "a", "n": None}).decision
+    task.call("page", {"name": "a"})
+    again = task.call("page", {"name": "a", "n": None}).decision
+    assert first is again
+    assert ("a", None) not in received  # type: ignore[comparison-overlap]
+
+
+def test_tool_schemas_in_openai_format(guard: tg.Guard) -> None:
+    schemas = guard.tool_schemas()
+    assert len(schemas) == 1
+    tool = schemas[0]
+    assert tool["type"] == "function"
+    assert tool["function"]["name"] == "book"
+    assert tool["function"]["description"] == "Book seats for a user."
+    params = tool["function"]["parameters"]
+    assert params["required"] == ["user_id", "seats", "cabin"]
+    assert params["properties"]["cabin"]["enum"] == ["economy", "business"]
+    assert params["additionalProperties"] is False
+    json.dumps(schemas)  # plain JSON
+
+
+def test_tool_schemas_use_given_schema_name_and_description() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+
+    def search(**kwargs: Any) -> str:
+        """Ignored docstring."""
+        return ""
+
+    tool = tg.readonly(name="web.search", args_schema=schema, description="Search the web.")(
+        search
+    )
+    assert tg.Guard(tools=[tool]).tool_schemas() == [
+        {"type": "function",
+         "function": {"name": "web.search", "description": "Search the web.",
+                      "parameters": schema}},
+    ]
+
+
+# -- the real tau-bench airline tools and calls ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def airline_tools(shared: Path) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = json.loads(
+        (shared / "data" / "tau-bench" / "airline-tools.json").read_text(encoding="utf-8")
+    )
+    assert len(tools) == 14
+    return tools
+
+
+@pytest.fixture(scope="module")
+def airline_params(airline_tools: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {t["function"]["name"]: t["function"]["parameters"] for t in airline_tools}
+
+
+RecordedCall = tuple[str, str, str]  # (where, tool name, argument JSON text)
+
+
+@pytest.fixture(scope="module")
+def recorded_calls(shared: Path) -> list[RecordedCall]:
+    runs = json.loads(
+        (shared / "data" / "tau-bench" / "gpt-4o-airline.json").read_text(encoding="utf-8")
+    )
+    assert len(runs) == 200
+    calls: list[RecordedCall] = []
+    for r, run in enumerate(runs):
+        for m, message in enumerate(run["traj"]):
+            if message.get("role") != "assistant":
+                continue
+            for call in message.get("tool_calls") or []:
+                fn = call["function"]
+                calls.append((f"run {r} ({run['task_id']}) message {m}", fn["name"],
+                              fn["arguments"]))
+    return calls
+
+
+def make_tool(name: str, params: dict[str, Any], description: str,
+              log: list[tuple[str, dict[str, Any]]]) -> Callable[..., str]:
+    def tool(**kwargs: Any) -> str:
+        log.append((name, kwargs))
+        return "ok"
+
+    return tg.mutating(name=name, args_schema=params, description=description)(tool)
+
+
+def test_recorded_calls_count(recorded_calls: list[RecordedCall]) -> None:
+    assert len(recorded_calls) == 1164
+
+
+def test_decorated_airline_tools_accept_every_recorded_call(
+    airline_tools: list[dict[str, Any]], recorded_calls: list[RecordedCall]
+) -> None:
+    log: list[tuple[str, dict[str, Any]]] = []
+    tools = [make_tool(t["function"]["name"], t["function"]["parameters"],
+                       t["function"]["description"], log) for t in airline_tools]
+    guard = tg.Guard(tools=tools)
+    assert guard.tool_schemas() == airline_tools
+    for i, (where, name, text) in enumerate(recorded_calls):
+        result = guard.task(f"call-{i}").call(name, text)
+        assert result.decision is tg.Decision.ALLOW, f"{where}: {name}: {result.content}"
+    assert len(log) == 1164
+    assert log[0] == (recorded_calls[0][1], json.loads(recorded_calls[0][2]))
+
+
+def test_recorded_airline_tools_validate_every_recorded_call(
+    airline_tools: list[dict[str, Any]],
+    airline_params: dict[str, dict[str, Any]],
+    recorded_calls: list[RecordedCall],
+) -> None:
+    specs = [recorded_tool(t["function"]["name"], args_schema=t["function"]["parameters"],
+                           description=t["function"]["description"]) for t in airline_tools]
+    entries = tg.Guard(tools=specs)._config.entries
+    validators = {name: ArgsValidator(params) for name, params in airline_params.items()}
+    assert set(entries) == set(validators)
+    by_tool: dict[str, int] = {}
+    for where, name, text in recorded_calls:
+        args = parse_arguments(text)
+        entry_validator = entries[name].validator
+        assert entry_validator is not None
+        assert entry_validator.validate(args) is None, where
+        assert validators[name].validate(args) is None, where
+        by_tool[name] = by_tool.get(name, 0) + 1
+    assert sum(by_tool.values()) == 1164
+    assert set(by_tool) == set(validators)  # every tool was called at least once
+
+
+def first_args(calls: list[RecordedCall], tool: str) -> dict[str, Any]:
+    return next(parse_arguments(text) for _, name, text in calls if name == tool)
+
+
+def _set(path: list[str | int], value: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(args: dict[str, Any]) -> None:
+        target: Any = args
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = value
+    return mutate
+
+
+def _drop(path: list[str | int]) -> Callable[[dict[str, Any]], None]:
+    def mutate(args: dict[str, Any]) -> None:
+        target: Any = args
+        for part in path[:-1]:
+            target = target[part]
+        del target[path[-1]]
+    return mutate
+
+
+MUTATIONS: list[tuple[str, str, Callable[[dict[str, Any]], None], str]] = [
+    ("wrong_type", "update_reservation_baggages", _set(["total_baggages"], "2"),
+     "args.total_baggages: '2' is not of type 'integer'"),
+    ("wrong_type_number", "send_certificate", _set(["amount"], "200"),
+     "args.amount: '200' is not of type 'number'"),
+    ("missing_required", "book_reservation", _drop(["insurance"]),
+     "args: 'insurance' is a required property"),
+    ("bad_enum", "book_reservation", _set(["cabin"], "first"),
+     "args.cabin: 'first' is not one of ['basic_economy', 'economy', 'business']"),
+    ("nested_missing", "update_reservation_passengers", _drop(["passengers", 0, "dob"]),
+     "args.passengers[0]: 'dob' is a required property"),
+    ("nested_type", "update_reservation_flights", _set(["flights", 1, "flight_number"], 28),
+     "args.flights[1].flight_number: 28 is not of type 'string'"),
+    ("array_type", "update_reservation_flights", _set(["flights"], {"flight_number": "HAT1"}),
+     "args.flights: {'flight_number': 'HAT1'} is not of type 'array'"),
+]
+
+
+@pytest.mark.parametrize(("tool", "mutate", "expected"),
+                         [m[1:] for m in MUTATIONS], ids=[m[0] for m in MUTATIONS])
+def test_mutated_recorded_calls_are_invalid(
+    airline_params: dict[str, dict[str, Any]],
+    recorded_calls: list[RecordedCall],
+    tool: str,
+    mutate: Callable[[dict[str, Any]], None],
+    expected: str,
+) -> None:
+    original = first_args(recorded_calls, tool)
+    validator = ArgsValidator(airline_params[tool])
+    assert validator.validate(original) is None
+    args = copy.deepcopy(original)
+    mutate(args)
+    message = validator.validate(args)
+    assert message is not None
+    assert expected in message.split("; ")
+    # and through a guard: decision invalid, the same message, nothing executed
+    log: list[tuple[str, dict[str, Any]]] = []
+    guard = tg.Guard(tools=[make_tool(tool, airline_params[tool], "", log)])
+    result = guard.task("t").call(tool, json.dumps(args))
+    assert result.decision is tg.Decision.INVALID
+    assert expected in str(result.content)
+    assert log == []
+
+
+def test_extra_property_is_allowed_unless_the_schema_forbids_it(
+    airline_params: dict[str, dict[str, Any]], recorded_calls: list[RecordedCall]
+) -> None:
+    params = airline_params["cancel_reservation"]
+    assert "additionalProperties" not in params  # none of the 14 schemas forbids extras
+    args = {**first_args(recorded_calls, "cancel_reservation"), "reason": "changed plans"}
+    assert ArgsValidator(params).validate(args) is None
+    strict = {**params, "additionalProperties": False}
+    assert ArgsValidator(strict).validate(args) == (
+        "args: Additional properties are not allowed ('reason' was unexpected)"
+    )
