@@ -34,8 +34,8 @@ def test_exception_tree() -> None:
     for cls in (tg.PolicyError, tg.CanonicalizationError, tg.ToolBlocked, tg.CallInProgress,
                 tg.StoreError, tg.Halt):
         assert issubclass(cls, tg.ToolGuardError)
-    for cls in (tg.RepeatedToolCalls, tg.BudgetExceeded, tg.ApprovalTimedOut):
-        assert issubclass(cls, tg.Halt)
+    for halt in (tg.RepeatedToolCalls, tg.BudgetExceeded, tg.ApprovalTimedOut):
+        assert issubclass(halt, tg.Halt)
     assert issubclass(tg.PolicyError, ValueError)
     assert issubclass(tg.CanonicalizationError, TypeError)
 
@@ -47,7 +47,7 @@ def test_decorators_keep_signature_and_behaviour() -> None:
 
     for deco in (tg.readonly, tg.mutating, tg.requires_approval,
                  tg.mutating(name="fs.write", idempotency_scope="task")):
-        wrapped = deco(plain)  # type: ignore[operator]
+        wrapped = deco(plain)
         assert inspect.signature(wrapped) == inspect.signature(plain)
         assert wrapped.__doc__ == plain.__doc__ and wrapped("a", content="b") == "ab"
 

@@ -47,11 +47,16 @@ def test_every_event_carries_the_call_context(clock: FakeClock) -> None:
     result = task.call("lookup", args)
     clock.advance(5)
     task.call("lookup", args)
-    assert [e.time for e in sink.events] == [1_000_000.0, 1_000_005.0]
-    first = sink.events[0]
+    # every executed call is two transitions: validating->executing, executing->planning
+    assert [e.transition for e in sink.events] == ["validating->executing",
+                                                   "executing->planning"] * 2
+    assert [e.time for e in sink.events] == [1_000_000.0] * 2 + [1_000_005.0] * 2
+    assert sink.events[0].duration_s == 0.0  # not yet executed
+    events = sink.events[1::2]
+    first = events[0]
     assert first.task_id == "task-1"
     assert first.call_id == result.call_id == "task-1#1"
-    assert sink.events[1].call_id == "task-1#2"
+    assert events[1].call_id == "task-1#2"
     assert first.tool == "lookup"
     assert first.transition == "executing->planning"
     assert first.decision == "allow"
@@ -60,7 +65,7 @@ def test_every_event_carries_the_call_context(clock: FakeClock) -> None:
     assert first.args_hash == tg.args_hash(args) == result.args_hash
     assert len(first.args_hash) == 32
     assert first.args == {"path": "a.txt", "password": REDACTED}
-    assert [e.count for e in sink.events] == [1, 2]
+    assert [e.count for e in sink.events] == [1, 1, 2, 2]
     assert first.duration_s == result.duration_s
     assert first.duration_s > 0
     json.dumps(first.to_dict())
@@ -82,8 +87,11 @@ def test_transitions(clock: FakeClock) -> None:
         ("lookup", "validating->planning", "invalid"),
         ("charge", "validating->needs_review", "review"),  # the approver's answer
         ("charge", "validating->needs_review", "review"),  # the call's result
+        ("lookup", "validating->executing", "allow"),
         ("lookup", "executing->planning", "allow"),
+        ("lookup", "validating->executing", "allow"),
         ("lookup", "executing->planning", "allow"),
+        ("lookup", "validating->executing", "warn"),
         ("lookup", "executing->planning", "warn"),
         ("lookup", "validating->planning", "block"),
         ("lookup", "validating->failed", "halt"),
@@ -102,6 +110,7 @@ def test_approved_call_records_the_approval_then_the_execution(clock: FakeClock)
     assert task.call("charge", {"amount": 3, "api_key": SECRET}).decision is tg.Decision.ALLOW
     assert [(e.transition, e.reason) for e in sink.events] == [
         ("validating->needs_review", "approval: approve"),
+        ("validating->executing", ""),
         ("executing->planning", ""),
     ]
     assert all(e.args["api_key"] == REDACTED for e in sink.events)
@@ -122,8 +131,8 @@ def test_any_callable_is_a_sink(clock: FakeClock) -> None:
     received: list[tg.AuditEvent] = []
     task = make_guard(clock, received.append).task("t")
     task.call("lookup", {"path": "x"})
-    assert len(received) == 1
-    assert isinstance(received[0], tg.AuditEvent)
+    assert len(received) == 2
+    assert all(isinstance(e, tg.AuditEvent) for e in received)
 
 
 def test_a_failing_sink_does_not_break_the_call(
@@ -138,9 +147,9 @@ def test_a_failing_sink_does_not_break_the_call(
         result = task.call("lookup", {"path": "x"})
     assert result.decision is tg.Decision.ALLOW
     assert result.content == "read x"
-    assert len(after.events) == 1  # later sinks still receive the event
+    assert len(after.events) == 2  # later sinks still receive every event
     failures = [r for r in caplog.records if "audit sink" in r.getMessage()]
-    assert len(failures) == 1
+    assert len(failures) == 2
     assert failures[0].levelno == logging.ERROR
     assert failures[0].exc_info is not None
     assert "disk full" in str(failures[0].exc_info[1])
@@ -153,15 +162,15 @@ def test_jsonl_sink_writes_one_flushed_line_per_event(clock: FakeClock, tmp_path
         task.call("lookup", {"path": "a", "password": SECRET})
         # read while the sink is still open: the line is already on disk
         lines = path.read_text(encoding="utf-8").splitlines()
-        assert len(lines) == 1
-        assert json.loads(lines[0])["transition"] == "executing->planning"
+        assert len(lines) == 2
+        assert json.loads(lines[1])["transition"] == "executing->planning"
         task.call("lookup", {"path": 1})
         lines = path.read_text(encoding="utf-8").splitlines()
-        assert len(lines) == 2
+        assert len(lines) == 3
     records = [json.loads(line) for line in lines]
-    assert records[0]["args"] == {"path": "a", "password": REDACTED}
-    assert records[0]["time"] == 1_000_000.0
-    assert records[1]["decision"] == "invalid"
+    assert records[1]["args"] == {"path": "a", "password": REDACTED}
+    assert records[1]["time"] == 1_000_000.0
+    assert records[2]["decision"] == "invalid"
     assert SECRET not in path.read_text(encoding="utf-8")
 
 

@@ -21,7 +21,7 @@ def flaky(key: str) -> str:
 
 
 def guard_with(clock: FakeClock, **budget: float) -> tg.Guard:
-    return tg.Guard(tg.Policy(budget=BudgetPolicy(**budget)), [lookup, flaky],  # type: ignore[arg-type]
+    return tg.Guard(tg.Policy(budget=BudgetPolicy.model_validate(budget)), [lookup, flaky],
                     clock=clock)
 
 

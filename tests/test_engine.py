@@ -319,7 +319,8 @@ def test_observe_mode_runs_everything_and_reports_what_it_would_do(
     assert world.runs["write"] == 6 and not task.halted
     assert all(r.decision is D.ALLOW and r.notice is None for r in rs)
     assert [r.observed for r in rs][:4] == [D.ALLOW, D.CACHED, D.CACHED, D.HALT]
-    assert [e.extra.get("observed") for e in events][:2] == ["allow", "cached"]
+    done = [e for e in events if e.transition == "executing->planning"]
+    assert [e.extra.get("observed") for e in done][:2] == ["allow", "cached"]
 
 
 def test_off_mode_passes_through_and_warns_once(world: World, clock: FakeClock,
@@ -414,3 +415,14 @@ def test_internal_bug_surfaces_as_toolguard_error(guard: tg.Guard,
         task.call("grep_search", {"pattern": "x"})
     assert isinstance(info.value.__cause__, KeyError)
     assert len(task.history) == 0  # never a half-recorded call
+
+
+def test_task_end_is_an_audit_transition(guard: tg.Guard) -> None:
+    with capture_audit(guard) as events:
+        with guard.task("ok"):
+            pass
+        with pytest.raises(tg.RepeatedToolCalls), guard.task("looping") as task:
+            decisions(task, "grep_search", {"pattern": "x"}, 4)
+            task.call("grep_search", {"pattern": "x"})
+    ends = [(e.task_id, e.transition) for e in events if e.transition.startswith("planning->")]
+    assert ends == [("ok", "planning->completed"), ("looping", "planning->failed")]

@@ -6,9 +6,9 @@ sorted, no insignificant white space; and adds the normalizations of DESIGN.md Â
 core-engine issue:
 
 * object keys sorted recursively, by Unicode code point (RFC 8785 sorts by UTF-16 code
-  units; the two differ only between astral-plane characters and U+E000â€“U+FFFF); entries whose value is ``None``/null dropped (so an omitted
-  optional argument and an explicit null are the same call); nulls inside arrays are kept
-  (their position matters);
+  units; the two differ only between astral-plane characters and U+E000-U+FFFF); entries
+  whose value is ``None``/null dropped (so an omitted optional argument and an explicit
+  null are the same call); nulls inside arrays are kept (their position matters);
 * numbers: ``1`` and ``1.0`` are equal (integral floats become integers, exactly, via
   ``int(float)``), ``-0.0`` equals ``0``, ``True`` differs from ``1``, integers are exact at
   any size (never through a float; beyond 64 bits they take the tagged form

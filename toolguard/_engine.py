@@ -373,14 +373,19 @@ class Task:
         self._tokens.append(_CURRENT_TASK.set(self))
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         _CURRENT_TASK.reset(self._tokens.pop())
+        if self.guard._sinks:
+            failed = exc_type is not None and issubclass(exc_type, Halt)
+            self._event("planning->failed" if failed else "planning->completed", "",
+                        Decision.HALT if failed else Decision.ALLOW,
+                        "the turn ended in a halt" if failed else "")
 
     async def __aenter__(self) -> Task:
         return self.__enter__()
 
-    async def __aexit__(self, *exc: object) -> None:
-        self.__exit__()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        self.__exit__(exc_type, *rest)
 
     # -- state -------------------------------------------------------------------------
     @property
@@ -659,7 +664,8 @@ class Task:
             self.task_id, p.key, record, cfg.policy.idempotency.ttl_s))
         self._event("validating->needs_review", p.entry.spec.name, Decision.REVIEW,
                     f"approval: {answer.verdict}"
-                    + (f" ({answer.reason})" if answer.reason else ""), p=p, cfg=cfg)
+                    + (f" ({answer.reason})" if answer.reason else ""), p=p, cfg=cfg,
+                    count=snap.count)
         return snap._replace(approval=record)
 
     def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Callable[[], Any] | None
@@ -847,15 +853,19 @@ class Task:
             ))
 
     def _event(self, transition: str, tool: str, decision: Decision, reason: str,
-               p: _Prepared | None = None, cfg: _Config | None = None) -> None:
+               p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0) -> None:
         if self.guard._sinks:
             self.guard._emit(AuditEvent(
                 time=self.guard._clock(), task_id=self.task_id,
                 call_id=p.call_id if p else "", tool=tool, transition=transition,
                 decision=str(decision), reason=reason,
                 effect=str(p.effect) if p else "", args_hash=p.sig if p else "",
-                args=self._redacted(p, cfg) if p and cfg else {},
+                args=self._redacted(p, cfg) if p and cfg else {}, count=count,
             ))
+
+    def _executing(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> None:
+        self._event("validating->executing", p.entry.spec.name, verdict.decision,
+                    verdict.reason, p, cfg, snap.count)
 
     def _run_sync(self, tool: str, raw: Any, executor: Callable[[], Any] | None
                   ) -> tuple[ToolResult, BaseException | None]:
@@ -887,6 +897,7 @@ class Task:
                 break
             observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
             if observed is not None or verdict.decision.executed:
+                self._executing(cfg, p, snap, verdict)
                 try:
                     outcome = self._execute_sync(cfg, p, executor)
                 except BaseException:
@@ -932,6 +943,7 @@ class Task:
                 break
             observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
             if observed is not None or verdict.decision.executed:
+                self._executing(cfg, p, snap, verdict)
                 try:
                     outcome = await self._execute_async(cfg, p, executor)
                 except BaseException:  # cancelled (e.g. asyncio.wait_for) or interrupted

@@ -96,7 +96,7 @@ class BeginRequest(NamedTuple):
     idempotency_key: str
     claim: bool
     task_scope: bool
-    count: bool
+    count: bool  # type: ignore[assignment]  # shadows tuple.count on purpose
     poll: bool
     now: float
     claim_ttl_s: float
@@ -117,7 +117,7 @@ class Snapshot(NamedTuple):
     consecutive_failures: int
     tokens: int
     started_at: float
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count on purpose
     polls: int
     record: IdempotencyRecord | None
     approval: ApprovalRecord | None
