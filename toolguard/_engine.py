@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import orjson
 
@@ -136,8 +136,7 @@ class _Config:
     virtual: dict[str, _Entry]  # tools known only by name (replay), built on first use
 
 
-@dataclass(frozen=True, slots=True)
-class CallRecord:
+class CallRecord(NamedTuple):
     """One entry of ``task.history``: the tool, the arguments as received, the result."""
 
     tool: str

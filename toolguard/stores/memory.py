@@ -5,8 +5,8 @@ threads (and trivially across asyncio tasks, which never interleave inside them)
 per process: several worker processes serving one task need :class:`RedisStore`.
 
 Bounded: idempotency records live in a :class:`cachetools.TLRUCache` (per-record TTL, at most
-``max_entries``, least recently used evicted first); per-task signature history in an LRU of
-``max_entries`` signatures; tasks are forgotten ``state_ttl_s`` seconds after their last use
+``max_entries``, least recently used evicted first); per-task signature history in an LRU
+(ordered dict) of ``max_entries`` signatures; tasks are forgotten ``state_ttl_s`` seconds after their last use
 and at most ``max_tasks`` are kept (least recently used first out). Expiry is lazy (on
 access) and follows the injected ``clock``, so tests advance a fake clock instead of sleeping.
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachetools import LRUCache, TLRUCache
+from cachetools import TLRUCache
 
 from toolguard._types import RecordState
 
@@ -63,12 +63,21 @@ class _Task:
     halted: dict[str, Any] | None = None
     tool_calls: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
-    sigs: LRUCache[str, _Sig] = field(init=False)
+    # signature -> history, least recently used first (bounded by max_entries)
+    sigs: OrderedDict[str, _Sig] = field(default_factory=OrderedDict)
     seen: set[tuple[str, str]] = field(default_factory=set)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.sigs = LRUCache(maxsize=self.max_entries)
+    def sig(self, signature: str) -> _Sig:
+        sigs = self.sigs
+        entry = sigs.get(signature)
+        if entry is None:
+            entry = sigs[signature] = _Sig(self.epoch)
+            if len(sigs) > self.max_entries:
+                sigs.popitem(last=False)
+        else:
+            sigs.move_to_end(signature)
+        return entry
 
 
 def _record_ttu(_key: Any, value: tuple[IdempotencyRecord, float], now: float) -> float:
@@ -139,10 +148,8 @@ class MemoryStore:
             state = self._task(task_id)
             if state.started_at is None:
                 state.started_at = req.now
-            sig = state.sigs.get(req.signature)
-            if sig is None:
-                sig = state.sigs[req.signature] = _Sig(state.epoch)
-            elif sig.epoch != state.epoch:
+            sig = state.sig(req.signature)
+            if sig.epoch != state.epoch:
                 sig.epoch, sig.count, sig.polls = state.epoch, 0, 0
             tool_calls = state.tool_calls.get(req.tool, 0)
             if req.count:
@@ -183,9 +190,7 @@ class MemoryStore:
             if req.executed:
                 state.failures[req.tool] = 0 if req.success else state.failures.get(req.tool, 0) + 1
                 if req.success and req.result_digest:
-                    sig = state.sigs.get(req.signature)
-                    if sig is None:
-                        sig = state.sigs[req.signature] = _Sig(state.epoch)
+                    sig = state.sig(req.signature)
                     pair = (req.signature, req.result_digest)
                     if req.mutating and pair not in state.seen:
                         # Progress (a): the world changed; every count restarts, and this call
