@@ -421,8 +421,37 @@ def test_task_end_is_an_audit_transition(guard: tg.Guard) -> None:
     with capture_audit(guard) as events:
         with guard.task("ok"):
             pass
-        with pytest.raises(tg.RepeatedToolCalls), guard.task("looping") as task:
-            decisions(task, "grep_search", {"pattern": "x"}, 4)
-            task.call("grep_search", {"pattern": "x"})
+        def looping() -> None:
+            with guard.task("looping") as task:
+                decisions(task, "grep_search", {"pattern": "x"}, 4)
+                task.call("grep_search", {"pattern": "x"})
+
+        with pytest.raises(tg.RepeatedToolCalls):
+            looping()
     ends = [(e.task_id, e.transition) for e in events if e.transition.startswith("planning->")]
     assert ends == [("ok", "planning->completed"), ("looping", "planning->failed")]
+
+
+def test_same_arguments_to_different_tools_are_different_calls(clock: FakeClock) -> None:
+    """Regression: the ladder once counted by the arguments hash alone, so reading a
+    reservation and then cancelling it counted as a repeat."""
+
+    @tg.readonly
+    def get_reservation(reservation_id: str) -> str:
+        return "details"
+
+    @tg.mutating
+    def cancel_reservation(reservation_id: str) -> str:
+        return "cancelled"
+
+    @tg.readonly
+    def get_invoice(reservation_id: str) -> str:
+        return "invoice"
+
+    guard = tg.Guard(tools=[get_reservation, cancel_reservation, get_invoice], clock=clock)
+    task = guard.task("t")
+    args = {"reservation_id": "R1"}
+    results = [task.call(name, args) for name in
+               ("get_reservation", "get_invoice", "cancel_reservation", "get_invoice")]
+    assert [r.count for r in results] == [1, 1, 1, 1]
+    assert [r.decision for r in results] == [D.ALLOW] * 4

@@ -153,7 +153,8 @@ class _Prepared:
     raw_args: Any
     args: dict[str, Any]
     effect: Effect
-    sig: str
+    sig: str  # the canonical arguments hash
+    signature: str  # tool name + hash: what the ladder counts
     key: str
     invalid: str | None
     claim: bool
@@ -605,6 +606,7 @@ class Task:
             args=args,
             effect=effect,
             sig=sig,
+            signature=f"{tool}:{sig}",
             key=f"{self.task_id}:{tool}:{sig}",
             invalid=invalid,
             claim=mutating and scope is not IdempotencyScope.OFF and invalid is None,
@@ -619,7 +621,7 @@ class Task:
 
     def _begin(self, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
         req = BeginRequest(
-            tool=p.entry.spec.name, signature=p.sig,
+            tool=p.entry.spec.name, signature=p.signature,
             # records and approvals exist only for mutating or approval-gated calls: other
             # calls skip those look-ups
             idempotency_key=p.key if p.effect is Effect.MUTATING
@@ -727,7 +729,7 @@ class Task:
         if not executed and not snap.claimed and halt is None:
             return  # nothing to record: the attempt was counted by begin
         req = FinishRequest(
-            tool=p.entry.spec.name, signature=p.sig, idempotency_key=p.key,
+            tool=p.entry.spec.name, signature=p.signature, idempotency_key=p.key,
             executed=executed, success=success,
             unknown=executed and mutating and outcome.unknown,  # type: ignore[union-attr]
             mutating=mutating,
@@ -798,7 +800,7 @@ class Task:
                 duration_s=outcome.duration_s, observed=observed,
             )
             if outcome.success and p.effect is Effect.READONLY:
-                self._last_content[p.sig] = outcome.content
+                self._last_content[p.signature] = outcome.content
                 if len(self._last_content) > self._limit:
                     del self._last_content[next(iter(self._last_content))]
             self._record(p, result, "executing->planning", cfg)
@@ -830,7 +832,7 @@ class Task:
             if verdict.reason.startswith(tool) and "same arguments" in verdict.reason:
                 text += (" It will not run again with these arguments: change the arguments, "
                          "use another tool, or tell the user what is blocking you.")
-                previous = self._last_content.get(p.sig)
+                previous = self._last_content.get(p.signature)
                 if p.effect is Effect.READONLY and previous is not None:
                     text += f"\nThe previous result of this call was:\n{_as_text(previous)}"
         return ToolResult(tool, p.call_id, decision, text, is_error=True, **common)

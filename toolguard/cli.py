@@ -45,7 +45,7 @@ INVALID = 1
 
 app = typer.Typer(
     name="toolguard",
-    help="Check, print and explain toolguard policies.",
+    help="Backtest (replay), check, print and explain toolguard policies.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -125,6 +125,15 @@ def explain(
     _stdout().print(table)
     files = ", ".join(policy.sources) or "none (built-in defaults)"
     _stdout().print(Text(f"policy files: {files}"))
+
+
+def _register_commands() -> None:
+    from ._replay_cli import register
+
+    register(app)
+
+
+_register_commands()
 
 
 def main() -> None:

@@ -4,11 +4,12 @@ Thread-safe: every operation holds one lock, so ``begin`` and ``finish`` are ato
 threads (and trivially across asyncio tasks, which never interleave inside them). State is
 per process: several worker processes serving one task need :class:`RedisStore`.
 
-Bounded: idempotency records live in a :class:`cachetools.TLRUCache` (per-record TTL, at most
-``max_entries``, least recently used evicted first); per-task signature history in an LRU
-(ordered dict) of ``max_entries`` signatures; tasks are forgotten ``state_ttl_s`` seconds after their last use
-and at most ``max_tasks`` are kept (least recently used first out). Expiry is lazy (on
-access) and follows the injected ``clock``, so tests advance a fake clock instead of sleeping.
+Bounded: idempotency records live in a :class:`cachetools.TLRUCache` (per-record TTL, at
+most ``max_entries``, least recently used evicted first); per-task signature history in an
+LRU (ordered dict) of ``max_entries`` signatures; tasks are forgotten ``state_ttl_s`` seconds
+after their last use and at most ``max_tasks`` are kept (least recently used first out).
+Expiry is lazy (on access) and follows the injected ``clock``, so tests advance a fake clock
+instead of sleeping.
 
 Tasks are kept in an ordered dict rather than a ``cachetools.TTLCache``: the task lookup runs
 twice on every call, and the cachetools cache cost ~5 µs per get+set where the ordered dict

@@ -1,0 +1,130 @@
+"""Every file in ``examples/`` runs: the quickstart script, every trace (replayed, with what it is
+written to show), every example policy (loaded)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import toolguard as tg
+from toolguard.replay import ReplayReport, read_runs, read_tool_definitions, replay_runs
+
+from .conftest import ROOT, SHARED
+
+EXAMPLES = ROOT / "examples"
+TRACES = sorted((EXAMPLES / "traces").iterdir())
+POLICIES = sorted((EXAMPLES / "policies").glob("*.toml"))
+
+
+def test_every_example_is_exercised() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == ["quickstart.py"]
+    assert {p.name for p in TRACES} == {
+        "grep-loop.jsonl", "duplicate-payment.jsonl", "test-rerun-after-edit.jsonl",
+        "openai-airline.json", "anthropic-coding.json"}
+    assert [p.name for p in POLICIES] == ["airline.toml", "coding-agent.toml"]
+
+
+def test_quickstart_prints_allow_warn_block_halt() -> None:
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(EXAMPLES / "quickstart.py")], capture_output=True,
+                          text=True, check=True, timeout=60, cwd=ROOT)
+    assert time.monotonic() - start < 10  # < 1 s on a laptop; generous for slow CI
+    assert done.stderr == ""
+    decisions = [line.split()[0] for line in done.stdout.splitlines()]
+    assert decisions == ["allow", "allow", "allow", "warn", "block", "halt"]
+    assert "search_docs was called 5 times with the same arguments" in done.stdout
+
+
+@pytest.mark.parametrize("path", POLICIES, ids=[p.stem for p in POLICIES])
+def test_example_policy_loads(path: Path) -> None:
+    policy = tg.load_policy(path, env={})
+    assert policy.mode is tg.Mode.ENFORCE
+    assert path.read_text().startswith("#:schema ../../toolguard/policy.schema.json\n")
+    assert (path.parent / "../../toolguard/policy.schema.json").resolve().is_file()
+
+
+@pytest.mark.parametrize(("command", "effect"), [
+    ("ls -la", "readonly"),
+    ("cd /testbed && grep -rn 'def parse' src | head -20", "readonly"),
+    ("sed -n '40,60p' src/a.py", "readonly"),
+    ("git diff HEAD~1 -- src/", "readonly"),
+    ("find . -name '*.py' | xargs grep -l Schema 2>/dev/null", "readonly"),
+    ("open src/a.py\n", "readonly"),
+    ("sed -i 's/a/b/' src/a.py", "mutating"),
+    ("sed -n -i 's/a/b/p' src/a.py", "mutating"),
+    ("echo fixed > notes.txt", "mutating"),
+    ("cat > t.py << 'EOF'\nprint(1)\nEOF", "mutating"),
+    ("find . -name '*.pyc' -delete", "mutating"),
+    ("git checkout src/a.py", "mutating"),
+    ("cat $(which python)", "mutating"),
+    ("python reproduce.py", "mutating"),
+    ("submit flag{x}\n", "mutating"),
+    ("sleep 10", "poll"),
+    ("", "poll"),
+    ("sleep 2 && tail -5 build.log", "poll"),
+    ("sleep 1; rm -rf build", "mutating"),
+])
+def test_coding_agent_policy_classifies_commands(command: str, effect: str) -> None:
+    guard = tg.Guard(tg.load_policy(EXAMPLES / "policies" / "coding-agent.toml", env={}),
+                     strict_tools=False)
+    assert str(guard.task("t")._replay_call("bash", {"command": command}, "").effect) == effect
+
+
+def replay(path: Path, policy: Path | None = None, tools: Path | None = None) -> ReplayReport:
+    runs, problems = read_runs([path])
+    assert problems == []
+    specs = read_tool_definitions(tools) if tools else []
+    report = replay_runs(runs, tg.load_policy(policy, env={}) if policy else None, tools=specs)
+    assert report.problems == []
+    return report
+
+
+@pytest.mark.parametrize("path", [p for p in TRACES if p.suffix == ".jsonl"],
+                         ids=lambda p: p.stem)
+def test_trace_example_keeps_its_promise(path: Path) -> None:
+    # Each trace header says, in the ../shared/cases "must" format, what any good guard does.
+    report = replay(path)
+    [run] = report.runs
+    must = run.meta["must"]
+    executed = [s.executed for s in run.steps]
+    assert all(executed[i] for i in must.get("run", []))
+    assert not any(i < len(executed) and executed[i] for i in must.get("not_run", []))
+    if "stopped_by" in must:
+        assert not all(executed[: must["stopped_by"] + 1])
+    if "halted_by" in must:
+        assert run.halted_at is not None
+        assert run.halted_at <= must["halted_by"]
+
+
+def test_openai_example_with_the_airline_policy() -> None:
+    report = replay(EXAMPLES / "traces" / "openai-airline.json", EXAMPLES / "policies" /
+                    "airline.toml", SHARED / "data" / "tau-bench" / "airline-tools.json")
+    first, second = report.runs
+    assert (first.id, first.meta["reward"]) == ("cancel-twice-in-one-message", 1.0)
+    # the model cancels twice in one message: the duplicate is answered from the first
+    assert [str(s.decision) for s in first.steps] == ["allow", "allow", "cached"]
+    # malformed JSON, then a missing required argument, then a valid search
+    assert [str(s.decision) for s in second.steps] == ["invalid", "invalid", "allow"]
+    assert "not a valid JSON object" in second.steps[0].reason
+    assert "'date' is a required property" in second.steps[1].reason
+
+
+def test_anthropic_example_with_the_coding_agent_policy() -> None:
+    report = replay(EXAMPLES / "traces" / "anthropic-coding.json",
+                    EXAMPLES / "policies" / "coding-agent.toml")
+    [run] = report.runs
+    steps = [(str(s.effect), str(s.decision)) for s in run.steps]
+    assert steps == [
+        ("mutating", "allow"),   # run the test: it fails
+        ("poll", "allow"),       # sleep 5
+        ("mutating", "warn"),    # the same test again, nothing changed: warned
+        ("readonly", "allow"),   # read the test ...
+        ("readonly", "allow"),   # ... and grep the code, in one message
+        ("mutating", "allow"),   # after the user's hint (a new turn) the test may run again
+        ("mutating", "allow"),   # the fix
+        ("mutating", "allow"),   # the test after the fix: it passes
+    ]

@@ -1,0 +1,241 @@
+"""``toolguard replay`` on the command line: output formats, exit codes 0/1/2, --fail-on,
+--verbose, --tools, --policy / --env, errors on stderr naming the file and line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner, Result
+
+from toolguard._replay_cli import register
+
+from .conftest import ROOT
+
+TRACES = ROOT / "examples" / "traces"
+POLICIES = ROOT / "examples" / "policies"
+GREP_LOOP = str(TRACES / "grep-loop.jsonl")  # warn, block, then halt
+STEP_KEYS = {"index", "tool", "args_hash", "effect", "decision", "reason", "count", "executed"}
+SUMMARY_KEYS = {"calls", "replayed", "not_replayed", "executed", "allow", "warn", "cached",
+                "block", "review", "invalid", "halt", "halted_at", "halt_reason", "error", "meta"}
+
+
+def make_app() -> typer.Typer:
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+    @app.callback()
+    def root() -> None:
+        """toolguard (test app)."""
+
+    register(app)
+    return app
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith("TOOLGUARD_") and name != "TOOLGUARD_SHARED":
+            monkeypatch.delenv(name)
+
+
+def replay(*args: str) -> Result:
+    result = CliRunner().invoke(make_app(), ["replay", *args])
+    # never a traceback: any exception is the SystemExit that carries the exit code
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+def write(path: Path, lines: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def block_only_trace(tmp_path: Path) -> Path:
+    """A run with a block and no halt (a write repeated three times, failing each time)."""
+    failing = {"tool": "w", "args": {"k": 1}, "result": "Error: no", "is_error": True}
+    return write(tmp_path / "block.jsonl", [{"case": "block-only"}, failing, failing, failing])
+
+
+def test_table_is_the_default(tmp_path: Path) -> None:
+    result = replay(str(TRACES / "test-rerun-after-edit.jsonl"))
+    assert result.exit_code == 0
+    for text in ("toolguard replay", "test-rerun-after-edit", "total (1 run)", "executed"):
+        assert text in result.stdout
+    assert "steps that were not a plain allow" not in result.stdout
+
+
+def test_table_shows_where_a_run_halted_and_verbose_lists_steps() -> None:
+    result = replay(GREP_LOOP, "--verbose")
+    assert result.exit_code == 0
+    assert "step 5: grep was called 5 times" in result.stdout
+    assert "runs with warn 1, cached 0, block 1, review 0, invalid 0, halt 1" in result.stdout
+    assert "steps that were not a plain allow" in result.stdout
+    for decision in ("warn", "block", "halt"):
+        assert decision in result.stdout.split("steps that were not a plain allow")[1]
+    assert "def load_config" in result.stdout  # the args excerpt
+
+
+def test_json_output_schema() -> None:
+    result = replay(str(TRACES / "grep-loop.jsonl"), str(TRACES / "duplicate-payment.jsonl"),
+                    "--format", "json")
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"runs", "totals", "problems"}
+    assert [r["id"] for r in doc["runs"]] == ["grep-loop", "duplicate-payment-after-timeout"]
+    for run in doc["runs"]:
+        assert set(run) == {"id", "file", "steps", "summary"}
+        assert set(run["summary"]) == SUMMARY_KEYS
+        for index, step in enumerate(run["steps"]):
+            assert set(step) == STEP_KEYS
+            assert step["index"] == index
+            assert step["executed"] is (step["decision"] in ("allow", "warn"))
+            assert len(step["args_hash"]) == 32
+    grep, payment = (r["summary"] for r in doc["runs"])
+    assert (grep["halt"], grep["halted_at"], grep["warn"], grep["block"]) == (True, 5, 1, 1)
+    assert grep["meta"]["source"] == "written for toolguard's examples"
+    assert (payment["review"], payment["cached"], payment["halt"]) == (1, 1, False)
+    totals = doc["totals"]
+    assert (totals["runs"], totals["calls"], totals["executed"]) == (2, 11, 7)
+    assert totals["runs_with"] == {"warn": 1, "cached": 1, "block": 1, "review": 1,
+                                   "invalid": 0, "halt": 1}
+    assert totals["decisions"]["halt"] == 1
+    assert doc["problems"] == []
+
+
+def test_jsonl_is_one_step_per_line() -> None:
+    result = replay(GREP_LOOP, str(TRACES / "test-rerun-after-edit.jsonl"), "--format", "jsonl")
+    assert result.exit_code == 0
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(lines) == 6 + 7
+    assert all(set(line) == STEP_KEYS | {"run"} for line in lines)
+    assert [line["decision"] for line in lines if line["run"] == "grep-loop"] == [
+        "allow", "allow", "allow", "warn", "block", "halt"]
+
+
+@pytest.mark.parametrize(("fail_on", "trace", "code"), [
+    ("never", "halt", 0), ("halt", "halt", 1), ("block", "halt", 1),
+    ("halt", "block", 0), ("block", "block", 1), ("block", "clean", 0),
+])
+def test_fail_on(tmp_path: Path, fail_on: str, trace: str, code: int) -> None:
+    path = {"halt": GREP_LOOP, "block": str(block_only_trace(tmp_path)),
+            "clean": str(TRACES / "test-rerun-after-edit.jsonl")}[trace]
+    result = replay(path, "--fail-on", fail_on, "--format", "json")
+    assert result.exit_code == code
+    json.loads(result.stdout)  # the report is printed either way
+
+
+def test_unknown_fail_on_value_is_a_usage_error() -> None:
+    assert replay(GREP_LOOP, "--fail-on", "warn").exit_code == 2
+
+
+def test_missing_file_exits_2_naming_it(tmp_path: Path) -> None:
+    result = replay(str(tmp_path / "nope.jsonl"))
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'nope.jsonl'}: cannot read" in result.stderr
+    assert result.stdout == ""
+
+
+def test_bad_line_exits_2_naming_file_and_line_and_the_rest_replays(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"case": "c"}\n{"tool": "a", "args": {}}\n{oops\n{"tool": "a", "args": {}}\n')
+    result = replay(str(path), "--format", "json")
+    assert result.exit_code == 2
+    assert f"{path}:3: not valid JSON" in result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["totals"]["calls"] == 2
+    assert doc["problems"] == [{"file": str(path), "line": 3,
+                                "message": doc["problems"][0]["message"]}]
+
+
+def test_bad_line_wins_over_fail_on(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(Path(GREP_LOOP).read_text() + "not json\n")
+    assert replay(str(path), "--fail-on", "halt").exit_code == 2
+
+
+def test_invalid_policy_exits_2_naming_the_file(tmp_path: Path) -> None:
+    policy = tmp_path / "bad.toml"
+    policy.write_text('mode = "enforce"\nfrobnicate = 3\n')
+    result = replay(GREP_LOOP, "--policy", str(policy))
+    assert result.exit_code == 2
+    assert str(policy) in result.stderr
+    assert "frobnicate" in result.stderr
+    assert result.stdout == ""
+
+
+def test_policy_and_env_together_is_an_error() -> None:
+    result = replay(GREP_LOOP, "--policy", str(POLICIES / "airline.toml"), "--env", "prod")
+    assert result.exit_code == 2
+    assert "not both" in result.stderr
+
+
+def test_env_selects_policies_name_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "policies").mkdir()
+    # a strict read-only ladder: the grep loop is blocked at its 2nd call
+    (tmp_path / "policies" / "strict.toml").write_text(
+        "[ladder.readonly]\nwarn_at = 2\nblock_at = 2\nhalt_at = 3\n")
+    monkeypatch.chdir(tmp_path)
+    result = replay(GREP_LOOP, "--env", "strict", "--format", "jsonl")
+    assert result.exit_code == 0
+    assert [json.loads(x)["decision"] for x in result.stdout.splitlines()] == [
+        "allow", "allow", "block", "halt"]
+    missing = replay(GREP_LOOP, "--env", "nope")
+    assert missing.exit_code == 2
+    assert "policies/nope.toml" in missing.stderr
+
+
+def test_policy_file_applies(tmp_path: Path) -> None:
+    policy = tmp_path / "p.toml"
+    policy.write_text("[budget]\nmax_tool_calls = 2\n")
+    result = replay(GREP_LOOP, "--policy", str(policy), "--format", "json")
+    assert result.exit_code == 0
+    summary = json.loads(result.stdout)["runs"][0]["summary"]
+    assert (summary["halted_at"], summary["not_replayed"]) == (2, 3)
+    assert "max_tool_calls" in summary["halt_reason"]
+
+
+def test_tools_validate_recorded_arguments(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {
+        "name": "grep", "parameters": {"type": "object", "required": ["pattern", "path"],
+                                       "properties": {"pattern": {"type": "string"},
+                                                      "path": {"type": "string"}},
+                                       "additionalProperties": False}}}]))
+    trace = write(tmp_path / "t.jsonl", [
+        {"case": "c"},
+        {"tool": "grep", "args": {"pattern": "x", "path": "."}, "result": ""},
+        {"tool": "grep", "args": {"pattern": "x"}, "result": ""},
+        {"tool": "view_file", "args": {"path": "a"}, "result": ""},
+    ])
+    result = replay(str(trace), "--tools", str(tools), "--format", "jsonl")
+    assert result.exit_code == 0
+    steps = [json.loads(x) for x in result.stdout.splitlines()]
+    assert [s["decision"] for s in steps] == ["allow", "invalid", "invalid"]
+    assert "'path' is a required property" in steps[1]["reason"]
+    assert "unknown tool 'view_file'" in steps[2]["reason"]
+
+
+def test_bad_tools_file_exits_2(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text('[{"name": "a"}, {"name": "a"}]')
+    result = replay(GREP_LOOP, "--tools", str(tools))
+    assert result.exit_code == 2
+    assert f"{tools}: tool 'a' is defined twice" in result.stderr
+
+
+def test_a_directory_of_transcripts(tmp_path: Path) -> None:
+    write(tmp_path / "a.jsonl", [{"case": "one"}, {"tool": "x", "args": {}, "result": 1}])
+    write(tmp_path / "b.jsonl", [{"case": "two"}, {"tool": "x", "args": {}, "result": 1}])
+    result = replay(str(tmp_path), "--format", "json")
+    assert result.exit_code == 0
+    assert [r["id"] for r in json.loads(result.stdout)["runs"]] == ["one", "two"]
+
+
+def test_no_path_is_a_usage_error() -> None:
+    assert replay().exit_code == 2

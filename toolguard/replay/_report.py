@@ -1,0 +1,150 @@
+"""Render a :class:`~toolguard.replay.ReplayReport`: a rich table, JSON, or JSON lines.
+
+* table: one row per run (calls, executed, warn, cached, block, review, invalid, and where and
+  why it halted), a totals row, and one line with the number of runs per decision; with
+  ``verbose`` also every step that was not a plain allow (tool, an argument excerpt, reason).
+* json: ``{"runs": [{"id", "file", "steps": [...], "summary": {...}}], "totals": {...},
+  "problems": [...]}`` (see :meth:`StepReport.to_dict`, :meth:`RunReport.summary` and
+  :meth:`ReplayReport.totals` for the keys).
+* jsonl: one step per line, each with its run's ``"run"`` id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Final
+
+import orjson
+from rich.console import Console, JustifyMethod
+from rich.table import Table
+from rich.text import Text
+
+from toolguard._types import Decision
+
+from ._runner import ReplayReport, RunReport
+
+__all__ = ["jsonl_lines", "render_table", "to_json", "to_json_text"]
+
+_COUNTS: Final = (Decision.WARN, Decision.CACHED, Decision.BLOCK, Decision.REVIEW,
+                  Decision.INVALID)
+_STYLE: Final = {Decision.WARN: "yellow", Decision.CACHED: "cyan", Decision.BLOCK: "red",
+                 Decision.REVIEW: "magenta", Decision.INVALID: "red", Decision.HALT: "bold red"}
+# Metadata already shown as the run id, or too long for a table cell.
+_HIDDEN_META: Final = frozenset({"id", "run", "case", "run_id", "task_id", "trial", "source",
+                                 "description"})
+_META_CHARS: Final = 40
+
+
+def to_json(report: ReplayReport) -> dict[str, Any]:
+    """The report as JSON values (the ``--format json`` document)."""
+    return {
+        "runs": [{"id": run.id, "file": run.file, "steps": [s.to_dict() for s in run.steps],
+                  "summary": run.summary()} for run in report.runs],
+        "totals": report.totals(),
+        "problems": [{"file": p.file, "line": p.line, "message": p.message}
+                     for p in report.problems],
+    }
+
+
+def to_json_text(report: ReplayReport) -> str:
+    """:func:`to_json` as indented JSON text."""
+    return orjson.dumps(to_json(report), option=orjson.OPT_INDENT_2, default=str).decode()
+
+
+def jsonl_lines(report: ReplayReport) -> Iterator[str]:
+    """One JSON object per step, in run order, each with a ``"run"`` key (no newline)."""
+    for run in report.runs:
+        for step in run.steps:
+            yield orjson.dumps({"run": run.id, **step.to_dict()}).decode()
+
+
+def render_table(report: ReplayReport, console: Console, *, verbose: bool = False) -> None:
+    """Print the per-run table, the totals and (``verbose``) every non-allow step.
+
+    Args:
+        report: what to show.
+        console: where to print (stdout in the CLI).
+        verbose: also list every step whose decision is not ``allow``.
+    """
+    show_meta = any(_meta_text(run) for run in report.runs)
+    table = Table(title="toolguard replay", title_justify="left")
+    table.add_column("run", overflow="fold")
+    if show_meta:
+        table.add_column("meta", overflow="fold")
+    for name in ("calls", "executed", *(str(d) for d in _COUNTS)):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("halted", overflow="fold")
+    for run in report.runs:
+        cells: list[str | Text] = [run.id]
+        if show_meta:
+            cells.append(_meta_text(run))
+        cells += [str(run.calls), str(run.executed)]
+        cells += [_count(run.count(d), d) for d in _COUNTS]
+        cells.append(_halt_text(run))
+        table.add_row(*cells)
+    totals = report.totals()
+    if report.runs:
+        table.add_section()
+        decisions = totals["decisions"]
+        cells = [Text(f"total ({_plural(totals['runs'], 'run')})", style="bold")]
+        if show_meta:
+            cells.append("")
+        cells += [str(totals["calls"]), str(totals["executed"])]
+        cells += [_count(decisions[str(d)], d) for d in _COUNTS]
+        cells.append(_count(decisions["halt"], Decision.HALT, " halted"))
+        table.add_row(*cells)
+    console.print(table)
+    with_ = totals["runs_with"]
+    console.print(Text(
+        f"{_plural(totals['runs'], 'run')}, {_plural(totals['calls'], 'call')}: "
+        f"runs with warn {with_['warn']}, "
+        f"cached {with_['cached']}, block {with_['block']}, review {with_['review']}, "
+        f"invalid {with_['invalid']}, halt {with_['halt']}; "
+        f"{_plural(totals['not_replayed'], 'call')} not replayed after a halt"))
+    if verbose:
+        _render_steps(report, console)
+
+
+def _render_steps(report: ReplayReport, console: Console) -> None:
+    table = Table(title="steps that were not a plain allow", title_justify="left")
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("run", "left"), ("step", "right"), ("tool", "left"), ("decision", "left"),
+        ("count", "right"), ("args", "left"), ("reason", "left"))
+    for name, justify in columns:
+        table.add_column(name, justify=justify, overflow="fold")
+    for run in report.runs:
+        for step in run.steps:
+            if step.decision is Decision.ALLOW:
+                continue
+            table.add_row(run.id, str(step.index), step.tool or "(token usage)",
+                          Text(str(step.decision), style=_STYLE.get(step.decision, "")),
+                          str(step.count), step.args, step.reason)
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print(Text("every step was allowed"))
+
+
+def _count(n: int, decision: Decision, suffix: str = "") -> Text:
+    if not n:
+        return Text("0" if not suffix else "", style="dim")
+    return Text(f"{n}{suffix}", style=_STYLE.get(decision, ""))
+
+
+def _halt_text(run: RunReport) -> Text:
+    if run.error is not None:
+        return Text(f"error: {run.error}", style="bold red")
+    if run.halted_at is None:
+        return Text("")
+    return Text(f"step {run.halted_at}: {run.halt_reason}", style=_STYLE[Decision.HALT])
+
+
+def _meta_text(run: RunReport) -> str:
+    parts = [f"{k}={v}" for k, v in run.meta.items()
+             if k not in _HIDDEN_META and (v is None or isinstance(v, (str, int, float, bool)))]
+    text = ", ".join(parts)
+    return text if len(text) <= _META_CHARS else text[: _META_CHARS - 1] + "…"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -1,0 +1,367 @@
+"""Replay recorded runs through the guard and collect every decision. No tool is executed, and
+nothing is printed (``_report.py`` renders a :class:`ReplayReport`).
+
+Each run is one task of a :class:`~toolguard.Guard` built for the policy plus the run's header
+``effects`` (one guard per distinct combination). For each recorded call the guard lets run,
+the recorded result stands in for the tool's (``Task._replay_call``), so counts, progress
+detection and the idempotency cache evolve exactly as they would have at run time; calls it
+does not let run get the guard's synthetic result and the run continues as the model's
+recorded next step (what the model would have done after a block is unknowable, so later
+decisions are an estimate). A halt ends the run; its remaining calls are not replayed.
+
+Fixed for every replay, whatever the policy says:
+
+* ``mode`` is ``enforce``: replay answers "what would enforcing this policy have done".
+* The store is a private :class:`~toolguard.stores.MemoryStore` (never a shared Redis).
+* Approvals are deferred (:func:`toolguard.testing.auto_defer`): a call that needs one is
+  ``review`` and does not run; replay never asks a human.
+* Tools named in the policy but absent from the transcripts are no error
+  (``strict_tools = false``).
+* Time is a fake clock that moves only with the calls' ``elapsed_s``, so TTLs and
+  ``budget.timeout_s`` follow the recorded timeline, never the replay's own speed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from toolguard._decorators import ToolSpec, recorded_tool
+from toolguard._engine import Guard, Task
+from toolguard._errors import Halt, PolicyError, ToolGuardError
+from toolguard._policy import Policy, ToolPolicy
+from toolguard._policy_loader import load_policy_dict
+from toolguard._results import ToolResult
+from toolguard._types import Decision, Effect, Mode
+from toolguard.stores.memory import MemoryStore
+from toolguard.testing import FakeClock, auto_defer
+
+from ._formats import RecordedCall, ReplayInputError, Run, Step, TokenUsage, UserTurn
+
+__all__ = ["ReplayReport", "RunReport", "StepReport", "policy_with_effects", "replay_runs"]
+
+COUNTED: Final = (Decision.ALLOW, Decision.WARN, Decision.CACHED, Decision.BLOCK,
+                  Decision.REVIEW, Decision.INVALID)
+"""Decisions counted per run (a halt is a flag and a step index, not a count)."""
+
+_EXCERPT_CHARS: Final = 80
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """The guard's decision on one recorded call.
+
+    Attributes:
+        index: 0-based index of the call in its run.
+        tool: the tool name; ``None`` for a halt caused by token usage reported between calls.
+        args_hash: the canonical arguments hash (``""`` when there is no call).
+        effect: the effect the call was judged with, or ``None``.
+        decision: what the guard did.
+        reason: one line on why (``""`` for a plain allow).
+        count: the call's repeat count (1 = first since the last progress).
+        args: a one-line excerpt of the arguments, at most 80 characters.
+        line: the 1-based line of the call in a JSONL file, or ``None``.
+    """
+
+    index: int
+    tool: str | None
+    args_hash: str
+    effect: Effect | None
+    decision: Decision
+    reason: str
+    count: int
+    args: str = ""
+    line: int | None = None
+
+    @property
+    def executed(self) -> bool:
+        """True exactly for ``allow`` and ``warn``: the recorded result was fed back."""
+        return self.decision.executed
+
+    def to_dict(self) -> dict[str, Any]:
+        """The step as JSON values (the ``--format json`` step object)."""
+        return {
+            "index": self.index, "tool": self.tool, "args_hash": self.args_hash,
+            "effect": None if self.effect is None else str(self.effect),
+            "decision": str(self.decision), "reason": self.reason, "count": self.count,
+            "executed": self.executed,
+        }
+
+
+@dataclass(slots=True)
+class RunReport:
+    """Every decision on one run.
+
+    Attributes:
+        id: the run's id. file: the file it came from. meta: its metadata (header keys).
+        calls: recorded calls in the run. replayed: calls the guard decided on (fewer than
+            ``calls`` after a halt).
+        steps: one :class:`StepReport` per replayed call (a halt caused by token usage adds
+            a step without a tool).
+        halted_at: index of the call at which the run halted, or ``None``.
+        halt_reason: why it halted, or ``None``.
+        error: a guard failure that stopped the run early (a bug or a store error), or ``None``.
+    """
+
+    id: str
+    file: str
+    meta: dict[str, Any]
+    calls: int
+    replayed: int = 0
+    steps: list[StepReport] = field(default_factory=list)
+    halted_at: int | None = None
+    halt_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def halted(self) -> bool:
+        """True when the run ended in a halt."""
+        return self.halted_at is not None
+
+    def count(self, decision: Decision) -> int:
+        """How many steps got ``decision`` (``halt``: 1 if the run halted)."""
+        return sum(1 for s in self.steps if s.decision is decision)
+
+    @property
+    def executed(self) -> int:
+        """Calls that ran (``allow`` and ``warn``)."""
+        return sum(1 for s in self.steps if s.executed)
+
+    def reached(self, decision: Decision) -> bool:
+        """True when some call of the run got ``decision``."""
+        return any(s.decision is decision for s in self.steps)
+
+    def summary(self) -> dict[str, Any]:
+        """The per-run summary (JSON values): counts per decision, the halt, the metadata."""
+        out: dict[str, Any] = {"calls": self.calls, "replayed": self.replayed,
+                               "not_replayed": self.calls - self.replayed,
+                               "executed": self.executed}
+        out.update({str(d): self.count(d) for d in COUNTED})
+        out.update({"halt": self.halted, "halted_at": self.halted_at,
+                    "halt_reason": self.halt_reason, "error": self.error, "meta": self.meta})
+        return out
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """The result of a replay: the runs and the input problems met on the way.
+
+    Attributes:
+        runs: one :class:`RunReport` per replayed run, in input order.
+        problems: lines, runs or files that could not be read or replayed.
+    """
+
+    runs: list[RunReport] = field(default_factory=list)
+    problems: list[ReplayInputError] = field(default_factory=list)
+
+    def runs_with(self, decision: Decision) -> list[RunReport]:
+        """The runs in which some call got ``decision``."""
+        return [r for r in self.runs if r.reached(decision)]
+
+    def totals(self) -> dict[str, Any]:
+        """Totals over all runs (JSON values).
+
+        ``decisions`` counts steps per decision (``halt``: halted runs); ``runs_with`` counts
+        runs in which at least one call got that decision.
+        """
+        decisions = {str(d): sum(r.count(d) for r in self.runs) for d in COUNTED}
+        decisions["halt"] = sum(1 for r in self.runs if r.halted)
+        return {
+            "runs": len(self.runs),
+            "calls": sum(r.calls for r in self.runs),
+            "replayed": sum(r.replayed for r in self.runs),
+            "not_replayed": sum(r.calls - r.replayed for r in self.runs),
+            "executed": sum(r.executed for r in self.runs),
+            "decisions": decisions,
+            "runs_with": {str(d): len(self.runs_with(d)) for d in (*COUNTED[1:], Decision.HALT)},
+            "errors": sum(1 for r in self.runs if r.error is not None),
+            "problems": len(self.problems),
+        }
+
+
+def policy_with_effects(policy: Policy, effects: Mapping[str, Any], source: str) -> Policy:
+    """``policy`` with a trace header's ``effects`` applied on top (the header wins).
+
+    Args:
+        policy: the base policy.
+        effects: tool name → ``{"effect", "args", "rules"}`` (the ``../shared/cases`` format,
+            a subset of a policy's ``[tools.NAME]`` table); validated like a policy file.
+        source: how problems name the header, e.g. ``"trace.jsonl:1 effects"``.
+
+    Returns:
+        A new policy whose ``tools`` entries take every key the header sets (``rules``
+        replace the policy's, like arrays in an ``extends`` chain) and keep the others.
+
+    Raises:
+        PolicyError: the effects are not valid policy keys.
+    """
+    overlay = load_policy_dict({"tools": dict(effects)}, source=source)
+    tools: dict[str, ToolPolicy] = dict(policy.tools)
+    for name, tp in overlay.tools.items():
+        base = tools.get(name)
+        tools[name] = tp if base is None else base.model_copy(
+            update={key: getattr(tp, key) for key in tp.model_fields_set})
+    return policy.model_copy(update={"tools": tools})
+
+
+def replay_runs(
+    runs: Sequence[Run],
+    policy: Policy | None = None,
+    *,
+    tools: Sequence[ToolSpec] = (),
+    on_run: Callable[[RunReport], None] | None = None,
+) -> ReplayReport:
+    """Replay recorded runs through the guard (see the module docstring).
+
+    Args:
+        runs: the runs (:func:`~toolguard.replay.read_runs`).
+        policy: the policy; default the built-in defaults.
+        tools: tool specs with argument schemas (``read_tool_definitions``); when given, a
+            recorded call of any other tool is ``invalid`` (unknown tool), as at run time.
+            Without them every recorded tool name is registered without a schema.
+        on_run: called after each run (e.g. to advance a progress bar).
+
+    Returns:
+        The :class:`ReplayReport`. A run whose header ``effects`` are invalid is not replayed
+        but listed in ``problems``; a guard failure inside a run stops that run only
+        (``RunReport.error``).
+    """
+    replayer = _Replayer(policy or Policy(), tools, {c.tool for r in runs for c in r.calls})
+    report = ReplayReport()
+    for number, run in enumerate(runs):
+        try:
+            guard = replayer.guard_for(run)
+        except PolicyError as exc:
+            report.problems.append(ReplayInputError(
+                run.file, run.line, f"run {run.id}: invalid header effects: "
+                + "; ".join(f"{p.path}: {p.message}" for p in exc.problems)))
+            continue
+        result = replayer.replay(guard, f"replay-{number}:{run.id}", run)
+        report.runs.append(result)
+        if on_run is not None:
+            on_run(result)
+    return report
+
+
+class _Replayer:
+    """The guards and the clock of one replay."""
+
+    def __init__(self, policy: Policy, tools: Sequence[ToolSpec], names: set[str]) -> None:
+        self.policy = policy.model_copy(update={"mode": Mode.ENFORCE})
+        given = {spec.name: spec for spec in tools}
+        self.known: set[str] | None = set(given) if given else None
+        self.specs = list(given.values()) if given else [recorded_tool(n) for n in sorted(names)]
+        self.clock = FakeClock(0.0)
+        self.guards: dict[bytes, Guard] = {}
+
+    def guard_for(self, run: Run) -> Guard:
+        key = orjson.dumps(run.effects, option=orjson.OPT_SORT_KEYS) if run.effects else b""
+        guard = self.guards.get(key)
+        if guard is None:
+            policy = self.policy
+            if run.effects:
+                where = f"{run.file}:{run.line} effects" if run.line else f"{run.file} effects"
+                policy = policy_with_effects(policy, run.effects, where)
+            store = MemoryStore(max_entries=policy.idempotency.max_entries,
+                                state_ttl_s=policy.store.state_ttl_s, clock=self.clock)
+            guard = self.guards[key] = Guard(policy, self.specs, store=store,
+                                             approver=auto_defer, clock=self.clock,
+                                             strict_tools=False)
+        return guard
+
+    def replay(self, guard: Guard, task_id: str, run: Run) -> RunReport:
+        report = RunReport(run.id, run.file, run.meta, calls=len(run.calls))
+        task = guard.task(task_id)
+        start = self.clock()
+        current: RecordedCall | None = None
+        try:
+            for item in _grouped(run.steps):
+                if isinstance(item, UserTurn):
+                    task.new_turn()
+                elif isinstance(item, TokenUsage):
+                    task.record_usage(item.input_tokens, item.output_tokens)
+                else:
+                    order = task._dedupe([(c.tool, c.arguments) for c in item])[0]
+                    first: list[ToolResult] = []
+                    for call, (unique, duplicate) in zip(item, order, strict=True):
+                        current = call
+                        if call.elapsed_s is not None:
+                            self._advance_to(start + call.elapsed_s)
+                        if duplicate:  # identical calls in one message run once
+                            result = task._copy_for(first[unique], True)
+                        else:
+                            result = self._call(task, call)
+                            first.append(result)
+                        report.steps.append(_step(report.replayed, call, result))
+                        report.replayed += 1
+                        current = None
+        except Halt as exc:
+            report.steps.append(_halt_step(report.replayed, current, exc, task))
+            report.halted_at, report.halt_reason = report.replayed, exc.reason
+            if current is not None:
+                report.replayed += 1
+        except ToolGuardError as exc:
+            report.error = f"{type(exc).__name__}: {exc}"
+        return report
+
+    def _call(self, task: Task, call: RecordedCall) -> ToolResult:
+        if self.known is not None and call.tool not in self.known:
+            # Not among the given definitions: the guard answers as at run time (invalid).
+            return task.call(call.tool, call.arguments)
+        return task._replay_call(call.tool, call.arguments, call.result,
+                                 is_error=call.is_error, timeout=call.timeout)
+
+    def _advance_to(self, when: float) -> None:
+        now = self.clock()
+        if when > now:
+            self.clock.advance(when - now)
+
+
+def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[RecordedCall]]:
+    """The steps with each batch (consecutive calls sharing a ``batch``) as one list."""
+    batch: list[RecordedCall] = []
+    for step in steps:
+        if isinstance(step, RecordedCall) and batch and (
+                step.batch is not None and step.batch == batch[0].batch):
+            batch.append(step)
+            continue
+        if batch:
+            yield batch
+            batch = []
+        if isinstance(step, RecordedCall):
+            batch = [step]
+        else:
+            yield step
+    if batch:
+        yield batch
+
+
+def _step(index: int, call: RecordedCall, result: ToolResult) -> StepReport:
+    return StepReport(index, call.tool, result.args_hash, result.effect, result.decision,
+                      result.reason, result.count, excerpt(call), call.line)
+
+
+def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> StepReport:
+    effect: Effect | None = None
+    last = task.history[-1].result if task.history else None
+    if call is not None and last is not None and last.decision is Decision.HALT:
+        effect = last.effect
+    return StepReport(index, call.tool if call else None, exc.args_hash, effect, Decision.HALT,
+                      exc.reason, exc.count, excerpt(call) if call else "",
+                      call.line if call else None)
+
+
+def excerpt(call: RecordedCall, limit: int = _EXCERPT_CHARS) -> str:
+    """A one-line excerpt of a call's arguments: the value of a single argument, else compact
+    JSON; the raw text when the model's JSON text was recorded. At most ``limit`` characters."""
+    if call.raw_args is not None:
+        text = call.raw_args
+    elif call.args and len(call.args) == 1 and isinstance(next(iter(call.args.values())), str):
+        text = str(next(iter(call.args.values())))
+    else:
+        text = orjson.dumps(call.args or {}, default=repr).decode()
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
