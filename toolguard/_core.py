@@ -9,7 +9,10 @@ ValidateSchema, with the ladder of DESIGN.md §1):
 
 1. halted task → halt again;
 2. budgets: max_tool_calls, max_tokens, timeout_s, the tool's max_calls,
-   max_consecutive_failures, and for poll calls max_polls → halt (``BudgetExceeded``);
+   max_consecutive_failures → halt (``BudgetExceeded``);
+   an identical call running right now → wait and share its result (concurrent duplicates
+   are one call, not a loop);
+   for poll calls max_polls → halt (``BudgetExceeded``);
 3. ladder halt: repeat count ≥ ``halt_at`` → halt (``RepeatedToolCalls``), before the
    idempotency cache, so a model that keeps repeating an already-done write is stopped too;
 4. permission: a tool the policy denies → block;
@@ -17,7 +20,7 @@ ValidateSchema, with the ladder of DESIGN.md §1):
    run — a deliberate reordering of the design's pipeline);
 6. approval (``requires_approval``, or an earlier identical call with an unknown outcome) →
    review / block (rejected) / halt (``ApprovalTimedOut``);
-7. idempotency: a completed record → cached; one in progress → wait for it;
+7. idempotency: a completed record → cached;
 8. ladder: count ≥ ``block_at`` → block; ≥ ``warn_at`` → warn; else allow (a call a human
    approved skips this rung: its earlier attempts were waiting, not looping).
 """
@@ -132,6 +135,12 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
         return _budget("max_consecutive_failures", b.max_consecutive_failures,
                        snap.consecutive_failures, f"{ctx.tool} failed that many times in a row")
 
+    record = snap.record
+    if record is not None and record.state is RecordState.IN_PROGRESS and not snap.claimed:
+        # An identical call is running right now (another thread, coroutine or worker): a
+        # concurrent duplicate, not a sequential loop. Wait and share its result.
+        return Verdict(Decision.CACHED, reason="an identical call is in progress", wait=True)
+
     if ctx.effect is Effect.POLL:
         if snap.polls > s.max_polls:
             return _budget("max_polls", s.max_polls, snap.polls,
@@ -156,7 +165,6 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
     if ctx.invalid is not None:
         return Verdict(Decision.INVALID, reason=ctx.invalid)
 
-    record = snap.record
     unknown = (record is not None and record.state is RecordState.UNKNOWN
                and not snap.claimed and not s.forwards_idempotency_key)
     completed = record is not None and record.state is RecordState.COMPLETED
@@ -182,17 +190,14 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
         # are not a loop, so only the halt rung (checked above) still applies.
         approved = True
 
-    if record is not None and not snap.claimed:
-        if completed:
-            return Verdict(
-                Decision.CACHED,
-                reason="an identical call already completed in this task",
-                notice=f"This exact {ctx.tool} call already ran successfully earlier in this "
-                       "task, so it was NOT executed again; the result above is the stored "
-                       "result of that call. Do not repeat it: read that result and move on.",
-            )
-        if record.state is RecordState.IN_PROGRESS:
-            return Verdict(Decision.CACHED, reason="an identical call is in progress", wait=True)
+    if completed and not snap.claimed:
+        return Verdict(
+            Decision.CACHED,
+            reason="an identical call already completed in this task",
+            notice=f"This exact {ctx.tool} call already ran successfully earlier in this "
+                   "task, so it was NOT executed again; the result above is the stored "
+                   "result of that call. Do not repeat it: read that result and move on.",
+        )
 
     if ladder is not None and not approved:
         if snap.count >= ladder.block_at:

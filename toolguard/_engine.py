@@ -238,7 +238,9 @@ class Guard:
         return cls(policy_from_env(env), tools, **kwargs)
 
     def _default_store(self, policy: Policy) -> Store:
-        if policy.store.backend == "redis":
+        # A URL alone (e.g. TOOLGUARD_STORE__URL) selects Redis unless a backend is named.
+        chosen = policy.source_of("store.backend") != "built-in"
+        if policy.store.backend == "redis" or (policy.store.url and not chosen):
             from .stores.redis import RedisStore
 
             store: Store = RedisStore.from_policy(policy.store)
@@ -630,16 +632,34 @@ class Task:
             poll=p.effect is Effect.POLL, now=self.guard._clock(),
             claim_ttl_s=cfg.policy.idempotency.in_progress_ttl_s,
         )
-        return self._store_op(cfg, p, lambda: self.guard._store.begin(self.task_id, req))
+        return self._store_op(
+            cfg, p, lambda: self.guard._store.begin(self.task_id, req),
+            fallback=lambda: Snapshot(
+                halted=None, epoch=0, calls=0, tool_calls=0, consecutive_failures=0, tokens=0,
+                started_at=req.now, count=1, polls=0, record=None, approval=None, claimed=False))
 
-    def _store_op(self, cfg: _Config, p: _Prepared, op: Callable[[], T]) -> T:
+    def _store_op(self, cfg: _Config, p: _Prepared, op: Callable[[], T],
+                  fallback: Callable[[], T] | None = None) -> T:
+        """Run a store operation. When the store fails: ``fail_closed`` (default) raises
+        :class:`StoreError`, so nothing runs unguarded; ``fail_open`` returns ``fallback()``
+        (a permissive answer) with a warning audit event. Operations without a fallback
+        always fail closed."""
         try:
             return op()
-        except ToolGuardError:
-            raise
         except Exception as exc:
-            raise StoreError(f"state store failed for {p.entry.spec.name}: "
-                             f"{type(exc).__name__}: {exc}") from exc
+            if isinstance(exc, ToolGuardError) and not isinstance(exc, StoreError):
+                raise
+            error = exc if isinstance(exc, StoreError) else StoreError(
+                f"state store failed for {p.entry.spec.name}: {type(exc).__name__}: {exc}")
+            on_error = getattr(self.guard._store, "on_error", None) or cfg.policy.store.on_error
+            if fallback is None or on_error != "fail_open":
+                if error is exc:
+                    raise
+                raise error from exc
+        reason = f"state store unavailable, running unguarded (store.on_error = fail_open): {error}"
+        log.warning("toolguard: %s", reason)
+        self._event("validating->executing", p.entry.spec.name, Decision.ALLOW, reason, p, cfg)
+        return fallback()
 
     def _decide(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Verdict:
         ctx = CallContext(
@@ -662,7 +682,7 @@ class Task:
             answer.verdict, ApprovalState.PENDING)
         record = ApprovalRecord(state, req.requested_at, answer.reason, req.tool, dict(req.args))
         self._store_op(cfg, p, lambda: self.guard._store.set_approval(
-            self.task_id, p.key, record, cfg.policy.idempotency.ttl_s))
+            self.task_id, p.key, record, cfg.policy.idempotency.ttl_s), fallback=lambda: None)
         self._event("validating->needs_review", p.entry.spec.name, Decision.REVIEW,
                     f"approval: {answer.verdict}"
                     + (f" ({answer.reason})" if answer.reason else ""), p=p, cfg=cfg,
@@ -739,7 +759,19 @@ class Task:
             release=snap.claimed, ttl_s=p.entry.settings.idempotency_ttl_s,
             now=self.guard._clock(), halt=halt, call_id=p.call_id,
         )
-        self._store_op(cfg, p, lambda: self.guard._store.finish(self.task_id, req))
+        if executed:
+            # The tool already ran: a store failure now must not lose its result. Record
+            # what we can, warn, and return the result (the claim expires by its TTL).
+            try:
+                self._store_op(cfg, p, lambda: self.guard._store.finish(self.task_id, req),
+                               fallback=lambda: None)
+            except StoreError as exc:
+                log.warning("toolguard: %s: the result is returned but not recorded", exc)
+                self._event("executing->planning", p.entry.spec.name, Decision.ALLOW,
+                            f"state not recorded: {exc}", p, cfg)
+                return
+        else:
+            self._store_op(cfg, p, lambda: self.guard._store.finish(self.task_id, req))
         if req.unknown and (p.entry.settings.requires_approval
                             or not p.entry.settings.forwards_idempotency_key):
             # An earlier approval covered a call that may now have happened: a retry needs
@@ -747,7 +779,8 @@ class Task:
             record = ApprovalRecord(ApprovalState.PENDING, self.guard._clock(),
                                     "outcome unknown", p.entry.spec.name, self._redacted(p, cfg))
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
-                self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s))
+                self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
+                fallback=lambda: None)
 
     def _abandon(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> None:
         """The tool was interrupted (KeyboardInterrupt, task cancellation): record it as a
@@ -892,8 +925,7 @@ class Task:
                         continue
                 elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
                     self._wait_sync(cfg, p)
-                    # decide again on fresh state, but as the attempt this call was
-                    snap = self._begin(cfg, p, count=False)._replace(count=snap.count)
+                    snap = self._after_wait(cfg, p, snap)
                     continue
                 break
             observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
@@ -939,7 +971,7 @@ class Task:
                         continue
                 elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
                     await self._wait_async(cfg, p)
-                    snap = self._begin(cfg, p, count=False)._replace(count=snap.count)
+                    snap = self._after_wait(cfg, p, snap)
                     continue
                 break
             observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
@@ -971,6 +1003,14 @@ class Task:
         self.history.append(record)
 
     # -- waiting on an identical call in progress ----------------------------------------
+    def _after_wait(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Snapshot:
+        """Fresh state after waiting for an identical concurrent call, decided as the attempt
+        this call was. Concurrent identical calls are one call, not a loop: if the other one
+        completed, this one shares its result (count 1) instead of climbing the ladder."""
+        fresh = self._begin(cfg, p, count=False)
+        record = fresh.record
+        shared = record is not None and record.state is RecordState.COMPLETED
+        return fresh._replace(count=1 if shared else snap.count)
     def _notify(self, p: _Prepared) -> None:
         if p.claim:
             with self.guard._lock:
@@ -984,7 +1024,7 @@ class Task:
 
     def _settled(self, cfg: _Config, p: _Prepared) -> bool:
         record = self._store_op(cfg, p, lambda: self.guard._store.get_record(
-            self.task_id, p.key, self.guard._clock()))
+            self.task_id, p.key, self.guard._clock()), fallback=lambda: None)
         return record is None or record.state is not RecordState.IN_PROGRESS
 
     def _wait_sync(self, cfg: _Config, p: _Prepared) -> None:

@@ -66,7 +66,8 @@ class _Task:
     failures: dict[str, int] = field(default_factory=dict)
     # signature -> history, least recently used first (bounded by max_entries)
     sigs: OrderedDict[str, _Sig] = field(default_factory=OrderedDict)
-    seen: set[tuple[str, str]] = field(default_factory=set)
+    # (signature, result digest) pairs of successful mutating calls, oldest first (bounded)
+    seen: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
 
     def sig(self, signature: str) -> _Sig:
@@ -196,7 +197,9 @@ class MemoryStore:
                     if req.mutating and pair not in state.seen:
                         # Progress (a): the world changed; every count restarts, and this call
                         # is the first of the new epoch.
-                        state.seen.add(pair)
+                        state.seen[pair] = None
+                        if len(state.seen) > self._max_entries:
+                            state.seen.popitem(last=False)
                         state.epoch += 1
                         sig.epoch, sig.count, sig.polls = state.epoch, 1, 0
                     elif sig.last_digest and sig.last_digest != req.result_digest:

@@ -1,0 +1,211 @@
+"""Real-Redis test support: where the server is, fixtures that own a key prefix, and a TCP
+proxy that injects faults without disturbing the shared server.
+
+The server is ``TOOLGUARD_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``: a
+dedicated database). Every test gets its own key prefix and deletes only keys under it. If
+the server is unreachable, Redis tests skip with the reason, or fail when ``CI=true``.
+
+Use the fixtures by importing them into a test module::
+
+    from .redis_support import redis_prefix, redis_store  # noqa: F401
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import pytest
+
+if TYPE_CHECKING:
+    from toolguard.stores.redis import RedisStore
+
+REDIS_URL = os.environ.get("TOOLGUARD_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+_POLL_S = 0.05  # the proxy's socket timeout: how quickly it notices a mode change
+
+
+@functools.cache
+def _unreachable() -> str | None:
+    try:
+        import redis
+    except ImportError:
+        return "redis-py is not installed (pip install 'toolguard[redis]')"
+
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return f"Redis not reachable at {REDIS_URL} ({type(exc).__name__}: {exc})"
+    finally:
+        client.close()
+    return None
+
+
+def require_redis() -> str:
+    """The test server's URL; skips the test (fails it when ``CI=true``) if unreachable."""
+    reason = _unreachable()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI=true requires it (set TOOLGUARD_TEST_REDIS_URL)")
+        pytest.skip(reason)
+    return REDIS_URL
+
+
+def delete_prefix(prefix: str) -> int:
+    """Delete every key under ``prefix:`` on the test server; return how many."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5.0)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        return int(client.delete(*keys)) if keys else 0
+    finally:
+        client.close()
+
+
+def new_prefix() -> str:
+    """A key prefix no other test uses (hex only: no glob characters)."""
+    return f"tgtest:{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A fresh key prefix on the test server; its keys are deleted afterwards."""
+    require_redis()
+    prefix = new_prefix()
+    yield prefix
+    delete_prefix(prefix)
+
+
+@pytest.fixture
+def redis_store(redis_prefix: str) -> Iterator[RedisStore]:
+    """A :class:`RedisStore` on the test server under a fresh key prefix."""
+    from toolguard.stores.redis import RedisStore
+
+    store = RedisStore(url=REDIS_URL, key_prefix=redis_prefix, timeout_s=5.0)
+    yield store
+    store.close()
+
+
+class FaultProxy:
+    """A TCP proxy to the test server on ``127.0.0.1:port``.
+
+    ``cut()`` drops every connection and refuses new ones (Redis unreachable), ``stall()``
+    keeps connections open but forwards nothing (Redis hanging: commands time out),
+    ``restore()`` forwards again. Bytes held during a stall are dropped by the next ``cut()``.
+    Use as a context manager; threads are daemons and every socket error ends a pump quietly.
+    """
+
+    def __init__(self) -> None:
+        target = urlsplit(REDIS_URL)
+        self._target = (target.hostname or "127.0.0.1", target.port or 6379)
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(_POLL_S)
+        self.port: int = self._server.getsockname()[1]
+        self._mode = "pass"
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    @property
+    def url(self) -> str:
+        """The test server's URL with the proxy's address."""
+        return urlsplit(REDIS_URL)._replace(netloc=f"127.0.0.1:{self.port}").geturl()
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def cut(self) -> None:
+        """Close every connection; refuse new ones until :meth:`restore`."""
+        with self._lock:
+            self._mode = "cut"
+            self._close_all()
+
+    def stall(self) -> None:
+        """Stop forwarding (connections stay open). Returns once every pump is parked: a
+        pump inside ``recv`` when this is called still forwards what that ``recv`` returns."""
+        with self._lock:
+            self._mode = "stall"
+        time.sleep(2 * _POLL_S)
+
+    def restore(self) -> None:
+        """Forward again."""
+        with self._lock:
+            self._mode = "pass"
+
+    def close(self) -> None:
+        """Stop the proxy and close everything."""
+        self._stop.set()
+        with self._lock:
+            self._close_all()
+        self._server.close()
+        for thread in self._threads:
+            thread.join(timeout=2)
+
+    def _close_all(self) -> None:
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self._sockets.clear()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                if self._mode == "cut":
+                    client.close()
+                    continue
+                try:
+                    upstream = socket.create_connection(self._target, timeout=2)
+                except OSError:
+                    client.close()
+                    continue
+                for sock in (client, upstream):
+                    sock.settimeout(_POLL_S)
+                    self._sockets.append(sock)
+                for src, dst in ((client, upstream), (upstream, client)):
+                    thread = threading.Thread(target=self._pump, args=(src, dst), daemon=True)
+                    self._threads.append(thread)
+                    thread.start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        while not self._stop.is_set():
+            if self._mode != "pass":
+                if src.fileno() < 0:
+                    return
+                time.sleep(0.005)
+                continue
+            try:
+                data = src.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not data:
+                break
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,469 @@
+"""RedisStore through a real :class:`toolguard.Guard`: same decisions as memory, round trips
+per call, several processes serving one task, and faults (connections killed, Redis down,
+Redis hanging, Redis unreachable).
+
+Needs a real Redis (see ``redis_support``); faults go through a local TCP proxy, so the
+shared server is never paused or restarted.
+"""
+# ruff: noqa: F811  (the redis_prefix fixture is imported, then taken as a parameter)
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import toolguard as tg
+from toolguard._policy import (
+    BudgetPolicy,
+    IdempotencyPolicy,
+    LadderPolicy,
+    LadderThresholds,
+    StorePolicy,
+)
+from toolguard.stores import ApprovalRecord, BeginRequest, FinishRequest, MemoryStore, Store
+from toolguard.testing import FakeClock, auto_approve, capture_audit
+
+from .redis_support import REDIS_URL, FaultProxy, redis_prefix, require_redis  # noqa: F401
+
+try:
+    import redis
+
+    from toolguard.stores.redis import RedisStore
+except ImportError as exc:  # the extra is missing: fail on CI, skip elsewhere
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip(str(exc), allow_module_level=True)
+
+pytestmark = pytest.mark.redis
+
+Tool = Callable[..., Any]
+
+
+def _store(prefix: str, **kwargs: Any) -> RedisStore:
+    kwargs.setdefault("timeout_s", 5.0)
+    return RedisStore(url=kwargs.pop("url", REDIS_URL), key_prefix=prefix, **kwargs)
+
+
+# -- same decisions as the memory store -------------------------------------------------
+def _scenario(store: Store) -> list[str]:
+    @tg.readonly
+    def lookup(q: str) -> str:
+        return f"nothing for {q}"
+
+    @tg.mutating
+    def write(path: str, text: str = "") -> dict[str, Any]:
+        return {"path": path, "bytes": len(text), "tags": ["w", None, 1.5]}
+
+    @tg.requires_approval
+    def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    guard = tg.Guard(tools=[lookup, write, pay], store=store, approver=auto_approve,
+                     clock=FakeClock(1_000.0))
+    task = guard.task("scenario")
+    plan: list[tuple[str, dict[str, Any]]] = [
+        *[("lookup", {"q": "a"})] * 4,
+        ("write", {"path": "x", "text": "1"}), ("write", {"path": "x", "text": "1"}),
+        ("write", {"path": "y"}), ("write", {"path": "x", "text": "1"}),
+        ("lookup", {"q": "a"}), ("pay", {"amount": 5}), ("pay", {"amount": 5}),
+        *[("write", {"path": "x", "text": "1"})] * 4,
+    ]
+    seen: list[str] = []
+    for name, args in plan:
+        try:
+            result = task.call(name, args)
+        except tg.Halt as exc:
+            seen.append(type(exc).__name__)
+            task.resume()
+            continue
+        seen.append(f"{result.decision}:{result.value!r}")
+    task.new_turn()
+    seen.append(str(task.call("write", {"path": "x", "text": "1"}).decision))
+    usage = task.usage
+    seen.append(f"{usage.tool_calls} {sorted(usage.per_tool.items())} {task.halted}")
+    return seen
+
+
+def test_decisions_match_memory(redis_prefix: str) -> None:
+    expected = _scenario(MemoryStore(clock=FakeClock(1_000.0)))
+    store = _store(redis_prefix)
+    assert _scenario(store) == expected
+    store.close()
+    assert [s.split(":")[0] for s in expected[:16]] == [
+        "allow", "allow", "warn", "block", "allow", "cached", "allow", "allow", "allow",
+        "allow", "cached", "allow", "cached", "cached", "RepeatedToolCalls", "allow"]
+
+
+def test_policy_selects_redis(redis_prefix: str) -> None:
+    policy = tg.Policy(store=StorePolicy(backend="redis", url=REDIS_URL, key_prefix=redis_prefix,
+                                         timeout_s=0.75, state_ttl_s=60.0, on_error="fail_open"))
+    guard = tg.Guard(policy)
+    store = guard.store
+    assert isinstance(store, RedisStore)
+    assert store.on_error == "fail_open"
+    kwargs = store.client.connection_pool.connection_kwargs
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.75, 0.75)
+    store.new_turn("t")
+    assert 0 < store.client.pttl(f"{redis_prefix}:{{t}}:meta") <= 60_000
+    store.close()
+
+
+# -- round trips ------------------------------------------------------------------------
+def test_round_trips_per_call(redis_prefix: str) -> None:
+    ran: list[str] = []
+
+    @tg.mutating
+    def write(path: str) -> str:
+        ran.append(path)
+        return f"wrote {path}"
+
+    @tg.readonly
+    def lookup(q: str) -> str:
+        return q
+
+    store = _store(redis_prefix)
+    task = tg.Guard(tools=[write, lookup], store=store).task("rt")
+    task.call("write", {"path": "warm-up"})  # loads the scripts on a fresh server
+
+    def trips(tool: str, args: dict[str, Any]) -> tuple[tg.Decision, int]:
+        before = store.round_trips
+        decision = task.call(tool, args).decision
+        return decision, store.round_trips - before
+
+    assert trips("write", {"path": "a"}) == (tg.Decision.ALLOW, 2)
+    assert trips("write", {"path": "a"}) == (tg.Decision.CACHED, 1)
+    assert trips("lookup", {"q": "a"}) == (tg.Decision.ALLOW, 2)
+    assert ran == ["warm-up", "a"]
+    store.close()
+
+
+# -- several processes, one task --------------------------------------------------------
+def _same_call_worker(prefix: str, ladder: bool, barrier: Any, results: Any) -> None:
+    counter = redis.Redis.from_url(REDIS_URL)
+    store = _store(prefix)
+    try:
+        def charge(order: str) -> str:
+            n = counter.incr(f"{prefix}:charges")
+            time.sleep(0.3)  # the others arrive while it runs: they wait, then share
+            return f"charged {order} (#{n})"
+
+        policy = tg.Policy(ladder=LadderPolicy(
+            mutating=LadderThresholds(warn_at=5, block_at=6, halt_at=7))) if ladder else None
+        task = tg.Guard(policy, tools=[tg.mutating(charge)], store=store).task("order-task")
+        barrier.wait(timeout=30)
+        try:
+            result = task.call("charge", {"order": "A-17"})
+            results.put((str(result.decision), result.value))
+        except tg.Halt as exc:
+            results.put((type(exc).__name__, None))
+    except Exception as exc:
+        results.put(("error", repr(exc)))
+    finally:
+        store.close()
+        counter.close()
+
+
+def _budget_worker(prefix: str, proc: int, barrier: Any, results: Any) -> None:
+    counter = redis.Redis.from_url(REDIS_URL)
+    store = _store(prefix)
+    try:
+        def write(proc: int, n: int) -> str:
+            counter.incr(f"{prefix}:writes")
+            return f"{proc}/{n}"
+
+        policy = tg.Policy(budget=BudgetPolicy(max_tool_calls=10))
+        task = tg.Guard(policy, tools=[tg.mutating(write)], store=store).task("budget-task")
+        barrier.wait(timeout=30)
+        executed = halted = 0
+        for n in range(5):
+            try:
+                executed += task.call("write", {"proc": proc, "n": n}).decision.executed
+            except tg.BudgetExceeded:
+                halted += 1
+        results.put((executed, halted))
+    except Exception as exc:
+        results.put(("error", repr(exc)))
+    finally:
+        store.close()
+        counter.close()
+
+
+def _run_processes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> list[Any]:
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(len(args)), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, barrier, results)) for a in args]
+    for p in procs:
+        p.start()
+    out: list[Any] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(out) < len(procs):
+            try:
+                out.append(results.get(timeout=0.2))
+            except queue.Empty:
+                if time.monotonic() > deadline or not any(p.is_alive() for p in procs):
+                    pytest.fail(f"workers reported {out}; exit codes "
+                                f"{[p.exitcode for p in procs]}")
+        return out
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+
+
+def test_four_processes_same_call_execute_once(redis_prefix: str) -> None:
+    out = _run_processes(_same_call_worker, [(redis_prefix, True)] * 4)
+    check = redis.Redis.from_url(REDIS_URL)
+    assert check.get(f"{redis_prefix}:charges") == b"1"
+    check.close()
+    assert sorted(d for d, _ in out) == ["allow", "cached", "cached", "cached"], out
+    assert {v for _, v in out} == {"charged A-17 (#1)"}
+
+
+def test_four_processes_same_call_default_ladder(redis_prefix: str) -> None:
+    # Four identical attempts reach the default mutating halt_at = 4 whatever their timing;
+    # the side effect still happens exactly once.
+    out = _run_processes(_same_call_worker, [(redis_prefix, False)] * 4)
+    check = redis.Redis.from_url(REDIS_URL)
+    assert check.get(f"{redis_prefix}:charges") == b"1"
+    check.close()
+    decisions = [d for d, _ in out]
+    assert decisions.count("allow") == 1, out
+    assert set(decisions) <= {"allow", "cached", "RepeatedToolCalls"}, out
+
+
+def test_budget_shared_by_four_processes(redis_prefix: str) -> None:
+    out = _run_processes(_budget_worker, [(redis_prefix, i) for i in range(4)])
+    assert all(isinstance(e, int) for e, _ in out), out
+    assert sum(e for e, _ in out) == 10
+    assert sum(h for _, h in out) == 10
+    check = redis.Redis.from_url(REDIS_URL)
+    assert check.get(f"{redis_prefix}:writes") == b"10"
+    check.close()
+
+
+# -- faults -----------------------------------------------------------------------------
+def _writer(ran: list[str], hook: Callable[[], None] = lambda: None) -> Tool:
+    @tg.mutating
+    def write(path: str) -> str:
+        hook()
+        ran.append(path)
+        return f"wrote {path}"
+
+    return write
+
+
+def test_connection_killed_mid_call_keeps_state(redis_prefix: str) -> None:
+    store = _store(redis_prefix)
+    killer = redis.Redis.from_url(REDIS_URL)
+    killed: list[int] = []
+
+    def kill_store_connection() -> None:  # runs between begin and finish
+        client_id = store.client.client_id()
+        killer.client_kill_filter(_id=str(client_id))
+        killed.append(client_id)
+
+    ran: list[str] = []
+    task = tg.Guard(tools=[_writer(ran, kill_store_connection)], store=store).task("kill")
+    assert task.call("write", {"path": "a"}).decision is tg.Decision.ALLOW
+    assert task.call("write", {"path": "a"}).decision is tg.Decision.CACHED
+    assert task.call("write", {"path": "b"}).decision is tg.Decision.ALLOW
+    assert ran == ["a", "b"]
+    assert len(killed) == 2
+    assert store.client.client_id() not in killed
+    assert task.usage.tool_calls == 3
+    killer.close()
+    store.close()
+
+
+def test_redis_down_mid_task_fails_closed_then_recovers(redis_prefix: str) -> None:
+    ran: list[str] = []
+    with FaultProxy() as proxy:
+        store = _store(redis_prefix, url=proxy.url, timeout_s=0.5)
+        task = tg.Guard(tools=[_writer(ran)], store=store).task("down")
+        assert task.call("write", {"path": "a"}).decision is tg.Decision.ALLOW
+        proxy.cut()
+        with pytest.raises(tg.StoreError, match=r"Redis store at 127\.0\.0\.1:\d+/\d+ failed"):
+            task.call("write", {"path": "b"})
+        assert ran == ["a"]
+        proxy.restore()
+        assert task.call("write", {"path": "a"}).decision is tg.Decision.CACHED
+        assert task.call("write", {"path": "b"}).decision is tg.Decision.ALLOW
+        assert ran == ["a", "b"]
+        assert task.usage.tool_calls == 3  # the refused call never reached Redis
+        store.close()
+
+
+def test_redis_hanging_times_out(redis_prefix: str) -> None:
+    ran: list[str] = []
+    with FaultProxy() as proxy:
+        store = _store(redis_prefix, url=proxy.url, timeout_s=0.3)
+        task = tg.Guard(tools=[_writer(ran)], store=store).task("hang")
+        task.call("write", {"path": "a"})
+        proxy.stall()
+        start = time.monotonic()
+        with pytest.raises(tg.StoreError, match="Timeout"):
+            task.call("write", {"path": "b"})
+        assert time.monotonic() - start < 1.5
+        assert ran == ["a"]
+        proxy.cut()  # drops what the stalled connection still held
+        proxy.restore()
+        assert task.call("write", {"path": "b"}).decision is tg.Decision.ALLOW
+        assert ran == ["a", "b"]
+        store.close()
+
+
+def test_unreachable_redis_fails_closed() -> None:
+    require_redis()
+    ran: list[str] = []
+    store = RedisStore(url="redis://127.0.0.1:1/0", timeout_s=0.2)
+    task = tg.Guard(tools=[_writer(ran)], store=store).task("nowhere")
+    start = time.monotonic()
+    with pytest.raises(tg.StoreError, match=r"127\.0\.0\.1:1/0 failed \(begin, task 'nowhere'\)"):
+        task.call("write", {"path": "a"})
+    assert time.monotonic() - start < 2.0
+    assert ran == []
+    store.close()
+
+
+def test_unreachable_redis_fails_open() -> None:
+    ran: list[str] = []
+    store = RedisStore(url="redis://127.0.0.1:1/0", timeout_s=0.2, on_error="fail_open")
+    policy = tg.Policy(store=StorePolicy(on_error="fail_open"))
+    guard = tg.Guard(policy, tools=[_writer(ran)], store=store)
+    with capture_audit(guard) as events:
+        result = guard.task("open").call("write", {"path": "a"})
+    assert result.decision is tg.Decision.ALLOW
+    assert ran == ["a"]
+    assert any("fail_open" in e.reason for e in events)
+    store.close()
+
+
+def _crashing_worker(prefix: str, barrier: Any, results: Any) -> None:
+    store = _store(prefix)
+
+    def write(path: str) -> str:
+        results.put("claimed")
+        results.close()
+        results.join_thread()  # flushed: the parent sees it before this process dies
+        os._exit(3)  # the worker dies mid-call: its claim stays behind
+
+    policy = tg.Policy(idempotency=IdempotencyPolicy(in_progress_ttl_s=0.3))
+    tg.Guard(policy, tools=[tg.mutating(write)], store=store).task("crash").call(
+        "write", {"path": "a"})
+
+
+def test_crashed_workers_claim_expires(redis_prefix: str) -> None:
+    assert _run_processes(_crashing_worker, [(redis_prefix,)]) == ["claimed"]
+    ran: list[str] = []
+    store = _store(redis_prefix)
+    task = tg.Guard(tools=[_writer(ran)], store=store).task("crash")
+    start = time.monotonic()
+    result = task.call("write", {"path": "a"})  # waits until the dead worker's claim expires
+    assert time.monotonic() - start < 2.0
+    # Executed once; a warn, since the dead worker's attempt counted too.
+    assert (result.decision, result.count, ran) == (tg.Decision.WARN, 2, ["a"])
+    assert task.call("write", {"path": "a"}).decision is tg.Decision.CACHED
+    store.close()
+
+
+# -- Redis specifics --------------------------------------------------------------------
+def test_every_key_has_a_ttl(redis_prefix: str) -> None:
+    store = _store(redis_prefix, state_ttl_s=600.0)
+    guard = tg.Guard(tools=[_writer([])], store=store, approver=auto_approve)
+    task = guard.task("ttl")
+    task.call("write", {"path": "a"})
+    task.call("write", {"path": "a"})
+    task.record_usage(10, 2)
+    store.set_approval("ttl", "ttl:write:x", ApprovalRecord("pending", 0.0), 60.0)
+    store.finish("ttl", FinishRequest(
+        tool="write", signature="s", idempotency_key="ttl:write:s", executed=True, success=True,
+        unknown=False, mutating=True, result_digest="d", store_result=True, content=1,
+        release=False, ttl_s=7200.0, now=time.time()))  # a record outliving the task state
+    client = store.client
+    ttls = {k.decode(): client.pttl(k) for k in client.scan_iter(match=f"{redis_prefix}:*")}
+    base = f"{redis_prefix}:{{ttl}}:"
+    assert set(ttls) == {base + s for s in ("meta", "sigs", "seen", "appr", "recs")} | {
+        base + f"rec:ttl:write:{tg.args_hash({'path': 'a'})}", base + "rec:ttl:write:s"}
+    assert all(0 < ms <= 7_200_000 for ms in ttls.values()), ttls
+    assert 590_000 < ttls[base + "meta"] <= 600_000
+    assert ttls[base + "recs"] > 7_100_000  # kept as long as the longest record
+    assert 3_590_000 < ttls[base + f"rec:ttl:write:{tg.args_hash({'path': 'a'})}"] <= 3_600_000
+    store.clear_task("ttl")
+    assert list(client.scan_iter(match=f"{redis_prefix}:*")) == []
+    store.close()
+
+
+def test_claim_expires_in_redis(redis_prefix: str) -> None:
+    store = _store(redis_prefix)
+    req = BeginRequest(tool="t", signature="s", idempotency_key="k", claim=True,
+                       task_scope=False, count=True, poll=False, now=time.time(),
+                       claim_ttl_s=0.05)
+    assert store.begin("x", req).claimed
+    assert store.client.exists(f"{redis_prefix}:{{x}}:rec:k") == 1
+    time.sleep(0.1)
+    assert store.client.exists(f"{redis_prefix}:{{x}}:rec:k") == 0
+    store.close()
+
+
+def test_client_with_decoded_responses(redis_prefix: str) -> None:
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True, socket_timeout=5.0)
+    store = RedisStore(client, key_prefix=redis_prefix)
+    assert _scenario(store) == _scenario(MemoryStore(clock=FakeClock(1_000.0)))
+    store.close()  # a client passed in stays open
+    assert client.ping()
+    client.close()
+
+
+def test_non_json_results_are_stored_as_repr(redis_prefix: str) -> None:
+    store = _store(redis_prefix)
+    content = {"when": (1, 2), 3: b"raw", "big": 2**70}
+    store.finish("t", FinishRequest(
+        tool="w", signature="s", idempotency_key="k", executed=False, success=False,
+        unknown=False, mutating=True, result_digest="", store_result=True, content=content,
+        release=False, ttl_s=60.0, now=0.0))
+    record = store.get_record("t", "k", 0.0)
+    assert record is not None
+    assert record.content == repr(content)  # an int beyond 64 bits: the whole value as repr
+    store.finish("t", FinishRequest(
+        tool="w", signature="s", idempotency_key="k", executed=False, success=False,
+        unknown=False, mutating=True, result_digest="", store_result=True,
+        content={"when": (1, 2), 3: b"raw"}, release=False, ttl_s=60.0, now=0.0))
+    record = store.get_record("t", "k", 0.0)
+    assert record is not None
+    assert record.content == {"when": [1, 2], "3": "b'raw'"}
+    store.close()
+
+
+def test_redis_errors_become_store_errors(redis_prefix: str) -> None:
+    store = _store(redis_prefix)
+    store.client.set(f"{redis_prefix}:{{bad}}:meta", "not a hash")
+    with pytest.raises(tg.StoreError, match=r"failed \(usage, task 'bad'\): ResponseError"):
+        store.usage("bad")
+    store.close()
+
+
+def test_constructor_checks() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        RedisStore(redis.Redis(), url=REDIS_URL)
+    with pytest.raises(ValueError, match="must be > 0"):
+        RedisStore(url=REDIS_URL, timeout_s=0)
+    with pytest.raises(ValueError, match="on_error"):
+        RedisStore(url=REDIS_URL, on_error="ignore")  # type: ignore[arg-type]
+    assert repr(RedisStore(url="redis://10.0.0.9:6380/3", key_prefix="p")) == (
+        "RedisStore('10.0.0.9:6380/3', key_prefix='p')")
+
+
+def test_missing_redis_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)
+    monkeypatch.delitem(sys.modules, "toolguard.stores.redis")
+    with pytest.raises(ImportError, match=r"pip install 'toolguard\[redis\]'"):
+        import toolguard.stores.redis  # noqa: F401

@@ -1,0 +1,458 @@
+"""The store contract: every back-end passes these tests unchanged (``store`` is parametrized
+over :class:`MemoryStore` and :class:`RedisStore`).
+
+Time is a :class:`FakeClock`: the memory store reads it, and every request carries
+``now=clock()``, which is what the Redis store compares record expiry against. A differential
+property test at the end runs random operation histories through both back-ends and
+requires identical answers.
+"""
+# ruff: noqa: F811  (fixtures are imported from redis_support, then taken as parameters)
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toolguard._types import RecordState
+from toolguard.stores import (
+    ApprovalRecord,
+    ApprovalState,
+    BeginRequest,
+    FinishRequest,
+    MemoryStore,
+    Snapshot,
+    Store,
+)
+from toolguard.testing import FakeClock
+
+from .redis_support import REDIS_URL, delete_prefix, redis_prefix, redis_store  # noqa: F401
+
+TASK = "task-1"
+KEY = f"{TASK}:pay:s1"
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def store(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Store]:
+    if request.param == "memory":
+        yield MemoryStore(clock=clock)
+    else:
+        yield request.getfixturevalue("redis_store")
+
+
+def begin(store: Store, clock: FakeClock, sig: str = "s1", *, tool: str = "pay",
+          key: str = "", claim: bool = False, task_scope: bool = False, count: bool = True,
+          poll: bool = False, claim_ttl_s: float = 30.0, task: str = TASK) -> Snapshot:
+    return store.begin(task, BeginRequest(
+        tool=tool, signature=sig, idempotency_key=key, claim=claim, task_scope=task_scope,
+        count=count, poll=poll, now=clock(), claim_ttl_s=claim_ttl_s))
+
+
+def finish(store: Store, clock: FakeClock, sig: str = "s1", *, tool: str = "pay",
+           key: str = "", executed: bool = True, success: bool = True, unknown: bool = False,
+           mutating: bool = True, digest: str = "d1", store_result: bool = False,
+           content: Any = None, release: bool = False, ttl_s: float = 3600.0,
+           halt: dict[str, Any] | None = None, call_id: str = "", task: str = TASK) -> None:
+    store.finish(task, FinishRequest(
+        tool=tool, signature=sig, idempotency_key=key, executed=executed, success=success,
+        unknown=unknown, mutating=mutating, result_digest=digest, store_result=store_result,
+        content=content, release=release, ttl_s=ttl_s, now=clock(), halt=halt,
+        call_id=call_id))
+
+
+def test_is_a_store(store: Store) -> None:
+    assert isinstance(store, Store)
+
+
+# -- counting ---------------------------------------------------------------------------
+def test_first_call_snapshot(store: Store, clock: FakeClock) -> None:
+    snap = begin(store, clock)
+    assert snap == Snapshot(halted=None, epoch=0, calls=1, tool_calls=1,
+                            consecutive_failures=0, tokens=0, started_at=clock(), count=1,
+                            polls=0, record=None, approval=None, claimed=False)
+
+
+def test_repeats_count_per_signature_and_tool(store: Store, clock: FakeClock) -> None:
+    assert [begin(store, clock).count for _ in range(3)] == [1, 2, 3]
+    other = begin(store, clock, "s2")
+    assert (other.count, other.calls, other.tool_calls) == (1, 4, 4)
+    grep = begin(store, clock, "s1", tool="grep")  # same signature text, other tool
+    assert (grep.count, grep.calls, grep.tool_calls) == (4, 5, 1)
+
+
+def test_uncounted_begin_reads_without_counting(store: Store, clock: FakeClock) -> None:
+    snap = begin(store, clock, count=False)
+    assert (snap.count, snap.calls, snap.tool_calls) == (1, 0, 0)
+    begin(store, clock)
+    begin(store, clock)
+    snap = begin(store, clock, count=False)
+    assert (snap.count, snap.calls, snap.tool_calls) == (2, 2, 2)
+    assert store.usage(TASK).per_tool == {"pay": 2}
+
+
+def test_polls_count_separately(store: Store, clock: FakeClock) -> None:
+    snaps = [begin(store, clock, poll=True) for _ in range(3)]
+    assert [(s.count, s.polls) for s in snaps] == [(1, 1), (1, 2), (1, 3)]
+    assert snaps[-1].calls == 3
+    assert (begin(store, clock).count, begin(store, clock).polls) == (1, 3)
+
+
+def test_started_at_is_the_first_begin(store: Store, clock: FakeClock) -> None:
+    start = clock()
+    begin(store, clock)
+    clock.advance(42.5)
+    assert begin(store, clock).started_at == start
+
+
+def test_tasks_are_isolated(store: Store, clock: FakeClock) -> None:
+    begin(store, clock, key=KEY, claim=True)
+    begin(store, clock)
+    store.set_halted(TASK, {"kind": "Halt", "reason": "x"})
+    other = begin(store, clock, key="task-2:pay:s1", claim=True, task="task-2")
+    assert (other.count, other.calls, other.halted, other.claimed) == (1, 1, None, True)
+    assert store.get_record("task-2", KEY, clock()) is None
+
+
+# -- progress ---------------------------------------------------------------------------
+def test_progress_a_new_mutating_result_moves_the_epoch(store: Store, clock: FakeClock) -> None:
+    begin(store, clock, "s2")
+    begin(store, clock, "s2")
+    begin(store, clock)
+    assert begin(store, clock).count == 2
+    finish(store, clock, digest="d1")
+    assert store.usage(TASK).epoch == 1
+    assert begin(store, clock).count == 2  # the progressing call was the first of epoch 1
+    assert begin(store, clock, "s2").count == 1  # every other count restarted
+    finish(store, clock, digest="d1")  # the same (signature, result) again: no progress
+    assert store.usage(TASK).epoch == 1
+    assert begin(store, clock).count == 3
+
+
+def test_progress_a_needs_a_mutating_success(store: Store, clock: FakeClock) -> None:
+    begin(store, clock)
+    finish(store, clock, mutating=False, digest="d1")
+    finish(store, clock, success=False, digest="d2")
+    finish(store, clock, digest="")
+    finish(store, clock, executed=False, digest="d3")
+    assert store.usage(TASK).epoch == 0
+    assert begin(store, clock).count == 2
+
+
+def test_progress_b_a_changed_result_restarts_the_count(store: Store, clock: FakeClock) -> None:
+    for _ in range(3):
+        begin(store, clock)
+    finish(store, clock, mutating=False, digest="d1")  # first result: nothing to compare
+    assert begin(store, clock).count == 4
+    finish(store, clock, mutating=False, digest="d1")
+    assert begin(store, clock).count == 5
+    finish(store, clock, mutating=False, digest="d2")
+    assert begin(store, clock).count == 2
+    assert store.usage(TASK).epoch == 0
+
+
+def test_last_result_survives_a_new_epoch(store: Store, clock: FakeClock) -> None:
+    begin(store, clock)
+    finish(store, clock, mutating=False, digest="d1")
+    store.new_turn(TASK)
+    begin(store, clock)
+    assert begin(store, clock).count == 2
+    finish(store, clock, mutating=False, digest="d2")  # differs from the previous epoch's
+    assert begin(store, clock).count == 2
+
+
+def test_new_turn_restarts_counts(store: Store, clock: FakeClock) -> None:
+    begin(store, clock)
+    begin(store, clock, poll=True)
+    assert begin(store, clock).count == 2
+    store.new_turn(TASK)
+    snap = begin(store, clock)
+    assert (snap.epoch, snap.count, snap.polls, snap.calls) == (1, 1, 0, 4)
+    store.new_turn("fresh-task")
+    assert store.usage("fresh-task").epoch == 1
+
+
+def test_consecutive_failures_per_tool(store: Store, clock: FakeClock) -> None:
+    finish(store, clock, success=False, digest="")
+    finish(store, clock, success=False, digest="")
+    finish(store, clock, tool="grep", success=False, digest="")
+    finish(store, clock, executed=False, success=False, digest="")  # not executed: no change
+    assert begin(store, clock).consecutive_failures == 2
+    assert begin(store, clock, tool="grep").consecutive_failures == 1
+    finish(store, clock, digest="d1")
+    assert begin(store, clock).consecutive_failures == 0
+
+
+# -- idempotency records ----------------------------------------------------------------
+def test_claim_is_exclusive(store: Store, clock: FakeClock) -> None:
+    first = begin(store, clock, key=KEY, claim=True)
+    assert (first.claimed, first.record) == (True, None)
+    second = begin(store, clock, key=KEY, claim=True)
+    assert second.claimed is False
+    assert second.record is not None
+    assert (second.record.state, second.record.epoch, second.record.created_at,
+            second.record.content, second.record.call_id) == (
+        RecordState.IN_PROGRESS, 0, clock(), None, "")
+    assert store.get_record(TASK, KEY, clock()) == second.record
+
+
+def test_concurrent_claims_one_winner(store: Store, clock: FakeClock) -> None:
+    n = 8
+    barrier = threading.Barrier(n)
+    snaps: list[Snapshot] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        barrier.wait(timeout=10)
+        snap = begin(store, clock, key=KEY, claim=True)
+        with lock:
+            snaps.append(snap)
+
+    threads = [threading.Thread(target=worker) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert sum(s.claimed for s in snaps) == 1
+    assert sorted(s.count for s in snaps) == list(range(1, n + 1))
+    assert sorted(s.calls for s in snaps) == list(range(1, n + 1))
+
+
+def test_claim_expires_after_claim_ttl(store: Store, clock: FakeClock) -> None:
+    begin(store, clock, key=KEY, claim=True, claim_ttl_s=5.0)
+    clock.advance(4.5)
+    assert begin(store, clock, key=KEY, claim=True).claimed is False
+    clock.advance(0.5)
+    assert store.get_record(TASK, KEY, clock()) is None
+    assert begin(store, clock, key=KEY, claim=True, claim_ttl_s=5.0).claimed is True
+
+
+def test_completed_record(store: Store, clock: FakeClock) -> None:
+    content = {"id": 7, "ok": True, "items": [1, 2.5, None, "x", {"nested": []}], "none": None}
+    begin(store, clock, key=KEY, claim=True)
+    clock.advance(1.0)
+    finish(store, clock, key=KEY, store_result=True, content=content, release=True,
+           call_id="task-1#1")
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None
+    assert (record.state, record.epoch, record.created_at, record.content, record.call_id) == (
+        RecordState.COMPLETED, 1, clock(), content, "task-1#1")  # epoch after the progress
+    snap = begin(store, clock, key=KEY, claim=True)
+    assert (snap.record, snap.claimed) == (record, False)
+
+
+@pytest.mark.parametrize("content", ["text", "", 0, -3, 2**62, 1.25, True, False, None, [],
+                                     {}, ["a", [1, {"b": None}]], {"k": {"v": [1.5, "é"]}}])
+def test_record_content_round_trips(store: Store, clock: FakeClock, content: Any) -> None:
+    finish(store, clock, key=KEY, store_result=True, content=content)
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None
+    assert record.content == content
+    assert type(record.content) is type(content)
+
+
+def test_completed_record_expires_after_ttl(store: Store, clock: FakeClock) -> None:
+    finish(store, clock, key=KEY, store_result=True, content="done", ttl_s=10.0)
+    clock.advance(9.5)
+    assert begin(store, clock, key=KEY, claim=True).record is not None
+    clock.advance(0.5)
+    assert store.get_record(TASK, KEY, clock()) is None
+    assert begin(store, clock, key=KEY, claim=True).claimed is True
+
+
+def test_until_change_record_lapses_at_progress(store: Store, clock: FakeClock) -> None:
+    finish(store, clock, key=KEY, store_result=True, content="done")
+    assert store.usage(TASK).epoch == 1
+    store.new_turn(TASK)
+    assert begin(store, clock, key=KEY).record is None
+    kept = begin(store, clock, key=KEY, task_scope=True).record  # scope "task" survives
+    assert kept is not None
+    assert kept.content == "done"
+    # get_record does not apply the epoch rule: the lapsed record is still stored ...
+    assert store.get_record(TASK, KEY, clock()) == kept
+    # ... until a claim replaces it.
+    assert begin(store, clock, key=KEY, claim=True).claimed is True
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None
+    assert (record.state, record.epoch) == (RecordState.IN_PROGRESS, 2)
+
+
+def test_in_progress_and_unknown_records_survive_progress(store: Store, clock: FakeClock
+                                                          ) -> None:
+    begin(store, clock, key=KEY, claim=True)
+    finish(store, clock, "s2", key=f"{TASK}:pay:s2", unknown=True, success=False, digest="",
+           call_id="task-1#2")
+    store.new_turn(TASK)
+    claim = begin(store, clock, key=KEY, claim=True)
+    assert claim.record is not None
+    assert (claim.record.state, claim.claimed) == (RecordState.IN_PROGRESS, False)
+    unknown = begin(store, clock, "s2", key=f"{TASK}:pay:s2", claim=True)
+    assert unknown.record is not None
+    assert (unknown.record.state, unknown.record.epoch, unknown.record.content,
+            unknown.record.call_id, unknown.claimed) == (
+        RecordState.UNKNOWN, 0, None, "task-1#2", False)
+
+
+def test_store_result_beats_unknown_beats_release(store: Store, clock: FakeClock) -> None:
+    begin(store, clock, key=KEY, claim=True)
+    finish(store, clock, key=KEY, store_result=True, unknown=True, release=True, content=1)
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None
+    assert record.state is RecordState.COMPLETED
+    finish(store, clock, key=KEY, unknown=True, release=True, digest="")
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None
+    assert record.state is RecordState.UNKNOWN
+
+
+def test_release_drops_only_a_claim(store: Store, clock: FakeClock) -> None:
+    begin(store, clock, key=KEY, claim=True)
+    finish(store, clock, key=KEY, executed=False, release=True, digest="")
+    assert store.get_record(TASK, KEY, clock()) is None
+    assert begin(store, clock, key=KEY, claim=True).claimed is True
+    finish(store, clock, key=KEY, store_result=True, content="done")
+    finish(store, clock, key=KEY, executed=False, release=True, digest="")
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None
+    assert record.state is RecordState.COMPLETED
+
+
+def test_no_key_no_record(store: Store, clock: FakeClock) -> None:
+    snap = begin(store, clock, key="", claim=True)
+    assert (snap.claimed, snap.record, snap.approval) == (False, None, None)
+    finish(store, clock, key="", store_result=True, content="x")
+    assert store.get_record(TASK, "", clock()) is None
+
+
+# -- halt, usage, approvals, clearing ---------------------------------------------------
+def test_halted_flag(store: Store, clock: FakeClock) -> None:
+    halt = {"kind": "RepeatedToolCalls", "reason": "looped", "tool": "pay", "count": 4}
+    finish(store, clock, executed=False, digest="", halt=halt)
+    assert begin(store, clock).halted == halt
+    assert store.usage(TASK).halted == halt
+    finish(store, clock, digest="d1")  # halt=None leaves the flag alone
+    assert store.usage(TASK).halted == halt
+    store.set_halted(TASK, None)
+    assert begin(store, clock).halted is None
+    store.set_halted(TASK, {"kind": "BudgetExceeded", "reason": "tokens"})
+    assert store.usage(TASK).halted == {"kind": "BudgetExceeded", "reason": "tokens"}
+
+
+def test_usage(store: Store, clock: FakeClock) -> None:
+    assert store.usage("never-seen").started_at is None
+    assert store.usage("never-seen").tool_calls == 0
+    start = clock()
+    assert store.add_usage(TASK, 100, 20, clock()) == 120
+    clock.advance(3.0)
+    assert store.add_usage(TASK, 5, 0, clock()) == 125
+    begin(store, clock)
+    begin(store, clock, tool="grep")
+    begin(store, clock, tool="grep", poll=True)
+    begin(store, clock, count=False, tool="view")
+    finish(store, clock, digest="d1")
+    usage = store.usage(TASK)
+    assert (usage.tool_calls, usage.per_tool, usage.input_tokens, usage.output_tokens,
+            usage.started_at, usage.epoch, usage.halted) == (
+        3, {"pay": 1, "grep": 2}, 105, 20, start, 1, None)
+    assert begin(store, clock).tokens == 125
+
+
+def test_approvals(store: Store, clock: FakeClock) -> None:
+    pending = ApprovalRecord(ApprovalState.PENDING, clock(), "needs a human", "pay",
+                             {"amount": 12.5, "to": "acme", "meta": {"ids": [1, 2]}})
+    store.set_approval(TASK, KEY, pending, 3600.0)
+    store.set_approval(TASK, f"{TASK}:pay:s9", ApprovalRecord(ApprovalState.REJECTED, 0.0,
+                                                              "no"), 3600.0)
+    assert store.pending_approvals(TASK) == {KEY: pending}
+    assert begin(store, clock, key=KEY).approval == pending
+    assert begin(store, clock, key="").approval is None
+    approved = ApprovalRecord(ApprovalState.APPROVED, pending.requested_at, "", "pay",
+                              pending.args)
+    store.set_approval(TASK, KEY, approved, 3600.0)
+    assert store.pending_approvals(TASK) == {}
+    assert begin(store, clock, key=KEY, claim=True).approval == approved
+    assert store.pending_approvals("task-2") == {}
+
+
+def test_clear_task(store: Store, clock: FakeClock) -> None:
+    for task in (TASK, "task-2"):
+        begin(store, clock, key=f"{task}:pay:s1", claim=True, task=task)
+        finish(store, clock, "s2", key=f"{task}:pay:s2", store_result=True, content="x",
+               task=task)
+        store.add_usage(task, 1, 1, clock())
+        store.set_approval(task, f"{task}:pay:s3", ApprovalRecord(ApprovalState.PENDING, 0.0),
+                           60.0)
+        store.set_halted(task, {"kind": "Halt"})
+    store.clear_task(TASK)
+    usage = store.usage(TASK)
+    assert (usage.tool_calls, usage.input_tokens, usage.epoch, usage.halted,
+            usage.started_at) == (0, 0, 0, None, None)
+    assert store.get_record(TASK, f"{TASK}:pay:s1", clock()) is None
+    assert store.get_record(TASK, f"{TASK}:pay:s2", clock()) is None
+    assert store.pending_approvals(TASK) == {}
+    assert begin(store, clock).count == 1
+    assert store.usage("task-2").halted == {"kind": "Halt"}
+    assert store.get_record("task-2", "task-2:pay:s2", clock()) is not None
+    store.clear_task("never-seen")
+
+
+# -- differential: Redis answers exactly as memory on random histories -------------------
+_SIGS = st.sampled_from(["s1", "s2"])
+_MOSTLY = st.sampled_from([True, True, True, False])
+_OPS = st.one_of(
+    st.tuples(st.just("begin"), _SIGS, _MOSTLY, st.booleans(), st.booleans(), _MOSTLY,
+              st.booleans()),
+    st.tuples(st.just("finish"), _SIGS, _MOSTLY, _MOSTLY, st.booleans(),
+              st.sampled_from(["", "d1", "d2", "d3"]),
+              st.sampled_from(["store", "unknown", "release", "none"])),
+    st.tuples(st.just("advance"), st.sampled_from([0.5, 2.5, 5.0, 10.0])),
+    st.tuples(st.just("new_turn")),
+    st.tuples(st.just("halt"), st.booleans()),
+    st.tuples(st.just("usage"), st.integers(0, 50)),
+)
+
+
+def _apply(store: Store, clock: FakeClock, op: tuple[Any, ...]) -> Any:
+    name = op[0]
+    if name == "begin":
+        _, sig, keyed, claim, scope, count, poll = op
+        return begin(store, clock, sig, key=f"{TASK}:pay:{sig}" if keyed else "", claim=claim,
+                     task_scope=scope, count=count, poll=poll, claim_ttl_s=10.0)
+    if name == "finish":
+        _, sig, executed, success, mutating, digest, outcome = op
+        finish(store, clock, sig, key=f"{TASK}:pay:{sig}", executed=executed, success=success,
+               mutating=mutating, digest=digest, store_result=outcome == "store",
+               unknown=outcome == "unknown", release=outcome == "release", content=[sig],
+               ttl_s=10.0, call_id=sig)
+        return [store.get_record(TASK, f"{TASK}:pay:{s}", clock()) for s in ("s1", "s2")]
+    if name == "advance":
+        clock.advance(op[1])
+        return None
+    if name == "new_turn":
+        store.new_turn(TASK)
+        return None
+    if name == "halt":
+        store.set_halted(TASK, {"kind": "Halt"} if op[1] else None)
+        return None
+    return store.add_usage(TASK, op[1], 1, clock()), store.usage(TASK)
+
+
+@pytest.mark.redis
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(_OPS, min_size=5, max_size=30))
+def test_redis_matches_memory(redis_prefix: str, ops: list[tuple[Any, ...]]) -> None:
+    from toolguard.stores.redis import RedisStore
+
+    memory_clock, redis_clock = FakeClock(1_000_000.0), FakeClock(1_000_000.0)
+    memory = MemoryStore(clock=memory_clock)
+    redis = RedisStore(url=REDIS_URL, key_prefix=f"{redis_prefix}:{len(ops)}", timeout_s=5.0)
+    try:
+        for op in ops:
+            assert _apply(redis, redis_clock, op) == _apply(memory, memory_clock, op), op
+    finally:
+        redis.clear_task(TASK)
+        redis.close()

@@ -1,0 +1,574 @@
+"""Redis store: per-task state shared by every worker process and host serving a task.
+
+Needs the extra ``toolguard[redis]`` (redis-py). Semantics are exactly those of
+:class:`~toolguard.stores.MemoryStore` (one contract suite, ``tests/test_store_contract.py``,
+runs against both); only where the state lives differs.
+
+Key layout, for task ``T`` under ``key_prefix`` ``P`` (``{T}`` is a Redis Cluster hash tag,
+so all keys of one task share one slot)::
+
+    P:{T}:meta        hash   epoch, calls, in, out (tokens), started, halted (JSON),
+                             t:<tool> (calls per tool), f:<tool> (consecutive failures)
+    P:{T}:sigs        hash   signature -> "epoch count polls last_result_digest"
+    P:{T}:seen        set    (signature, result digest) pairs seen (progress detection)
+    P:{T}:appr        hash   idempotency key -> approval record (JSON)
+    P:{T}:recs        set    idempotency keys that have a record (for clear_task)
+    P:{T}:rec:<key>   string idempotency record: "state|epoch|expires_at|created_at|" + JSON
+
+The five task keys expire ``state_ttl_s`` seconds after the task's last use (every
+operation refreshes them); each record carries its own TTL (``PX``: the claim TTL for an
+in-progress claim, the idempotency TTL for completed and unknown records). Nothing is kept
+without a TTL. Records also store their expiry time on the guard's clock and are ignored
+once ``now`` passes it, so expiry follows an injected clock exactly as in memory; ``PX``
+removes them physically.
+
+Atomicity and round trips: :meth:`RedisStore.begin` and :meth:`RedisStore.finish` are one
+Lua script each (``EVALSHA``), so two workers racing on one signature see consecutive
+counts and exactly one of them claims the idempotency key (a ``SET ... PX`` inside the
+script: atomic with the read, and a claim left by a crashed worker expires after its TTL).
+A call answered from the idempotency cache costs one round trip, an executed call two.
+Every other method is one round trip.
+
+Stored results are JSON (orjson): str, int, float, bool, None, list and dict round-trip;
+tuples come back as lists, non-string dict keys as strings, and any other value (bytes, an
+object, an int beyond 64 bits) as its ``repr()`` string.
+
+Failures: every Redis error becomes :class:`toolguard.StoreError`. A client built here has
+``socket_timeout`` and ``socket_connect_timeout`` of ``timeout_s`` and retries a command up
+to three times after a connection error (reconnecting; the state is in Redis, so the task
+continues intact), never after a timeout. A command whose reply was lost with its
+connection may then apply twice (counts err high, never low).
+
+Thread-safe (redis-py's connection pool) and fork-safe (the pool reconnects in a child).
+Signature history is not LRU-bounded per task as in memory: it lives until the task's TTL.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Final, Literal, cast
+
+import orjson
+
+try:
+    import redis
+    from redis.backoff import ExponentialBackoff
+    from redis.commands.core import Script
+    from redis.exceptions import NoScriptError
+    from redis.retry import Retry
+except ImportError as _exc:  # pragma: no cover - exercised by a test that hides redis
+    raise ImportError(
+        "toolguard.stores.RedisStore needs redis-py: pip install 'toolguard[redis]'"
+    ) from _exc
+
+from toolguard._errors import StoreError
+from toolguard._policy import StorePolicy
+from toolguard._types import RecordState
+
+from ._base import (
+    ApprovalRecord,
+    ApprovalState,
+    BeginRequest,
+    FinishRequest,
+    IdempotencyRecord,
+    Snapshot,
+    TaskUsage,
+)
+
+__all__ = ["RedisStore"]
+
+OnError = Literal["fail_closed", "fail_open"]
+
+DEFAULT_URL: Final = "redis://localhost:6379/0"
+_MAX_TTL_S: Final = 10 * 365 * 86_400.0  # clamp: PX must fit Redis' range, inf must not leak
+_STATES: Final = {b"p": RecordState.IN_PROGRESS, b"c": RecordState.COMPLETED,
+                  b"u": RecordState.UNKNOWN}
+_JSON_OPTS: Final = orjson.OPT_NON_STR_KEYS
+
+# Shared by every script. KEYS[1..5] are always meta, sigs, seen, appr, recs; KEYS[6] the
+# call's record. ``touch`` refreshes the task's TTL; ``recs`` only ever grows its TTL, since
+# it must outlive records whose TTL exceeds the task's.
+_PRELUDE: Final = """
+local function extend(k, ms)
+  if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
+end
+local function touch(ms)
+  for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ms) end
+  extend(KEYS[5], ms)
+end
+"""
+
+# MemoryStore.begin, line for line. Times are passed as Python float reprs and only
+# compared in Lua (tonumber is exact on them), never formatted (Lua's %.14g would round).
+_BEGIN: Final = _PRELUDE + """
+local tool, sig, key = ARGV[1], ARGV[2], ARGV[3]
+local claim, task_scope = ARGV[4] == '1', ARGV[5] == '1'
+local count, poll = ARGV[6] == '1', ARGV[7] == '1'
+local now, claim_exp = ARGV[8], ARGV[9]
+local claim_ms, state_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
+local m = redis.call('HMGET', KEYS[1], 'epoch', 'calls', 'in', 'out', 'started', 'halted',
+                     't:' .. tool, 'f:' .. tool)
+local epoch = tonumber(m[1] or '0')
+local calls = tonumber(m[2] or '0')
+local tool_calls = tonumber(m[7] or '0')
+local started = m[5]
+if not started then
+  started = now
+  redis.call('HSET', KEYS[1], 'started', now)
+end
+local n, polls, digest = 0, 0, ''
+local raw = redis.call('HGET', KEYS[2], sig)
+if raw then
+  local e, c, p, d = string.match(raw, '^(%d+) (%d+) (%d+) (.*)$')
+  digest = d
+  if tonumber(e) == epoch then n, polls = tonumber(c), tonumber(p) end
+end
+if count then
+  calls = redis.call('HINCRBY', KEYS[1], 'calls', 1)
+  tool_calls = redis.call('HINCRBY', KEYS[1], 't:' .. tool, 1)
+  if poll then polls = polls + 1 else n = n + 1 end
+end
+redis.call('HSET', KEYS[2], sig, epoch .. ' ' .. n .. ' ' .. polls .. ' ' .. digest)
+local record, approval, claimed = false, false, 0
+if key ~= '' then
+  local v = redis.call('GET', KEYS[6])
+  if v then
+    local st, e, x = string.match(v, '^(%a)|(%d+)|([^|]+)|')
+    if tonumber(x) <= tonumber(now) then
+      v = false  -- expired on the guard's clock
+    elseif st == 'c' and not task_scope and tonumber(e) ~= epoch then
+      v = false  -- until_change: lapsed at the progress since (kept, as in memory)
+    end
+  end
+  if v then
+    record = v
+  elseif claim then
+    redis.call('SET', KEYS[6], 'p|' .. epoch .. '|' .. claim_exp .. '|' .. now .. '|["",null]',
+               'PX', claim_ms)
+    redis.call('SADD', KEYS[5], key)
+    extend(KEYS[5], claim_ms)
+    claimed = 1
+  end
+  approval = redis.call('HGET', KEYS[4], key)
+end
+touch(state_ms)
+return {epoch, calls, tool_calls, tonumber(m[8] or '0'), tonumber(m[3] or '0'),
+        tonumber(m[4] or '0'), started, math.max(n, 1), polls, record, approval, claimed, m[6]}
+"""
+
+# MemoryStore.finish, line for line. The seen pair is length-prefixed: unambiguous for any
+# signature and digest.
+_FINISH: Final = _PRELUDE + """
+local tool, sig, key = ARGV[1], ARGV[2], ARGV[3]
+local executed, success, mutating = ARGV[4] == '1', ARGV[5] == '1', ARGV[6] == '1'
+local digest, mode, tail = ARGV[7], ARGV[8], ARGV[9]
+local rec_ms, now, rec_exp = tonumber(ARGV[10]), ARGV[11], ARGV[12]
+local halt, state_ms = ARGV[13], tonumber(ARGV[14])
+local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
+if executed then
+  if success then
+    redis.call('HSET', KEYS[1], 'f:' .. tool, 0)
+  else
+    redis.call('HINCRBY', KEYS[1], 'f:' .. tool, 1)
+  end
+  if success and digest ~= '' then
+    local e, n, polls, last = epoch, 0, 0, ''
+    local raw = redis.call('HGET', KEYS[2], sig)
+    if raw then
+      local se, c, p, d = string.match(raw, '^(%d+) (%d+) (%d+) (.*)$')
+      e, n, polls, last = tonumber(se), tonumber(c), tonumber(p), d
+    end
+    if mutating and redis.call('SADD', KEYS[3], #sig .. ':' .. sig .. digest) == 1 then
+      -- progress (a): the world changed; this call is the first of the new epoch
+      epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+      e, n, polls = epoch, 1, 0
+    elseif last ~= '' and last ~= digest then
+      n = 1  -- progress (b): this signature's output moved
+    end
+    redis.call('HSET', KEYS[2], sig, e .. ' ' .. n .. ' ' .. polls .. ' ' .. digest)
+  end
+end
+if key ~= '' then
+  if mode == 'c' or mode == 'u' then
+    redis.call('SET', KEYS[6], mode .. '|' .. epoch .. '|' .. rec_exp .. '|' .. now .. '|' .. tail,
+               'PX', rec_ms)
+    redis.call('SADD', KEYS[5], key)
+    extend(KEYS[5], rec_ms)
+  elseif mode == 'r' then
+    local v = redis.call('GET', KEYS[6])
+    if v and string.sub(v, 1, 2) == 'p|' then
+      redis.call('DEL', KEYS[6])
+      redis.call('SREM', KEYS[5], key)
+    end
+  end
+end
+if halt ~= '' then redis.call('HSET', KEYS[1], 'halted', halt) end
+touch(state_ms)
+return 1
+"""
+
+_SET_HALTED: Final = _PRELUDE + """
+if ARGV[1] == '1' then
+  redis.call('HSET', KEYS[1], 'halted', ARGV[2])
+else
+  redis.call('HDEL', KEYS[1], 'halted')
+end
+touch(tonumber(ARGV[3]))
+return 1
+"""
+
+_NEW_TURN: Final = _PRELUDE + """
+redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+touch(tonumber(ARGV[1]))
+return 1
+"""
+
+_ADD_USAGE: Final = _PRELUDE + """
+redis.call('HSETNX', KEYS[1], 'started', ARGV[1])
+local total = redis.call('HINCRBY', KEYS[1], 'in', ARGV[2])
+total = total + redis.call('HINCRBY', KEYS[1], 'out', ARGV[3])
+touch(tonumber(ARGV[4]))
+return total
+"""
+
+_READ_HASH: Final = _PRELUDE + """
+local h = redis.call('HGETALL', KEYS[tonumber(ARGV[1])])
+touch(tonumber(ARGV[2]))
+return h
+"""
+
+_SET_APPROVAL: Final = _PRELUDE + """
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
+touch(tonumber(ARGV[3]))
+return 1
+"""
+
+_CLEAR: Final = """
+for _, key in ipairs(redis.call('SMEMBERS', KEYS[5])) do
+  redis.call('DEL', ARGV[1] .. key)
+end
+return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+"""
+
+
+def _ms(seconds: float) -> int:
+    return max(1, math.ceil(min(seconds, _MAX_TTL_S) * 1000))
+
+
+def _time(seconds: float) -> str:
+    return repr(float(seconds))
+
+
+def _dumps(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, default=repr, option=_JSON_OPTS)
+    except TypeError:  # orjson.JSONEncodeError: an int beyond 64 bits, a cycle, ...
+        return orjson.dumps(repr(value))
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _record(raw: bytes | str) -> IdempotencyRecord:
+    state, epoch, _expires_at, created_at, tail = _bytes(raw).split(b"|", 4)
+    call_id, content = orjson.loads(tail)
+    return IdempotencyRecord(_STATES[state], int(epoch), float(created_at), content, call_id)
+
+
+def _approval(raw: bytes | str) -> ApprovalRecord:
+    state, requested_at, reason, tool, args = orjson.loads(raw)
+    return ApprovalRecord(state, float(requested_at), reason, tool, args)
+
+
+class RedisStore:
+    """Per-task state in Redis, shared by every process that points at the same server
+    (see the module docstring for the key layout, TTLs and failure behaviour).
+
+    Args:
+        client: a ready ``redis.Redis`` client (its own timeouts and retry apply; give it a
+            ``socket_timeout``). Either this or ``url``.
+        url: a Redis URL (``redis://host:6379/0``, ``rediss://`` for TLS, ``unix://``);
+            default ``redis://localhost:6379/0`` when no client is given either.
+        key_prefix: namespace of every key (``{key_prefix}:{task}:...``).
+        state_ttl_s: per-task state expires this many seconds after the task's last use.
+        timeout_s: socket connect and read timeout of every Redis command, in seconds
+            (clients built here only).
+        on_error: what the guard does when this store fails: ``fail_closed`` (the call is
+            refused with :class:`toolguard.StoreError`) or ``fail_open`` (the call runs
+            unguarded, with a warning audit event); ``None`` (default): the policy's
+            ``[store] on_error``. Read by the engine.
+
+    Attributes:
+        on_error: as given (``None``: follow the policy).
+        round_trips: Redis commands sent by this store so far (a script call counts one; the
+            one-time script load after a server restart one more; redis-py's reconnect
+            retries are not counted). For tests and benchmarks.
+
+    Raises:
+        ValueError: both ``client`` and ``url``, a non-positive TTL or timeout, or an unknown
+            ``on_error``.
+
+    Every other method raises :class:`toolguard.StoreError` when Redis fails or times out.
+    Thread-safe.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis | None = None,
+        *,
+        url: str | None = None,
+        key_prefix: str = "toolguard",
+        state_ttl_s: float = 86_400.0,
+        timeout_s: float = 1.0,
+        on_error: OnError | None = None,
+    ) -> None:
+        if client is not None and url is not None:
+            raise ValueError("RedisStore: pass a client or a url, not both")
+        if not state_ttl_s > 0 or not timeout_s > 0:
+            raise ValueError("RedisStore: state_ttl_s and timeout_s must be > 0 seconds")
+        if on_error not in (None, "fail_closed", "fail_open"):
+            raise ValueError(f"RedisStore: on_error must be fail_closed or fail_open, "
+                             f"not {on_error!r}")
+        self._owns_client = client is None
+        if client is None:
+            client = redis.Redis.from_url(
+                url or DEFAULT_URL,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                retry=Retry(ExponentialBackoff(cap=min(timeout_s, 0.5), base=0.02), 3,
+                            supported_errors=(redis.ConnectionError,)),
+                client_name="toolguard",
+            )
+        self._client = client
+        self.on_error: OnError | None = on_error
+        self.round_trips = 0
+        self._count_lock = threading.Lock()
+        self._prefix = key_prefix
+        self._state_ms = _ms(state_ttl_s)
+        self._state_ms_arg = str(self._state_ms)
+        kwargs = client.connection_pool.connection_kwargs
+        self._where = (f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+                       f"/{kwargs.get('db', 0)}" if "path" not in kwargs
+                       else f"unix:{kwargs['path']}")
+        register = client.register_script
+        self._begin = register(_BEGIN)
+        self._finish = register(_FINISH)
+        self._set_halted = register(_SET_HALTED)
+        self._new_turn = register(_NEW_TURN)
+        self._add_usage = register(_ADD_USAGE)
+        self._read_hash = register(_READ_HASH)
+        self._set_approval = register(_SET_APPROVAL)
+        self._clear = register(_CLEAR)
+
+    @classmethod
+    def from_policy(cls, store_policy: StorePolicy) -> RedisStore:
+        """A store configured by the policy's ``[store]`` table (``url``, ``key_prefix``,
+        ``state_ttl_s``, ``timeout_s``, ``on_error``)."""
+        return cls(url=store_policy.url, key_prefix=store_policy.key_prefix,
+                   state_ttl_s=store_policy.state_ttl_s, timeout_s=store_policy.timeout_s,
+                   on_error=store_policy.on_error)
+
+    @property
+    def client(self) -> redis.Redis:
+        """The redis-py client."""
+        return self._client
+
+    def close(self) -> None:
+        """Close the connection pool if this store created the client (a client passed in
+        stays open)."""
+        if self._owns_client:
+            self._client.close()
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._where!r}, key_prefix={self._prefix!r})"
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _keys(self, task_id: str, record_key: str = "") -> list[str]:
+        base = f"{self._prefix}:{{{task_id}}}:"
+        return [base + "meta", base + "sigs", base + "seen", base + "appr", base + "recs",
+                base + "rec:" + record_key]
+
+    def _tick(self) -> None:
+        with self._count_lock:
+            self.round_trips += 1
+
+    def _fail(self, op: str, task_id: str, exc: Exception) -> StoreError:
+        return StoreError(f"Redis store at {self._where} failed ({op}, task {task_id!r}): "
+                          f"{type(exc).__name__}: {exc}")
+
+    def _eval(self, op: str, task_id: str, script: Script, keys: list[str],
+              args: list[str | bytes | int]) -> Any:
+        try:
+            self._tick()
+            try:
+                return self._client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:  # first use on this server (or after SCRIPT FLUSH)
+                self._tick()
+                source = cast(str, script.script)  # registered from str
+                return self._client.eval(source, len(keys), *keys, *args)
+        except redis.RedisError as exc:
+            raise self._fail(op, task_id, exc) from exc
+
+    # -- the Store protocol --------------------------------------------------------------
+    def begin(self, task_id: str, req: BeginRequest) -> Snapshot:
+        """Count the attempt, claim the key if asked, and return the state to decide on:
+        one Lua script, one round trip (see :meth:`MemoryStore.begin
+        <toolguard.stores.MemoryStore.begin>` for the semantics).
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        now = _time(req.now)
+        r = self._eval("begin", task_id, self._begin,
+                       self._keys(task_id, req.idempotency_key), [
+                           req.tool, req.signature, req.idempotency_key,
+                           "1" if req.claim else "0", "1" if req.task_scope else "0",
+                           "1" if req.count else "0", "1" if req.poll else "0",
+                           now, _time(req.now + min(req.claim_ttl_s, _MAX_TTL_S)),
+                           _ms(req.claim_ttl_s), self._state_ms_arg,
+                       ])
+        (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
+         record, approval, claimed, halted) = r
+        return Snapshot(
+            halted=None if halted is None else orjson.loads(halted),
+            epoch=int(epoch),
+            calls=int(calls),
+            tool_calls=int(tool_calls),
+            consecutive_failures=int(failures),
+            tokens=int(tokens_in) + int(tokens_out),
+            started_at=float(started),
+            count=int(count),
+            polls=int(polls),
+            record=None if record is None else _record(record),
+            approval=None if approval is None else _approval(approval),
+            claimed=bool(claimed),
+        )
+
+    def finish(self, task_id: str, req: FinishRequest) -> None:
+        """Record a call's outcome (progress, failures, idempotency record, halt): one Lua
+        script, one round trip.
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        if req.store_result:
+            mode, tail = "c", b"[%s,%s]" % (orjson.dumps(req.call_id), _dumps(req.content))
+        elif req.unknown:
+            mode, tail = "u", orjson.dumps([req.call_id, None])
+        else:
+            mode, tail = ("r" if req.release else ""), b""
+        self._eval("finish", task_id, self._finish,
+                   self._keys(task_id, req.idempotency_key), [
+                       req.tool, req.signature, req.idempotency_key,
+                       "1" if req.executed else "0", "1" if req.success else "0",
+                       "1" if req.mutating else "0", req.result_digest, mode, tail,
+                       _ms(req.ttl_s), _time(req.now),
+                       _time(req.now + min(req.ttl_s, _MAX_TTL_S)),
+                       b"" if req.halt is None else _dumps(req.halt), self._state_ms_arg,
+                   ])
+
+    def get_record(self, task_id: str, key: str, now: float) -> IdempotencyRecord | None:
+        """The record under ``key`` unless it expired by ``now`` (one ``GET``). As in memory,
+        an ``until_change`` record that lapsed at a progress is still returned here.
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        self._tick()
+        try:
+            raw = self._client.get(self._keys(task_id, key)[5])
+        except redis.RedisError as exc:
+            raise self._fail("get_record", task_id, exc) from exc
+        if raw is None:
+            return None
+        expires_at = float(_bytes(raw).split(b"|", 3)[2])
+        return None if expires_at <= now else _record(raw)
+
+    def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
+        """Set (or with None clear) the task's halted flag.
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        flag, value = ("0", b"") if halt is None else ("1", _dumps(halt))
+        self._eval("set_halted", task_id, self._set_halted, self._keys(task_id)[:5],
+                   [flag, value, self._state_ms_arg])
+
+    def new_turn(self, task_id: str) -> None:
+        """A new user turn: the epoch moves on (counts restart, until_change records lapse).
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        self._eval("new_turn", task_id, self._new_turn, self._keys(task_id)[:5],
+                   [self._state_ms_arg])
+
+    def add_usage(self, task_id: str, input_tokens: int, output_tokens: int, now: float) -> int:
+        """Add token usage (starting the task's clock at ``now`` if not started); return the
+        task's total tokens.
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        total = self._eval("add_usage", task_id, self._add_usage, self._keys(task_id)[:5],
+                           [_time(now), input_tokens, output_tokens, self._state_ms_arg])
+        return int(total)
+
+    def usage(self, task_id: str) -> TaskUsage:
+        """The task's counters (zeros for a task never seen).
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        raw = self._eval("usage", task_id, self._read_hash, self._keys(task_id)[:5],
+                         ["1", self._state_ms_arg])
+        fields = {_text(k): v for k, v in zip(raw[::2], raw[1::2], strict=True)}
+        halted = fields.get("halted")
+        started = fields.get("started")
+        return TaskUsage(
+            tool_calls=int(fields.get("calls", 0)),
+            per_tool={k[2:]: int(v) for k, v in fields.items() if k.startswith("t:")},
+            input_tokens=int(fields.get("in", 0)),
+            output_tokens=int(fields.get("out", 0)),
+            started_at=None if started is None else float(started),
+            epoch=int(fields.get("epoch", 0)),
+            halted=None if halted is None else orjson.loads(halted),
+        )
+
+    def set_approval(self, task_id: str, key: str, record: ApprovalRecord, ttl_s: float) -> None:
+        """Store a human decision (or a pending request) for ``key``. As in memory, approvals
+        live as long as the task's state (``state_ttl_s``); ``ttl_s`` is not used.
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        value = _dumps([record.state, record.requested_at, record.reason, record.tool,
+                        record.args])
+        self._eval("set_approval", task_id, self._set_approval, self._keys(task_id)[:5],
+                   [key, value, self._state_ms_arg])
+
+    def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
+        """Pending approval requests of the task, by idempotency key.
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        raw = self._eval("pending_approvals", task_id, self._read_hash,
+                         self._keys(task_id)[:5], ["4", self._state_ms_arg])
+        records = {_text(k): _approval(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
+        return {k: r for k, r in records.items() if r.state == ApprovalState.PENDING}
+
+    def clear_task(self, task_id: str) -> None:
+        """Delete every key of the task, its idempotency records included.
+
+        Raises:
+            StoreError: Redis failed or timed out.
+        """
+        keys = self._keys(task_id)
+        self._eval("clear_task", task_id, self._clear, keys[:5], [keys[5]])
