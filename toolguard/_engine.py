@@ -17,7 +17,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple, TypeVar
@@ -367,7 +367,8 @@ class Task:
         self._limit = guard._config.policy.idempotency.max_entries
         self.history: deque[CallRecord] = deque(maxlen=self._limit)
         self._ids = itertools.count(1)
-        self._last_content: dict[str, Any] = {}  # signature -> last result, for read-only blocks
+        # signature -> last result, for read-only blocks; oldest first, bounded
+        self._last_content: OrderedDict[str, Any] = OrderedDict()
         self._tokens: list[contextvars.Token[Task | None]] = []
 
     # -- context management -------------------------------------------------------------
@@ -835,7 +836,7 @@ class Task:
             if outcome.success and p.effect is Effect.READONLY:
                 self._last_content[p.signature] = outcome.content
                 if len(self._last_content) > self._limit:
-                    del self._last_content[next(iter(self._last_content))]
+                    self._last_content.popitem(last=False)
             self._record(p, result, "executing->planning", cfg)
             return result
         result = self._synthetic(p, snap, verdict)
