@@ -9,6 +9,7 @@ Arguments that validated once are not validated again (bounded LRU per tool).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import typing
 from collections.abc import Callable, Mapping
@@ -112,11 +113,10 @@ class ArgsValidator:
         """
         signature = b""
         if self._fast is None:  # jsonschema-rs decides faster than the memo key is computed
-            try:
+            # not plain JSON (a direct call with Python objects): no memo
+            with contextlib.suppress(TypeError, orjson.JSONEncodeError):
                 signature = xxhash.xxh3_128_digest(
                     orjson.dumps(args, option=orjson.OPT_SORT_KEYS))
-            except (TypeError, orjson.JSONEncodeError):
-                pass  # not plain JSON (a direct call with Python objects): no memo
             if signature and signature in self._valid:
                 return None
         if self._fast is not None:
