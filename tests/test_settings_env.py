@@ -271,3 +271,24 @@ def test_read_environment_reports_the_selection(tmp_path: Path) -> None:
 
 def test_every_top_level_policy_key_can_be_overridden() -> None:
     assert set(OVERRIDE_KEYS) == set(Policy.model_fields) - {"sources"}
+
+
+def test_guard_from_env_builds_the_guard_from_the_selected_file(tmp_path: Path) -> None:
+    import toolguard as tg
+
+    (tmp_path / "staging.toml").write_text(
+        '[budget]\nmax_tool_calls = 2\n[tools.lookup]\nmax_calls = 1\n', encoding="utf-8")
+
+    @tg.readonly
+    def lookup(key: str) -> str:
+        return key
+
+    env = {"TOOLGUARD_ENV": "staging", "TOOLGUARD_POLICY_DIR": str(tmp_path),
+           "TOOLGUARD_BUDGET__MAX_TOOL_CALLS": "5"}
+    guard = tg.Guard.from_env(tools=[lookup], env=env)
+    assert guard.policy.budget.max_tool_calls == 5  # the environment beats the file
+    assert guard.settings("lookup").max_calls == 1
+    task = guard.task("t")
+    task.call("lookup", {"key": "a"})
+    with pytest.raises(tg.BudgetExceeded):
+        task.call("lookup", {"key": "b"})

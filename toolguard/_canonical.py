@@ -88,8 +88,11 @@ _OPTS: Final = (
 )
 # Output that may need normalizing: a null (dropped from objects; also what orjson writes for
 # NaN), an integral float ("1.0", "-0.0") or a large one in exponent form ("1e+16"; a negative
-# exponent is never integral). Byte searches, not one alternation regex: measured 5x faster.
+# exponent is never integral). Separate searches, each behind a one-byte prefilter (memchr
+# speed), not one alternation regex: measured 5x faster on 100 KB. re finds the literal
+# b"null" about 1.7x faster than bytes.__contains__ in JSON text, which is full of "l"s.
 _INTEGRAL: Final = re.compile(rb"\.0[,\]}]")
+_NULL: Final = re.compile(rb"null")
 _I64_MIN: Final = -(2**63)
 _U64_MAX: Final = 2**64 - 1
 # Integers orjson cannot parse exactly (beyond 64 bits, 20+ digits): find runs of 19 digits
@@ -329,8 +332,8 @@ def canonical_args(
         out = orjson.dumps(args, default=_refuse, option=_OPTS)
     except (_Unserializable, TypeError, orjson.JSONEncodeError):
         out = b""
-    if (not out or b"null" in out or (b"e+" in out)
-            or (b".0" in out and _INTEGRAL.search(out) is not None)):
+    if (not out or _NULL.search(out) is not None or (b"+" in out and b"e+" in out)
+            or (b"." in out and _INTEGRAL.search(out) is not None)):
         normalized = canonicalize(args)
         try:
             out = orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS)
