@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -160,6 +160,30 @@ class _Prepared:
     claim: bool
     task_scope: bool
     redacted: dict[str, Any] | None = None
+
+
+class _Execute(NamedTuple):
+    """I/O request of the pipeline: run the tool (answer: an ``_Outcome``)."""
+
+    cfg: _Config
+    p: _Prepared
+    executor: Callable[[], Any] | None
+
+
+class _Approve(NamedTuple):
+    """I/O request: ask the approver (answer: an ``ApprovalDecision``)."""
+
+    request: ApprovalRequest
+
+
+class _Wait(NamedTuple):
+    """I/O request: wait until an identical call in progress settles (answer: None)."""
+
+    cfg: _Config
+    p: _Prepared
+
+
+_Io = _Execute | _Approve | _Wait
 
 
 @dataclass(slots=True)
@@ -484,7 +508,8 @@ class Task:
         self, tool: str, args: Mapping[str, Any] | str | bytes | None = None
     ) -> ToolResult:
         """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers (sync
-        tools run inline)."""
+        tools run inline). The store is called synchronously (the in-memory store takes
+        microseconds; a Redis round trip blocks the event loop for its ~0.1-0.3 ms)."""
         return (await self._run_async(tool, args, None))[0]
 
     def _replay_call(self, tool: str, args: Mapping[str, Any] | str | None, result: Any,
@@ -902,8 +927,11 @@ class Task:
         self._event("validating->executing", p.entry.spec.name, verdict.decision,
                     verdict.reason, p, cfg, snap.count)
 
-    def _run_sync(self, tool: str, raw: Any, executor: Callable[[], Any] | None
-                  ) -> tuple[ToolResult, BaseException | None]:
+    def _pipeline(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+                  ) -> Generator[_Io, Any, tuple[ToolResult, BaseException | None]]:
+        """The whole pipeline of one call, sans I/O that differs between sync and async: it
+        yields an :data:`_Io` request (run the tool, ask the approver, wait for an identical
+        call) and is sent the answer. ``_run_sync`` and ``_run_async`` drive it."""
         cfg = self.guard._config
         try:
             prepared = self._prepare(cfg, tool, raw, executor is not None)
@@ -913,19 +941,19 @@ class Task:
             p = prepared
             if cfg.policy.mode is Mode.OFF:
                 self.guard._warn_off()
-                outcome = self._execute_sync(cfg, p, executor)
+                outcome: _Outcome = yield _Execute(cfg, p, executor)
                 return self._plain(p, outcome), outcome.exc
             snap = self._begin(cfg, p, count=True)
             while True:
                 verdict = self._decide(cfg, p, snap)
                 if verdict.ask_approval and cfg.policy.mode is Mode.ENFORCE:
                     req = self._approval_request(cfg, p, snap, verdict)
-                    answer = _sync_answer(self.guard._approver(req))
+                    answer: ApprovalDecision = yield _Approve(req)
                     snap = self._store_approval(cfg, p, snap, req, answer)
                     if answer.verdict != "defer":
                         continue
                 elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
-                    self._wait_sync(cfg, p)
+                    yield _Wait(cfg, p)
                     snap = self._after_wait(cfg, p, snap)
                     continue
                 break
@@ -933,8 +961,8 @@ class Task:
             if observed is not None or verdict.decision.executed:
                 self._executing(cfg, p, snap, verdict)
                 try:
-                    outcome = self._execute_sync(cfg, p, executor)
-                except BaseException:
+                    outcome = yield _Execute(cfg, p, executor)
+                except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
                     self._abandon(cfg, p, snap, verdict)
                     raise
                 self._notify(p)
@@ -946,51 +974,49 @@ class Task:
             raise ToolGuardError(f"internal error while guarding {tool}: "
                                  f"{type(exc).__name__}: {exc}") from exc
 
+    def _run_sync(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+                  ) -> tuple[ToolResult, BaseException | None]:
+        pipeline = self._pipeline(tool, raw, executor)
+        try:
+            io = next(pipeline)
+            while True:
+                try:
+                    if isinstance(io, _Execute):
+                        answer: Any = self._execute_sync(io.cfg, io.p, io.executor)
+                    elif isinstance(io, _Approve):
+                        answer = _sync_answer(self.guard._approver(io.request))
+                    else:
+                        self._wait_sync(io.cfg, io.p)
+                        answer = None
+                except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
+                    io = pipeline.throw(exc)
+                else:
+                    io = pipeline.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
     async def _run_async(self, tool: str, raw: Any, executor: Callable[[], Any] | None
                          ) -> tuple[ToolResult, BaseException | None]:
-        cfg = self.guard._config
+        pipeline = self._pipeline(tool, raw, executor)
         try:
-            prepared = self._prepare(cfg, tool, raw, executor is not None)
-            if isinstance(prepared, ToolResult):
-                self._remember(CallRecord(tool, raw, prepared))
-                return prepared, None
-            p = prepared
-            if cfg.policy.mode is Mode.OFF:
-                self.guard._warn_off()
-                outcome = await self._execute_async(cfg, p, executor)
-                return self._plain(p, outcome), outcome.exc
-            snap = self._begin(cfg, p, count=True)
+            io = next(pipeline)
             while True:
-                verdict = self._decide(cfg, p, snap)
-                if verdict.ask_approval and cfg.policy.mode is Mode.ENFORCE:
-                    req = self._approval_request(cfg, p, snap, verdict)
-                    answer = self.guard._approver(req)
-                    if inspect.isawaitable(answer):
-                        answer = await answer
-                    snap = self._store_approval(cfg, p, snap, req, answer)
-                    if answer.verdict != "defer":
-                        continue
-                elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
-                    await self._wait_async(cfg, p)
-                    snap = self._after_wait(cfg, p, snap)
-                    continue
-                break
-            observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
-            if observed is not None or verdict.decision.executed:
-                self._executing(cfg, p, snap, verdict)
                 try:
-                    outcome = await self._execute_async(cfg, p, executor)
-                except BaseException:  # cancelled (e.g. asyncio.wait_for) or interrupted
-                    self._abandon(cfg, p, snap, verdict)
-                    raise
-                self._notify(p)
-                return self._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
-            return self._conclude(cfg, p, snap, verdict, None, None), None
-        except ToolGuardError:
-            raise
-        except Exception as exc:
-            raise ToolGuardError(f"internal error while guarding {tool}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+                    if isinstance(io, _Execute):
+                        answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
+                    elif isinstance(io, _Approve):
+                        answer = self.guard._approver(io.request)
+                        if inspect.isawaitable(answer):
+                            answer = await answer
+                    else:
+                        await self._wait_async(io.cfg, io.p)
+                        answer = None
+                except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
+                    io = pipeline.throw(exc)
+                else:
+                    io = pipeline.send(answer)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def _plain(self, p: _Prepared, outcome: _Outcome) -> ToolResult:
         result = ToolResult(p.entry.spec.name, p.call_id, Decision.ALLOW, outcome.content,
