@@ -36,7 +36,23 @@ def test_max_tool_calls(clock: FakeClock) -> None:
     assert task.halted
     with pytest.raises(tg.BudgetExceeded):
         task.call("lookup", {"key": "new"})
+    assert task.usage.tool_calls == 4  # calls refused because the task is halted are free
+
+
+def test_calls_refused_while_halted_do_not_spend_the_budget(clock: FakeClock) -> None:
+    """Regression: a framework that catches Exception and retries while the task is halted
+    used up max_tool_calls, so the first call after resume() exceeded it."""
+    task = guard_with(clock, max_tool_calls=10).task("t")
+    for _ in range(4):
+        task.call("lookup", {"key": "same"})
+    with pytest.raises(tg.RepeatedToolCalls):
+        task.call("lookup", {"key": "same"})
+    for _ in range(5):
+        with pytest.raises(tg.RepeatedToolCalls):
+            task.call("lookup", {"key": "other"})
     assert task.usage.tool_calls == 5
+    task.resume()
+    assert task.call("lookup", {"key": "other"}).executed
 
 
 def test_max_tokens_via_record_usage(clock: FakeClock) -> None:

@@ -455,3 +455,109 @@ def test_same_arguments_to_different_tools_are_different_calls(clock: FakeClock)
                ("get_reservation", "get_invoice", "cancel_reservation", "get_invoice")]
     assert [r.count for r in results] == [1, 1, 1, 1]
     assert [r.decision for r in results] == [D.ALLOW] * 4
+
+
+@pytest.mark.parametrize("mode", [tg.Mode.OBSERVE, tg.Mode.OFF])
+def test_unreadable_arguments_never_run_in_any_mode(mode: tg.Mode, clock: FakeClock) -> None:
+    """Regression: observe/off mode ran a tool with its default arguments when the model's
+    JSON did not parse."""
+    ran: list[tuple[str, bool]] = []
+
+    @tg.mutating
+    def delete_files(pattern: str = "*", dry_run: bool = False) -> str:
+        ran.append((pattern, dry_run))
+        return "deleted"
+
+    task = tg.Guard(tg.Policy(mode=mode), [delete_files], clock=clock).task("t")
+    r = task.call("delete_files", '{"pattern": "*.tmp", "dry_run": tru')
+    assert r.decision is D.INVALID and not r.executed and ran == []
+    assert task.call("delete_files", '{"pattern": "*.tmp"}').executed  # readable: runs
+
+
+def test_a_bound_method_is_a_tool_without_self(clock: FakeClock) -> None:
+    class Repo:
+        def __init__(self) -> None:
+            self.pushed: list[str] = []
+
+        @tg.mutating
+        def push(self, branch: str) -> str:
+            """Push a branch."""
+            self.pushed.append(branch)
+            return f"pushed {branch}"
+
+    repo, other = Repo(), Repo()
+    guard = tg.Guard(tools=[repo.push], clock=clock)
+    params = guard.tool_schemas()[0]["function"]["parameters"]
+    assert params["required"] == ["branch"] and "self" not in params["properties"]
+    task = guard.task("t")
+    assert task.call("push", {"branch": "main"}).executed
+    with task:
+        assert repo.push("main") == "pushed main"  # guarded: answered from the cache
+        assert other.push("main") == "pushed main"  # another object: not this tool
+    assert repo.pushed == ["main"] and other.pushed == ["main"]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), 1.5, True, "50", -1])
+def test_record_usage_rejects_non_integers(bad: Any, guard: tg.Guard) -> None:
+    with pytest.raises(ValueError, match="integer"):
+        guard.task("t").record_usage(input_tokens=bad)
+
+
+def test_internal_error_after_execution_releases_the_claim(clock: FakeClock,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Regression: a failure while recording a mutating call's result left its claim behind,
+    so every identical retry waited and failed with CallInProgress."""
+    import toolguard._engine as engine
+
+    @tg.mutating
+    def write(path: str) -> str:
+        return "written"
+
+    policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=0.05))
+    task = tg.Guard(policy, [write], clock=clock).task("t")
+    real = engine.value_digest  # type: ignore[attr-defined]
+    monkeypatch.setattr(engine, "value_digest", lambda v: 1 / 0)
+    with pytest.raises(tg.ToolGuardError, match="internal error"):
+        task.call("write", {"path": "a"})
+    monkeypatch.setattr(engine, "value_digest", real)
+    retry = task.call("write", {"path": "a"})  # no CallInProgress: the claim was released
+    assert retry.decision is not D.CACHED
+
+
+def test_result_whose_repr_raises_is_still_recorded(clock: FakeClock) -> None:
+    class Opaque:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    @tg.mutating
+    def make(name: str) -> Opaque:
+        return Opaque()
+
+    task = tg.Guard(tools=[make], clock=clock).task("t")
+    first = task.call("make", {"name": "a"})
+    assert first.executed and isinstance(first.value, Opaque)
+    assert task.call("make", {"name": "a"}).decision is D.CACHED
+
+
+def test_unknown_outcome_reason_without_an_approver(clock: FakeClock) -> None:
+    @tg.mutating
+    def slow_write(path: str) -> str:
+        raise TimeoutError("no answer")
+
+    task = tg.Guard(tools=[slow_write], clock=clock).task("t")
+    task.call("slow_write", {"path": "a"})
+    r = task.call("slow_write", {"path": "a"})
+    assert not r.executed and "may already have happened" in r.reason
+    assert "requires human approval" not in r.reason
+
+
+def test_reload_policy_from_a_file_and_api_misuse(guard: tg.Guard) -> None:
+    from .conftest import ROOT
+
+    guard.reload_policy(ROOT / "policies" / "default.toml")
+    assert guard.policy.budget.max_tool_calls == 50
+    with pytest.raises(ValueError, match="non-empty string"):
+        guard.task(5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="does not belong"):
+        guard.task("t").approve(None)  # type: ignore[arg-type]

@@ -79,10 +79,7 @@ Approver = Callable[[ApprovalRequest], "ApprovalDecision | Awaitable[ApprovalDec
 def deny_all(request: ApprovalRequest) -> ApprovalDecision:
     """The default approver: rejects every call that needs approval (pre-approvals made with
     ``task.approve(key)`` still pass, since they are looked up before the approver is asked)."""
-    return reject(
-        f"{request.tool} requires human approval and no approver is configured; "
-        "the call was not executed"
-    )
+    return reject(f"{request.reason}; no approver is configured, so it was not executed")
 
 
 class ConsoleApprover:

@@ -373,5 +373,8 @@ def value_digest(value: Any) -> str:
             try:
                 data = orjson.dumps(canonicalize(value), option=orjson.OPT_SORT_KEYS)
             except CanonicalizationError:
-                data = repr(value).encode("utf-8", errors="replace")
+                try:
+                    data = repr(value).encode("utf-8", errors="replace")
+                except Exception:  # noqa: BLE001 - a foreign __repr__ failed: compare by identity
+                    data = f"{type(value).__qualname__}@{id(value)}".encode()
     return xxhash.xxh3_64_hexdigest(data)

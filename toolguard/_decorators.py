@@ -13,7 +13,7 @@ import enum
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
 
 from ._types import Effect, IdempotencyScope
@@ -124,6 +124,11 @@ def spec_of(tool: Callable[..., Any] | ToolSpec) -> ToolSpec:
         return tool
     spec = getattr(tool, "__toolguard_spec__", None)
     if isinstance(spec, ToolSpec):
+        owner = getattr(tool, "__self__", None)
+        if inspect.ismethod(tool) and owner is not None:
+            # a decorated method registered bound (tools=[obj.method]): the model never
+            # sees or sends ``self``
+            return replace(spec, func=spec.func.__get__(owner))
         return spec
     if not callable(tool):
         raise TypeError(f"a tool must be a callable, got {type(tool).__name__}")

@@ -11,10 +11,12 @@ helpers; only tool execution, the approver and waiting differ between them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -32,7 +34,7 @@ from ._approval import (
 )
 from ._audit import AuditEvent, AuditSink, redact, scrub
 from ._canonical import ArgumentsError, args_hash, digest, parse_arguments, value_digest
-from ._core import CallContext, Verdict, decide, halt_kind
+from ._core import ALLOW, CallContext, Verdict, decide, halt_kind
 from ._decorators import ToolSpec, is_recorded, recorded_tool, spec_of
 from ._errors import (
     BudgetExceeded,
@@ -157,6 +159,7 @@ class _Prepared:
     signature: str  # tool name + hash: what the ladder counts
     key: str
     invalid: str | None
+    unusable: bool  # the arguments could not be read at all: not even observe mode runs it
     claim: bool
     task_scope: bool
     redacted: dict[str, Any] | None = None
@@ -335,13 +338,21 @@ class Guard:
         """
         return self._config.entries[tool].settings
 
-    def reload_policy(self, policy: Policy) -> None:
+    def reload_policy(self, policy: Policy | str | os.PathLike[str]) -> None:
         """Swap the policy atomically. Calls already running finish under the old policy;
         calls that start afterwards see the new one. State (counts, records) is kept.
 
+        Args:
+            policy: a :class:`Policy`, or the path of a policy file to load.
+
         Raises:
-            PolicyError: the new policy names unregistered tools (nothing is swapped).
+            PolicyError: the new policy is invalid or names unregistered tools (nothing is
+                swapped).
         """
+        if not isinstance(policy, Policy):
+            from ._policy_loader import load_policy
+
+            policy = load_policy(policy)
         config = self._build(policy)
         with self._lock:
             self._config = config
@@ -361,8 +372,8 @@ class Guard:
         """A handle on one agent task; use it as ``with guard.task(id) as task:`` (or
         ``async with``) so direct calls of decorated tools are guarded too. The task id
         scopes all state: counts, idempotency records, budgets, approvals."""
-        if not task_id:
-            raise ValueError("task_id must be a non-empty string")
+        if not isinstance(task_id, str) or not task_id:
+            raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
         return Task(self, task_id)
 
     def _emit(self, event: AuditEvent) -> None:
@@ -435,11 +446,16 @@ class Task:
     def record_usage(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
         """Report model token usage (counts toward ``budget.max_tokens``).
 
+        Args:
+            input_tokens / output_tokens: token counts of one model call (integers ≥ 0).
+
         Raises:
+            ValueError: a count is not an integer ≥ 0.
             BudgetExceeded: the task's total tokens now exceed ``max_tokens``; the task halts.
         """
-        if input_tokens < 0 or output_tokens < 0:
-            raise ValueError("token counts must be ≥ 0")
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
         total = self.guard._store.add_usage(self.task_id, input_tokens, output_tokens,
                                             self.guard._clock())
         limit = self.guard._config.policy.budget.max_tokens
@@ -476,7 +492,7 @@ class Task:
 
     def _decide_approval(self, key: str, state: str, reason: str) -> None:
         prefix = f"{self.task_id}:"
-        if not key.startswith(prefix):
+        if not isinstance(key, str) or not key.startswith(prefix):
             raise ValueError(f"key {key!r} does not belong to task {self.task_id!r}")
         pending = self.pending_approvals.get(key)
         record = ApprovalRecord(state, pending.requested_at if pending else 0.0, reason,
@@ -617,8 +633,9 @@ class Task:
                 invalid, sig = f"argument has no canonical form: {exc}", ""
         else:
             sig = ""
+        unusable = invalid is not None  # no arguments object at all: never executable
         if invalid is not None:
-            text = raw if isinstance(raw, str) else repr(raw)
+            text = raw if isinstance(raw, str) else _safe_repr(raw)
             sig = digest(b"invalid:" + text.strip().encode("utf-8", "replace"))
         elif entry.validator is not None:
             invalid = entry.validator.validate(args)
@@ -637,6 +654,7 @@ class Task:
             signature=f"{tool}:{sig}",
             key=f"{self.task_id}:{tool}:{sig}",
             invalid=invalid,
+            unusable=unusable,
             claim=mutating and scope is not IdempotencyScope.OFF and invalid is None,
             task_scope=scope is IdempotencyScope.TASK,
         )
@@ -933,17 +951,20 @@ class Task:
         yields an :data:`_Io` request (run the tool, ask the approver, wait for an identical
         call) and is sent the answer. ``_run_sync`` and ``_run_async`` drive it."""
         cfg = self.guard._config
+        claimed: tuple[_Prepared, Snapshot] | None = None
         try:
             prepared = self._prepare(cfg, tool, raw, executor is not None)
             if isinstance(prepared, ToolResult):
                 self._remember(CallRecord(tool, raw, prepared))
                 return prepared, None
             p = prepared
-            if cfg.policy.mode is Mode.OFF:
+            if cfg.policy.mode is Mode.OFF and not p.unusable:
                 self.guard._warn_off()
                 outcome: _Outcome = yield _Execute(cfg, p, executor)
                 return self._plain(p, outcome), outcome.exc
             snap = self._begin(cfg, p, count=True)
+            if snap.claimed:
+                claimed = (p, snap)
             while True:
                 verdict = self._decide(cfg, p, snap)
                 if verdict.ask_approval and cfg.policy.mode is Mode.ENFORCE:
@@ -957,7 +978,8 @@ class Task:
                     snap = self._after_wait(cfg, p, snap)
                     continue
                 break
-            observed = verdict.decision if cfg.policy.mode is Mode.OBSERVE else None
+            observed = (verdict.decision if cfg.policy.mode is not Mode.ENFORCE
+                        and not p.unusable else None)
             if observed is not None or verdict.decision.executed:
                 self._executing(cfg, p, snap, verdict)
                 try:
@@ -971,8 +993,11 @@ class Task:
         except ToolGuardError:
             raise
         except Exception as exc:  # a bug in the guard: never a half-recorded call
+            if claimed is not None:  # do not leave identical calls waiting on a dead claim
+                with contextlib.suppress(Exception):
+                    self._abandon(cfg, *claimed, ALLOW)
             raise ToolGuardError(f"internal error while guarding {tool}: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+                                 f"{type(exc).__name__}: {_safe_str(exc)}") from exc
 
     def _run_sync(self, tool: str, raw: Any, executor: Callable[[], Any] | None
                   ) -> tuple[ToolResult, BaseException | None]:
@@ -1078,13 +1103,29 @@ class Task:
             pause = min(pause * 2, _WAIT_POLL_S[1])
 
 
+def _safe_repr(value: Any, limit: int = 200) -> str:
+    """``repr`` that never raises (a repr that fails, or recurses too deep)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - any failure of a foreign __repr__
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _safe_str(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - any failure of a foreign __str__
+        return f"<{type(value).__name__}>"
+
+
 def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     try:
-        return orjson.dumps(value, default=repr).decode()
+        return orjson.dumps(value, default=_safe_repr).decode()
     except (TypeError, orjson.JSONEncodeError):
-        return repr(value)
+        return _safe_repr(value, limit=10_000)
 
 
 def _with_notice(content: Any, notice: str | None) -> Any:
@@ -1115,8 +1156,15 @@ def _close_awaitable(value: Awaitable[Any], p: _Prepared) -> Any:
 def _bind(task: Task, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
           ) -> tuple[_Entry | None, dict[str, Any]]:
     entry = task.guard._config.entries.get(spec.name)
-    if entry is None or entry.spec is not spec or entry.signature is None:
+    if entry is None or entry.signature is None:
         return None, {}
+    if entry.spec is not spec:
+        # a method registered bound (tools=[obj.method]): guarded only for that object
+        func = entry.spec.func
+        if getattr(func, "__func__", None) is not spec.func or not args \
+                or args[0] is not getattr(func, "__self__", None):
+            return None, {}
+        args = args[1:]
     bound = entry.signature.bind(*args, **kwargs)
     return entry, dict(bound.arguments)
 

@@ -154,7 +154,7 @@ class MemoryStore:
             if sig.epoch != state.epoch:
                 sig.epoch, sig.count, sig.polls = state.epoch, 0, 0
             tool_calls = state.tool_calls.get(req.tool, 0)
-            if req.count:
+            if req.count and state.halted is None:  # a refused call of a halted task is free
                 state.calls += 1
                 tool_calls += 1
                 state.tool_calls[req.tool] = tool_calls

@@ -124,7 +124,7 @@ if raw then
   digest = d
   if tonumber(e) == epoch then n, polls = tonumber(c), tonumber(p) end
 end
-if count then
+if count and not m[6] then  -- a refused call of a halted task is free
   calls = redis.call('HINCRBY', KEYS[1], 'calls', 1)
   tool_calls = redis.call('HINCRBY', KEYS[1], 't:' .. tool, 1)
   if poll then polls = polls + 1 else n = n + 1 end
