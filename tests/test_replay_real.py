@@ -137,8 +137,19 @@ def test_swe_only_two_genuine_loops_are_blocked_or_halted() -> None:
                if r.reached(tg.Decision.BLOCK) or r.halted}
     assert stopped == {"swe-agent-03", "mini-swe-agent-31"}
     totals = report.totals()
-    assert totals["runs_with"] == {"warn": 2, "cached": 5, "block": 1, "review": 0,
+    assert totals["runs_with"] == {"warn": 4, "cached": 3, "block": 1, "review": 0,
                                    "invalid": 0, "halt": 2}
+
+
+def test_swe_a_write_after_restoring_a_backup_runs_again() -> None:
+    """Regression: restoring a file from a backup repeats an earlier output, so it is no
+    progress for the ladder; the identical edit after it was answered from the idempotency
+    cache and never re-applied to the restored file. Any successful write now lapses the
+    until_change records of other calls."""
+    report = swe_report()
+    [pydicom] = [r for r in report.runs if Path(r.file).stem == "mini-swe-agent-10"]
+    step = pydicom.steps[92]
+    assert "import struct" in str(step.args) and step.executed
 
 
 def test_swe_agent_03_submits_the_same_wrong_flag_four_times() -> None:

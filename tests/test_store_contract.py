@@ -280,6 +280,23 @@ def test_until_change_record_lapses_at_progress(store: Store, clock: FakeClock) 
     assert (record.state, record.epoch) == (RecordState.IN_PROGRESS, 2)
 
 
+def test_until_change_record_lapses_at_any_other_write(store: Store, clock: FakeClock) -> None:
+    """Restoring a backup repeats an earlier output: no progress for the ladder (the epoch
+    stays), but the remembered edit must run again on the restored file."""
+    finish(store, clock, "restore", digest="ok")  # first restore: progress, epoch 1
+    finish(store, clock, key=KEY, store_result=True, content="edited")  # the edit
+    epoch = store.usage(TASK).epoch
+    assert begin(store, clock, key=KEY).record is not None  # remembered
+    finish(store, clock, "restore", digest="ok")  # the same restore, the same output
+    assert store.usage(TASK).epoch == epoch  # not progress ...
+    assert begin(store, clock, key=KEY).record is None  # ... but the edit's record lapsed
+    assert begin(store, clock, key=KEY, task_scope=True).record is not None
+    finish(store, clock, "read", digest="x", mutating=False)  # reads change nothing
+    finish(store, clock, key=KEY, store_result=True, content="edited again")
+    finish(store, clock, "read", digest="x", mutating=False)
+    assert begin(store, clock, key=KEY).record is not None
+
+
 def test_in_progress_and_unknown_records_survive_progress(store: Store, clock: FakeClock
                                                           ) -> None:
     begin(store, clock, key=KEY, claim=True)

@@ -41,8 +41,10 @@ class IdempotencyRecord:
     Attributes:
         state: in_progress (claimed, running), completed (result stored) or unknown (timed
             out: it may have happened).
-        epoch: the task's progress epoch when recorded (``until_change`` records lapse when
-            the epoch moves on).
+        epoch: the task's change count when recorded: ``until_change`` records lapse when it
+            moves on, at any other successful mutating call or a new turn (a write that
+            repeats an earlier output, like restoring a backup, is not progress for the
+            ladder, but the world may still have changed under the remembered call).
         created_at: clock time of the claim or completion, in seconds.
         content: the stored result (completed records).
         call_id: the call that produced it.

@@ -56,7 +56,8 @@ class _Sig:
 class _Task:
     max_entries: int
     used_at: float = 0.0
-    epoch: int = 0
+    epoch: int = 0  # moves at progress: ladder counts restart
+    changes: int = 0  # moves at every successful write and new turn: until_change records lapse
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -141,8 +142,8 @@ class MemoryStore:
             return None
         record = entry[0]
         if (record.state is RecordState.COMPLETED and not task_scope
-                and record.epoch != state.epoch):
-            return None  # until_change: lapsed at the progress since
+                and record.epoch != state.changes):
+            return None  # until_change: lapsed at a write or a new turn since
         return record
 
     def begin(self, task_id: str, req: BeginRequest) -> Snapshot:
@@ -167,7 +168,7 @@ class MemoryStore:
             if req.idempotency_key:
                 record = self._valid_record(state, task_id, req.idempotency_key, req.task_scope)
                 if record is None and req.claim:
-                    claim = IdempotencyRecord(RecordState.IN_PROGRESS, state.epoch, req.now)
+                    claim = IdempotencyRecord(RecordState.IN_PROGRESS, state.changes, req.now)
                     self._records[(task_id, req.idempotency_key)] = (claim, req.claim_ttl_s)
                     claimed = True
             approval = state.approvals.get(req.idempotency_key) if req.idempotency_key else None
@@ -189,6 +190,8 @@ class MemoryStore:
     def finish(self, task_id: str, req: FinishRequest) -> None:
         with self._lock:
             state = self._task(task_id)
+            if req.executed and req.success and req.mutating:
+                state.changes += 1
             if req.executed:
                 state.failures[req.tool] = 0 if req.success else state.failures.get(req.tool, 0) + 1
                 if req.success and req.result_digest:
@@ -209,11 +212,11 @@ class MemoryStore:
             key = (task_id, req.idempotency_key)
             if req.idempotency_key:
                 if req.store_result:
-                    record = IdempotencyRecord(RecordState.COMPLETED, state.epoch, req.now,
+                    record = IdempotencyRecord(RecordState.COMPLETED, state.changes, req.now,
                                                req.content, req.call_id)
                     self._records[key] = (record, req.ttl_s)
                 elif req.unknown:
-                    record = IdempotencyRecord(RecordState.UNKNOWN, state.epoch, req.now,
+                    record = IdempotencyRecord(RecordState.UNKNOWN, state.changes, req.now,
                                                None, req.call_id)
                     self._records[key] = (record, req.ttl_s)
                 elif req.release:
@@ -234,7 +237,9 @@ class MemoryStore:
 
     def new_turn(self, task_id: str) -> None:
         with self._lock:
-            self._task(task_id).epoch += 1
+            state = self._task(task_id)
+            state.epoch += 1
+            state.changes += 1
 
     def add_usage(self, task_id: str, input_tokens: int, output_tokens: int, now: float) -> int:
         with self._lock:

@@ -7,13 +7,13 @@ runs against both); only where the state lives differs.
 Key layout, for task ``T`` under ``key_prefix`` ``P`` (``{T}`` is a Redis Cluster hash tag,
 so all keys of one task share one slot)::
 
-    P:{T}:meta        hash   epoch, calls, in, out (tokens), started, halted (JSON),
+    P:{T}:meta        hash   epoch, changes, calls, in, out (tokens), started, halted (JSON),
                              t:<tool> (calls per tool), f:<tool> (consecutive failures)
     P:{T}:sigs        hash   signature -> "epoch count polls last_result_digest"
     P:{T}:seen        set    (signature, result digest) pairs seen (progress detection)
     P:{T}:appr        hash   idempotency key -> approval record (JSON)
     P:{T}:recs        set    idempotency keys that have a record (for clear_task)
-    P:{T}:rec:<key>   string idempotency record: "state|epoch|expires_at|created_at|" + JSON
+    P:{T}:rec:<key>   string idempotency record: "state|changes|expires_at|created_at|" + JSON
 
 The five task keys expire ``state_ttl_s`` seconds after the task's last use (every
 operation refreshes them); each record carries its own TTL (``PX``: the claim TTL for an
@@ -108,7 +108,8 @@ local count, poll = ARGV[6] == '1', ARGV[7] == '1'
 local now, claim_exp = ARGV[8], ARGV[9]
 local claim_ms, state_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'calls', 'in', 'out', 'started', 'halted',
-                     't:' .. tool, 'f:' .. tool)
+                     't:' .. tool, 'f:' .. tool, 'changes')
+local changes = tonumber(m[9] or '0')
 local epoch = tonumber(m[1] or '0')
 local calls = tonumber(m[2] or '0')
 local tool_calls = tonumber(m[7] or '0')
@@ -137,14 +138,14 @@ if key ~= '' then
     local st, e, x = string.match(v, '^(%a)|(%d+)|([^|]+)|')
     if tonumber(x) <= tonumber(now) then
       v = false  -- expired on the guard's clock
-    elseif st == 'c' and not task_scope and tonumber(e) ~= epoch then
-      v = false  -- until_change: lapsed at the progress since (kept, as in memory)
+    elseif st == 'c' and not task_scope and tonumber(e) ~= changes then
+      v = false  -- until_change: lapsed at a write or turn since (kept, as in memory)
     end
   end
   if v then
     record = v
   elseif claim then
-    redis.call('SET', KEYS[6], 'p|' .. epoch .. '|' .. claim_exp .. '|' .. now .. '|["",null]',
+    redis.call('SET', KEYS[6], 'p|' .. changes .. '|' .. claim_exp .. '|' .. now .. '|["",null]',
                'PX', claim_ms)
     redis.call('SADD', KEYS[5], key)
     extend(KEYS[5], claim_ms)
@@ -166,6 +167,10 @@ local digest, mode, tail = ARGV[7], ARGV[8], ARGV[9]
 local rec_ms, now, rec_exp = tonumber(ARGV[10]), ARGV[11], ARGV[12]
 local halt, state_ms = ARGV[13], tonumber(ARGV[14])
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
+local changes = tonumber(redis.call('HGET', KEYS[1], 'changes') or '0')
+if executed and success and mutating then
+  changes = redis.call('HINCRBY', KEYS[1], 'changes', 1)  -- any write lapses until_change
+end
 if executed then
   if success then
     redis.call('HSET', KEYS[1], 'f:' .. tool, 0)
@@ -191,7 +196,8 @@ if executed then
 end
 if key ~= '' then
   if mode == 'c' or mode == 'u' then
-    redis.call('SET', KEYS[6], mode .. '|' .. epoch .. '|' .. rec_exp .. '|' .. now .. '|' .. tail,
+    redis.call('SET', KEYS[6],
+               mode .. '|' .. changes .. '|' .. rec_exp .. '|' .. now .. '|' .. tail,
                'PX', rec_ms)
     redis.call('SADD', KEYS[5], key)
     extend(KEYS[5], rec_ms)
@@ -220,6 +226,7 @@ return 1
 
 _NEW_TURN: Final = _PRELUDE + """
 redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+redis.call('HINCRBY', KEYS[1], 'changes', 1)
 touch(tonumber(ARGV[1]))
 return 1
 """
