@@ -482,3 +482,28 @@ def test_jsonl_of_chat_transcripts(tmp_path: Path) -> None:
     runs, problems = read_file(path)
     assert problems == []
     assert [(r.id, r.line, len(r.calls)) for r in runs] == [("one", 1, 0), ("two", 2, 1)]
+
+
+def test_integers_beyond_64_bits_stay_exact(tmp_path: Path) -> None:
+    """Regression: trace lines were parsed with orjson, which turns integers beyond 64 bits
+    into floats, so three distinct order ids became one signature."""
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(
+        json.dumps({"tool": "refund", "args": {"order": 12345678901234567890120 + i},
+                    "result": "ok", "is_error": False}) + "\n" for i in range(3)))
+    runs, problems = read_runs([path])
+    assert problems == []
+    assert [c.args["order"] for c in runs[0].calls if c.args] == [
+        12345678901234567890120, 12345678901234567890121, 12345678901234567890122]
+    report = replay_runs(runs, tg.Policy())
+    assert [str(s.decision) for s in report.runs[0].steps] == ["allow"] * 3
+    assert len({s.args_hash for s in report.runs[0].steps}) == 3
+
+
+def test_a_binary_file_is_reported_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "noise.json"
+    path.write_bytes(bytes(range(256)) * 4)
+    runs, problems = read_runs([path])
+    assert runs == []
+    assert len(problems) == 1 and "not UTF-8" in str(problems[0])
+    assert str(problems[0]).startswith(f"{path}:")

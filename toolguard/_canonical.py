@@ -72,6 +72,7 @@ __all__ = [
     "canonical_args",
     "canonicalize",
     "digest",
+    "load_json",
     "normalize_path",
     "parse_arguments",
     "value_digest",
@@ -119,6 +120,29 @@ def _refuse(_: Any) -> Any:
     raise _Unserializable
 
 
+def load_json(data: str | bytes) -> Any:
+    """Parse JSON text with orjson, exactly: text with a run of 19 or more digits goes to the
+    standard library's parser, which keeps integers beyond 64 bits exact (orjson would round
+    them through a float). NaN and Infinity literals are rejected.
+
+    Raises:
+        json.JSONDecodeError: malformed JSON (``orjson.JSONDecodeError`` is a subclass), or
+            bytes that are not UTF-8, with ``pos``, ``lineno`` and ``colno``.
+    """
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise json.JSONDecodeError(f"not UTF-8 text ({exc.reason})",
+                                       data[: exc.start].decode("utf-8", "replace"),
+                                       exc.start) from None
+    else:
+        text = data
+    if _LONG_RUN in text.translate(_DIGITS_TO_1):
+        return json.loads(text, parse_constant=_reject_constant)
+    return orjson.loads(text)
+
+
 def parse_arguments(text: str | bytes) -> dict[str, Any]:
     """Parse the model's argument text (e.g. OpenAI ``function.arguments``) into a dict.
 
@@ -135,10 +159,7 @@ def parse_arguments(text: str | bytes) -> dict[str, Any]:
     if not text.strip():
         return {}
     try:
-        if _LONG_RUN in text.translate(_DIGITS_TO_1):
-            value = json.loads(text, parse_constant=_reject_constant)
-        else:
-            value = orjson.loads(text)
+        value = load_json(text)
     except json.JSONDecodeError as exc:  # orjson.JSONDecodeError subclasses it
         raise ArgumentsError(
             f"invalid JSON at line {exc.lineno}, column {exc.colno} (char {exc.pos}): {exc.msg}",

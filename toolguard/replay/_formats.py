@@ -40,9 +40,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias
 
-import orjson
 from jsonschema.exceptions import SchemaError
 
+from toolguard._canonical import load_json
 from toolguard._decorators import ToolSpec, recorded_tool
 from toolguard._errors import ToolGuardError
 from toolguard._schema import ArgsValidator
@@ -239,8 +239,8 @@ def read_file(path: str | Path) -> tuple[list[Run], list[ReplayInputError]]:
         reader.jsonl(data)
         return reader.runs, reader.problems
     try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        value = load_json(data)
+    except json.JSONDecodeError as exc:
         lines = [x for x in data.splitlines() if x.strip()]
         if len(lines) > 1 and _is_object(lines[0]):
             reader.jsonl(data)
@@ -255,8 +255,8 @@ def read_file(path: str | Path) -> tuple[list[Run], list[ReplayInputError]]:
 
 def _is_object(line: bytes) -> bool:
     try:
-        return isinstance(orjson.loads(line), dict)
-    except orjson.JSONDecodeError:
+        return isinstance(load_json(line), dict)
+    except json.JSONDecodeError:
         return False
 
 
@@ -309,8 +309,8 @@ class _Reader:
             if not raw.strip():
                 continue
             try:
-                value = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
+                value = load_json(raw)
+            except json.JSONDecodeError as exc:
                 self.problem(number, f"not valid JSON: {exc.msg} (column {exc.colno})")
                 continue
             if not isinstance(value, dict):
@@ -535,10 +535,10 @@ def read_tool_definitions(path: str | Path) -> list[ToolSpec]:
     """
     name = str(path)
     try:
-        value = orjson.loads(Path(path).read_bytes())
+        value = load_json(Path(path).read_bytes())
     except OSError as exc:
         raise ReplayInputError(name, None, f"cannot read: {exc.strerror or exc}") from None
-    except orjson.JSONDecodeError as exc:
+    except json.JSONDecodeError as exc:
         raise ReplayInputError(name, exc.lineno, f"not valid JSON: {exc.msg} "
                                                  f"(column {exc.colno})") from None
     if isinstance(value, dict) and isinstance(value.get("tools"), list):

@@ -23,6 +23,7 @@ Fixed for every replay, whatever the policy says:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -362,6 +363,7 @@ def excerpt(call: RecordedCall, limit: int = _EXCERPT_CHARS) -> str:
     elif call.args and len(call.args) == 1 and isinstance(next(iter(call.args.values())), str):
         text = str(next(iter(call.args.values())))
     else:
-        text = orjson.dumps(call.args or {}, default=repr).decode()
+        # the standard library writes integers of any size (orjson stops at 64 bits)
+        text = json.dumps(call.args or {}, default=repr, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
