@@ -4,6 +4,9 @@ calls, batches, error envelopes, modes, reload."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime as dt
+import enum
 from collections import Counter
 from typing import Any
 
@@ -14,6 +17,15 @@ from toolguard._policy import IdempotencyPolicy, LadderPolicy, ToolPolicy
 from toolguard.testing import FakeClock, capture_audit
 
 D = tg.Decision
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Box:
+    width: int
 
 
 class World:
@@ -561,3 +573,23 @@ def test_reload_policy_from_a_file_and_api_misuse(guard: tg.Guard) -> None:
         guard.task(5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="does not belong"):
         guard.task("t").approve(None)  # type: ignore[arg-type]
+
+
+def test_typed_parameters_get_python_values_from_json(clock: FakeClock) -> None:
+    """Regression: a tool typed with an Enum, datetime or dataclass got the raw JSON value."""
+    seen: list[Any] = []
+
+    @tg.mutating
+    def paint(c: Color, at: dt.datetime, box: Box) -> str:
+        seen.append((c, at, box))
+        return c.value
+
+    task = tg.Guard(tools=[paint], clock=clock).task("t")
+    r = task.call("paint", '{"c": "red", "at": "2024-05-01T10:00:00Z", "box": {"width": 3}}')
+    assert r.executed and r.value == "red"
+    assert seen == [(Color.RED, dt.datetime(2024, 5, 1, 10, tzinfo=dt.timezone.utc), Box(3))]
+    from toolguard._schema import coercing_call
+
+    def plain(a: str, b: list[int] | None = None, c: dict[str, Any] | None = None) -> None: ...
+
+    assert coercing_call(plain) is plain  # JSON-typed tools are called directly

@@ -50,7 +50,7 @@ from ._errors import (
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool
 from ._results import ToolResult, Usage
-from ._schema import ArgsValidator, schema_from_signature
+from ._schema import ArgsValidator, coercing_call, schema_from_signature
 from ._types import Decision, Effect, IdempotencyScope, Mode, RecordState
 from .stores._base import (
     ApprovalRecord,
@@ -103,6 +103,7 @@ class _Entry:
     validator: ArgsValidator | None
     schema: dict[str, Any]
     maybe_async: bool  # its function is async, or it is a recorded/unknown callable
+    call: Callable[..., Any]  # what dispatch runs: the function, coercing JSON if it must
 
     def signature_of(self, args: Mapping[str, Any]) -> str:
         """The canonical hash of ``args`` bound through the tool's signature: an omitted
@@ -303,7 +304,7 @@ class Guard:
         if is_recorded(spec):
             schema = dict(spec.args_schema or {"type": "object"})
             validator = ArgsValidator(schema) if spec.args_schema is not None else None
-            return _Entry(spec, settings, None, {}, validator, schema, True)
+            return _Entry(spec, settings, None, {}, validator, schema, True, spec.func)
         try:
             signature: inspect.Signature | None = inspect.signature(spec.func)
         except (TypeError, ValueError):
@@ -318,7 +319,7 @@ class Guard:
         )
         maybe_async = spec.is_async or not inspect.isfunction(spec.func)
         return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema,
-                      maybe_async)
+                      maybe_async, coercing_call(spec.func))
 
     @property
     def policy(self) -> Policy:
@@ -738,7 +739,7 @@ class Task:
         token = _CURRENT_KEY.set(p.key)
         start = time.perf_counter()
         try:
-            value = executor() if executor is not None else p.entry.spec.func(**p.args)
+            value = executor() if executor is not None else p.entry.call(**p.args)
             if p.entry.maybe_async and inspect.isawaitable(value):
                 value = _close_awaitable(value, p)
             return _Outcome(value=value, content=value,
@@ -753,7 +754,7 @@ class Task:
         token = _CURRENT_KEY.set(p.key)
         start = time.perf_counter()
         try:
-            value = executor() if executor is not None else p.entry.spec.func(**p.args)
+            value = executor() if executor is not None else p.entry.call(**p.args)
             if inspect.isawaitable(value):
                 value = await value
             return _Outcome(value=value, content=value,

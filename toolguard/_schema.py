@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,9 +21,16 @@ import xxhash
 from cachetools import LRUCache
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
-from pydantic import ConfigDict, create_model
+from pydantic import ConfigDict, create_model, validate_call
 
-__all__ = ["ArgsValidator", "schema_from_signature"]
+__all__ = ["ArgsValidator", "coercing_call", "schema_from_signature"]
+
+# Annotations whose JSON values reach the tool as they are: no coercion needed.
+_JSON_NATIVE: frozenset[Any] = frozenset({
+    str, int, float, bool, type(None), list, dict, tuple, Any, object,
+    typing.Union, typing.Optional, typing.Literal, typing.List, typing.Dict,  # noqa: UP006
+    types.UnionType,
+})
 
 _rs: Any
 try:  # optional fast path
@@ -69,6 +77,33 @@ def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
         }
     schema.pop("title", None)
     return schema
+
+
+def _json_native(annotation: Any) -> bool:
+    if annotation in _JSON_NATIVE or isinstance(annotation, str | int | bool | type(None)):
+        return True  # Literal values land here too
+    origin = typing.get_origin(annotation)
+    if origin is not None:
+        return _json_native(origin) and all(_json_native(a) for a in typing.get_args(annotation))
+    return False
+
+
+def coercing_call(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What a dispatched call runs. Arguments from the model are JSON; a tool whose
+    parameters are typed beyond JSON (an Enum, datetime, UUID, a dataclass or pydantic
+    model) gets them converted by pydantic (``validate_call``), as agent frameworks do.
+    Tools with JSON-typed parameters are called directly (no per-call cost)."""
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # noqa: BLE001 - unresolvable forward references: call as is
+        return func
+    hints.pop("return", None)
+    if all(_json_native(h) for h in hints.values()):
+        return func
+    try:
+        return validate_call(func)
+    except Exception:  # noqa: BLE001 - pydantic cannot handle a hint: call as is
+        return func
 
 
 def _path(error: ValidationError) -> str:
