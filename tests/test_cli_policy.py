@@ -46,10 +46,12 @@ def test_check_lists_every_problem_and_exits_1(runner: CliRunner) -> None:
     assert f"{syntax}:3:14: <root>: TOML syntax error: Invalid value" in lines
 
 
-def test_check_a_missing_file_exits_2_naming_it(runner: CliRunner) -> None:
+def test_check_a_missing_file_is_one_problem_among_the_others(runner: CliRunner) -> None:
+    """Every file is still checked (a missing one once made the argument parser stop)."""
     result = runner.invoke(app, ["check", str(VALID / "full.toml"), "no/such/policy.toml"])
-    assert result.exit_code == 2
-    assert "no/such/policy.toml" in result.output
+    assert result.exit_code == 1
+    assert "no/such/policy.toml: <root>: cannot read policy file" in result.output
+    assert "full.toml: ok" in result.output
     assert "Traceback" not in result.output
 
 

@@ -320,3 +320,16 @@ def test_any_document_yields_a_policy_or_a_policy_error(data: dict[str, object])
         return
     assert problems
     assert all(p.message for p in problems)
+
+
+def test_infinite_numbers_and_non_redis_urls_are_refused(tmp_path: Path) -> None:
+    """TOML can spell inf and nan, which the JSON Schema's number bounds let through."""
+    path = tmp_path / "p.toml"
+    path.write_text('[budget]\ntimeout_s = inf\n[idempotency]\nttl_s = nan\n'
+                    '[store]\nurl = "ftp://x"\n', encoding="utf-8")
+    with pytest.raises(PolicyError) as info:
+        load_policy(path, env={})
+    got = {(p.path, p.line) for p in info.value.problems}
+    assert got == {("budget.timeout_s", 2), ("idempotency.ttl_s", 4), ("store.url", 6)}
+    messages = " ".join(p.message for p in info.value.problems)
+    assert "finite number" in messages and "Redis URL" in messages

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import os
 import re
 import sys
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as ModelValidationError
@@ -217,6 +218,9 @@ def _read_chain(
             return chain[::-1], False
         seen.append((resolved, display))
         try:
+            if Path(display).exists() and not Path(display).is_file():
+                # a directory, a FIFO or a device: reading would fail or block forever
+                raise IsADirectoryError(0, "not a regular file")
             text = Path(display).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             reason = error.strerror if isinstance(error, OSError) else str(error)
@@ -281,7 +285,7 @@ def _build(
         layers = [*layers, _Layer(env_data, "env", None, environment.variables)]
 
     for index, layer in enumerate(layers):
-        found = _schema_problems(layer) + _regex_problems(layer)
+        found = _schema_problems(layer) + _regex_problems(layer) + _value_problems(layer)
         problems.extend(sorted(found, key=lambda p: (p.line or 0, p.column or 0)))
         merged = _merge(merged, layer.data)
         for leaf in _leaves(layer.data):
@@ -433,6 +437,30 @@ def _show(value: Any, limit: int = 60) -> str:
 
 
 # --- stage 5: semantic checks ----------------------------------------------------------------
+
+
+_REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
+
+
+def _value_problems(layer: _Layer) -> list[PolicyProblem]:
+    """Values the JSON Schema cannot rule out: TOML's ``inf`` and ``nan`` (a limit of
+    infinity is "no limit", which is spelled by leaving the key out), and a store URL that
+    is not a Redis URL."""
+    problems: list[PolicyProblem] = []
+    for path in _leaves(layer.data):
+        value: Any = layer.data
+        for key in path:
+            value = value[key]
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(layer.problem(
+                path, f"must be a finite number (leave the key out for no limit), got {value}"))
+    store = layer.data.get("store")
+    url = store.get("url") if isinstance(store, dict) else None
+    if isinstance(url, str) and not url.startswith(_REDIS_SCHEMES):
+        problems.append(layer.problem(
+            ("store", "url"), f"must be a Redis URL ({', '.join(_REDIS_SCHEMES)}...), "
+                              f"got {_show(url)}"))
+    return problems
 
 
 def _regex_problems(layer: _Layer) -> list[PolicyProblem]:

@@ -66,7 +66,8 @@ def check(
     files: Annotated[
         list[Path],
         typer.Argument(
-            help="Policy files (TOML).", exists=True, dir_okay=False, show_default=False
+            help="Policy files (TOML). A missing file is a problem like any other.",
+            show_default=False
         ),
     ],
 ) -> None:
