@@ -8,7 +8,7 @@ import dataclasses
 import datetime as dt
 import enum
 from collections import Counter
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -26,6 +26,11 @@ class Color(enum.Enum):
 @dataclasses.dataclass
 class Box:
     width: int
+
+
+class Point(TypedDict, total=False):
+    x: int
+    label: str | None
 
 
 class World:
@@ -593,3 +598,7 @@ def test_typed_parameters_get_python_values_from_json(clock: FakeClock) -> None:
     def plain(a: str, b: list[int] | None = None, c: dict[str, Any] | None = None) -> None: ...
 
     assert coercing_call(plain) is plain  # JSON-typed tools are called directly
+
+    def rows(items: list[Point]) -> None: ...
+
+    assert coercing_call(rows) is rows  # a TypedDict is a dict at run time

@@ -30,6 +30,7 @@ _JSON_NATIVE: frozenset[Any] = frozenset({
     str, int, float, bool, type(None), list, dict, tuple, Any, object,
     typing.Union, typing.Optional, typing.Literal, typing.List, typing.Dict,  # noqa: UP006
     types.UnionType,
+    *(getattr(typing, n) for n in ("NotRequired", "Required") if hasattr(typing, n)),
 })
 
 _rs: Any
@@ -82,6 +83,13 @@ def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
 def _json_native(annotation: Any) -> bool:
     if annotation in _JSON_NATIVE or isinstance(annotation, str | int | bool | type(None)):
         return True  # Literal values land here too
+    if isinstance(annotation, type) and issubclass(annotation, dict) and hasattr(
+            annotation, "__total__"):  # a TypedDict (typing's or typing_extensions'): a dict
+        try:
+            fields = typing.get_type_hints(annotation)
+        except Exception:  # noqa: BLE001 - unresolvable: let pydantic decide
+            return False
+        return all(_json_native(f) for f in fields.values())
     origin = typing.get_origin(annotation)
     if origin is not None:
         return _json_native(origin) and all(_json_native(a) for a in typing.get_args(annotation))
