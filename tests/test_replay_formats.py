@@ -507,3 +507,16 @@ def test_a_binary_file_is_reported_not_a_crash(tmp_path: Path) -> None:
     assert runs == []
     assert len(problems) == 1 and "not UTF-8" in str(problems[0])
     assert str(problems[0]).startswith(f"{path}:")
+
+
+def test_a_bad_element_in_a_list_of_runs_is_skipped(tmp_path: Path) -> None:
+    run = {"messages": [
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "lookup", "arguments": '{"q": "a"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "found"}]}
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([run, 5, run]))
+    runs, problems = read_runs([path])
+    assert len(runs) == 2
+    assert [str(p) for p in problems] == [
+        f"{path}: run 1 of the list: expected an object with 'messages' or 'traj', got number"]

@@ -288,10 +288,14 @@ class _Reader:
         elif isinstance(value, list):
             if value and all(isinstance(m, dict) and "role" in m for m in value):
                 self.chat_messages(value, {}, None, "the document")
-            elif value and all(isinstance(r, dict) for r in value):
+            elif any(isinstance(r, dict) and any(k in r for k in _CHAT_KEYS) for r in value):
+                # a list of runs: a bad element is reported and skipped, the rest replays
                 for i, item in enumerate(value):
                     where = f"run {i} of the list"
-                    if any(k in item for k in _CHAT_KEYS):
+                    if not isinstance(item, dict):
+                        self.problem(None, f"{where}: expected an object with 'messages' or "
+                                           f"'traj', got {_json_type(item)}")
+                    elif any(k in item for k in _CHAT_KEYS):
                         self.chat_run(item, None, where)
                     else:
                         self.problem(None, f"{where}: an object without 'messages' or 'traj'")
