@@ -172,8 +172,9 @@ class Run:
 
 
 def read_runs(paths: Sequence[str | Path]) -> tuple[list[Run], list[ReplayInputError]]:
-    """Read every run of every file (a directory stands for its ``*.json``/``*.jsonl`` files,
-    sorted by name). Run ids are made unique across all files.
+    """Read every run of every file (a directory stands for the ``*.json``/``*.jsonl`` files
+    below it, subdirectories included, sorted by path). Run ids are made unique across all
+    files.
 
     Args:
         paths: files or directories.
@@ -205,7 +206,7 @@ def _expand(paths: Sequence[str | Path], problems: list[ReplayInputError]) -> It
     for item in paths:
         path = Path(item)
         if path.is_dir():
-            files = sorted(p for p in path.iterdir()
+            files = sorted(p for p in path.rglob("*")
                            if p.is_file() and p.suffix in (".json", ".jsonl"))
             if not files:
                 problems.append(ReplayInputError(str(path), None, "no .json or .jsonl files"))
