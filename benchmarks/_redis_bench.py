@@ -33,7 +33,7 @@ from _cases import Fresh, guard_variant, kw_calls, make_task, policy_for, prime
 from _harness import Variant, median
 
 from toolguard import Effect, Guard, ToolSpec
-from toolguard.stores.redis import RedisStore
+from toolguard.stores.redis import RedisStore, unreachable
 
 __all__ = ["CountingRedis", "cleanup", "redis_url", "round_trips", "throughput",
            "unreachable", "variants"]
@@ -46,18 +46,6 @@ def redis_url() -> str:
     return (os.environ.get("TOOLGUARD_BENCH_REDIS_URL")
             or os.environ.get("TOOLGUARD_TEST_REDIS_URL")
             or "redis://127.0.0.1:6379/15")
-
-
-def unreachable(url: str) -> str | None:
-    """Why the server cannot be used, or None."""
-    client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        return f"Redis not reachable at {url} ({type(exc).__name__}: {exc})"
-    finally:
-        client.close()
-    return None
 
 
 class CountingRedis(redis.Redis):

@@ -35,18 +35,10 @@ _POLL_S = 0.05  # the proxy's socket timeout: how quickly it notices a mode chan
 @functools.cache
 def _unreachable() -> str | None:
     try:
-        import redis
-    except ImportError:
-        return "redis-py is not installed (pip install 'toolguard[redis]')"
-
-    client = redis.Redis.from_url(REDIS_URL, socket_timeout=1.0, socket_connect_timeout=1.0)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        return f"Redis not reachable at {REDIS_URL} ({type(exc).__name__}: {exc})"
-    finally:
-        client.close()
-    return None
+        from toolguard.stores.redis import unreachable
+    except ImportError as exc:  # redis-py missing: the message names the extra
+        return str(exc)
+    return unreachable(REDIS_URL)
 
 
 def require_redis() -> str:

@@ -76,7 +76,7 @@ from ._base import (
     TaskUsage,
 )
 
-__all__ = ["RedisStore"]
+__all__ = ["RedisStore", "unreachable"]
 
 OnError = Literal["fail_closed", "fail_open"]
 
@@ -257,6 +257,20 @@ for _, key in ipairs(redis.call('SMEMBERS', KEYS[5])) do
 end
 return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 """
+
+
+def unreachable(url: str, timeout_s: float = 1.0) -> str | None:
+    """Why the Redis server at ``url`` cannot be used (a one-line reason), or None if it
+    answers a PING within ``timeout_s`` seconds. For health checks, tests and benchmarks."""
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s,
+                                  socket_connect_timeout=timeout_s)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        return f"Redis not reachable at {url} ({type(exc).__name__}: {exc})"
+    finally:
+        client.close()
+    return None
 
 
 def _ms(seconds: float) -> int:
