@@ -482,12 +482,19 @@ def test_out_of_range_datetime_is_a_canonicalization_error() -> None:
         ('{"a": 1,}', 7, 1, 8),
         ('{\n  "a": [1, 2\n}', 15, 3, 1),
         ('{"a": tru}', 6, 1, 7),
-        ('{"n": 123456789012345678901,}', 28, 1, 29),  # the exact-integer (stdlib) parser
+        # the exact-integer parser is the standard library's, whose position for a trailing
+        # comma differs between Python versions (28 up to 3.12, 27 from 3.13): ask it
+        ('{"n": 123456789012345678901,}', -1, 1, -1),
     ],
 )
 def test_malformed_json_reports_its_position(
     text: str, position: int, line: int, column: int
 ) -> None:
+    if position < 0:
+        with pytest.raises(json.JSONDecodeError) as stdlib:
+            json.loads(text)
+        position, column = stdlib.value.pos, stdlib.value.colno
+        assert position in (27, 28)
     with pytest.raises(ArgumentsError) as info:
         parse_arguments(text)
     err = info.value
