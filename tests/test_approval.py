@@ -127,9 +127,39 @@ async def test_async_approver(clock: FakeClock) -> None:
     assert (await task.acall("refund", {"order_id": "a", "amount_cents": 5})).executed
     r = await task.acall("refund", {"order_id": "b", "amount_cents": 500})
     assert r.decision is D.BLOCK and "too much" in r.content
-    with pytest.raises(tg.ToolGuardError, match="async"):
-        task.call("refund", {"order_id": "c", "amount_cents": 5})
+    r = task.call("refund", {"order_id": "c", "amount_cents": 5})  # sync call, async approver
+    assert r.decision is D.REVIEW and "task.acall()" in r.reason
     assert refunds == ["a"]
+
+
+@pytest.mark.parametrize("approver", [
+    lambda req: 1 / 0,  # raises
+    lambda req: True,  # not an ApprovalDecision
+])
+def test_a_broken_approver_never_runs_the_call(clock: FakeClock, approver: Any) -> None:
+    guard, refunds = make(clock, approver)
+    task = guard.task("t")
+    r = task.call("refund", {"order_id": "o", "amount_cents": 1})
+    assert r.decision is D.REVIEW and "approver" in r.reason and refunds == []
+    assert list(task.pending_approvals) == [r.idempotency_key]
+    task.approve(r.idempotency_key)  # a human can still decide
+    assert task.call("refund", {"order_id": "o", "amount_cents": 1}).executed
+
+
+def test_resume_after_an_approval_timeout_gives_the_call_another_chance(
+    clock: FakeClock,
+) -> None:
+    guard, refunds = make(clock, auto_defer)
+    task = guard.task("t")
+    first = task.call("refund", {"order_id": "o", "amount_cents": 1})
+    clock.advance(301)
+    with pytest.raises(tg.ApprovalTimedOut):
+        task.call("refund", {"order_id": "o", "amount_cents": 1})
+    task.resume()
+    assert task.call("refund", {"order_id": "o", "amount_cents": 1}).decision is D.REVIEW
+    task.approve(first.idempotency_key)
+    assert task.call("refund", {"order_id": "o", "amount_cents": 1}).executed
+    assert refunds == ["o"]
 
 
 def test_approval_request_shape_and_redaction(clock: FakeClock) -> None:

@@ -101,7 +101,8 @@ def test_transitions(clock: FakeClock) -> None:
     assert (block.count, halt.count) == (4, 5)
     assert "same arguments" in halt.reason
     assert sink.events[1].reason == "approval: defer (waiting for a human decision)"
-    assert sink.events[2].reason == "charge requires human approval"
+    assert sink.events[2].reason == ("charge requires human approval "
+                                     "(waiting for a human decision)")
 
 
 def test_approved_call_records_the_approval_then_the_execution(clock: FakeClock) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 import toolguard as tg
 from toolguard._policy import BudgetPolicy, IdempotencyPolicy, LadderPolicy, LadderThresholds
+from toolguard.testing import auto_defer
 
 D = tg.Decision
 N = 16
@@ -175,3 +176,54 @@ def test_reload_under_concurrent_calls_never_mixes_policies() -> None:
         t.join()
     assert errors == []
     assert guard.policy in (loose, tight)
+
+
+def test_concurrent_duplicates_of_a_failing_call_do_not_halt_the_task() -> None:
+    """Regression: when the running call failed, its waiting duplicates were counted as
+    repeats (2, 3, 4) and halted the task."""
+    barrier = threading.Barrier(4)
+    runs = 0
+    lock = threading.Lock()
+
+    @tg.mutating
+    def pay(order: str) -> str:
+        nonlocal runs
+        with lock:
+            runs += 1
+        time.sleep(0.05)
+        raise ConnectionError("payment gateway down")
+
+    task = tg.Guard(tools=[pay]).task("t")
+
+    def worker() -> tg.ToolResult:
+        barrier.wait()
+        return task.call("pay", {"order": "o1"})
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: worker(), range(4)))
+    assert not task.halted
+    assert all(r.is_error and r.executed for r in results)
+    assert runs == 4  # each duplicate, finding the failure, tried once itself: no loop
+    assert [r.count for r in results].count(1) >= 1
+
+
+async def test_cancelled_call_leaves_its_waiting_duplicates_in_review() -> None:
+    started = asyncio.Event()
+
+    @tg.mutating
+    async def transfer(amount: int) -> str:
+        started.set()
+        await asyncio.sleep(10)
+        return "done"
+
+    task = tg.Guard(tools=[transfer], approver=auto_defer).task("t")
+    first = asyncio.ensure_future(task.acall("transfer", {"amount": 5}))
+    await started.wait()
+    waiters = [asyncio.ensure_future(task.acall("transfer", {"amount": 5})) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    results = await asyncio.gather(*waiters)
+    assert [r.decision for r in results] == [D.REVIEW] * 3  # the outcome is unknown
+    assert not task.halted

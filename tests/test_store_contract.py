@@ -217,8 +217,18 @@ def test_concurrent_claims_one_winner(store: Store, clock: FakeClock) -> None:
     for t in threads:
         t.join(timeout=10)
     assert sum(s.claimed for s in snaps) == 1
-    assert sorted(s.count for s in snaps) == list(range(1, n + 1))
-    assert sorted(s.calls for s in snaps) == list(range(1, n + 1))
+    # the others are duplicates of a call running right now: the same call, not repeats
+    assert [s.count for s in snaps] == [1] * n
+    assert sorted(s.calls for s in snaps) == list(range(1, n + 1))  # budgets count them all
+
+
+def test_a_duplicate_of_a_running_call_is_not_a_repeat(store: Store, clock: FakeClock) -> None:
+    assert begin(store, clock, key=KEY, claim=True).claimed
+    duplicate = begin(store, clock, key=KEY, claim=True)
+    assert (duplicate.claimed, duplicate.count, duplicate.calls) == (False, 1, 2)
+    finish(store, clock, key=KEY, success=False, release=True)  # the running call failed
+    retry = begin(store, clock, key=KEY, claim=True)  # a sequential retry is a repeat
+    assert (retry.claimed, retry.count) == (True, 2)
 
 
 def test_claim_expires_after_claim_ttl(store: Store, clock: FakeClock) -> None:

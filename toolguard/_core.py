@@ -180,7 +180,8 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
                            f"{ctx.approval_timeout_s:g} s",
                     halt=ApprovalTimedOut,
                 )
-            why = ("an identical earlier call timed out: it may already have happened"
+            why = ("an identical earlier call ended without a known outcome (it timed out or "
+                   "was interrupted): it may already have happened"
                    if unknown else f"{ctx.tool} requires human approval")
             return Verdict(Decision.REVIEW, reason=why, ask_approval=True)
         if approval.state == ApprovalState.REJECTED:

@@ -30,6 +30,7 @@ from ._approval import (
     ApprovalDecision,
     ApprovalRequest,
     Approver,
+    defer,
     deny_all,
 )
 from ._audit import AuditEvent, AuditSink, redact, scrub
@@ -475,10 +476,16 @@ class Task:
             self.guard._store.new_turn(self.task_id)
 
     def resume(self) -> None:
-        """Lift a halt (the user added a hint and wants to continue). Counts are kept but a
-        new turn starts, so the call that halted may be tried once more."""
-        self.guard._store.set_halted(self.task_id, None)
-        self.guard._store.new_turn(self.task_id)
+        """Lift a halt (the user added a hint and wants to continue). A new turn starts, so
+        the call that halted may be tried again, and pending approvals wait afresh."""
+        store, now = self.guard._store, self.guard._clock()
+        store.set_halted(self.task_id, None)
+        store.new_turn(self.task_id)
+        # approvals still pending get a fresh approval.timeout_s (else a call that halted on
+        # ApprovalTimedOut would halt again at once)
+        ttl = self.guard._config.policy.idempotency.ttl_s
+        for key, record in self.pending_approvals.items():
+            store.set_approval(self.task_id, key, replace(record, requested_at=now), ttl)
         self._event("halted->planning", "", Decision.ALLOW, "resumed")
 
     def approve(self, key: str) -> None:
@@ -974,9 +981,16 @@ class Task:
                     snap = self._store_approval(cfg, p, snap, req, answer)
                     if answer.verdict != "defer":
                         continue
+                    if answer.reason:
+                        verdict = replace(verdict, reason=f"{verdict.reason} ({answer.reason})")
                 elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
                     yield _Wait(cfg, p)
-                    snap = self._after_wait(cfg, p, snap)
+                    # decide again on fresh state: the other call's result (cached), its
+                    # unknown outcome (review), or, if it failed or its worker died, this
+                    # call runs (the store did not count it as a repeat)
+                    snap = self._begin(cfg, p, count=False)
+                    if snap.claimed:
+                        claimed = (p, snap)
                     continue
                 break
             observed = (verdict.decision if cfg.policy.mode is not Mode.ENFORCE
@@ -1010,7 +1024,7 @@ class Task:
                     if isinstance(io, _Execute):
                         answer: Any = self._execute_sync(io.cfg, io.p, io.executor)
                     elif isinstance(io, _Approve):
-                        answer = _sync_answer(self.guard._approver(io.request))
+                        answer = _sync_answer(_ask(self.guard._approver, io.request))
                     else:
                         self._wait_sync(io.cfg, io.p)
                         answer = None
@@ -1031,9 +1045,14 @@ class Task:
                     if isinstance(io, _Execute):
                         answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
                     elif isinstance(io, _Approve):
-                        answer = self.guard._approver(io.request)
+                        answer = _ask(self.guard._approver, io.request)
                         if inspect.isawaitable(answer):
-                            answer = await answer
+                            try:
+                                answer = await answer
+                            except Exception as exc:  # noqa: BLE001 - the approver is user code
+                                answer = defer(f"the approver failed ({type(exc).__name__}: "
+                                               f"{_safe_str(exc)})")
+                        answer = _answer(answer)
                     else:
                         await self._wait_async(io.cfg, io.p)
                         answer = None
@@ -1056,14 +1075,6 @@ class Task:
         self.history.append(record)
 
     # -- waiting on an identical call in progress ----------------------------------------
-    def _after_wait(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Snapshot:
-        """Fresh state after waiting for an identical concurrent call, decided as the attempt
-        this call was. Concurrent identical calls are one call, not a loop: if the other one
-        completed, this one shares its result (count 1) instead of climbing the ladder."""
-        fresh = self._begin(cfg, p, count=False)
-        record = fresh.record
-        shared = record is not None and record.state is RecordState.COMPLETED
-        return fresh._replace(count=1 if shared else snap.count)
     def _notify(self, p: _Prepared) -> None:
         if p.claim:
             with self.guard._lock:
@@ -1135,11 +1146,27 @@ def _with_notice(content: Any, notice: str | None) -> Any:
     return f"{_as_text(content)}\n\n[toolguard] {notice}"
 
 
+def _ask(approver: Approver, request: ApprovalRequest) -> Any:
+    """The approver's answer, or a ``defer`` saying why there is none: a failing or
+    misbehaving approver never runs the call and never breaks the guard."""
+    try:
+        return approver(request)
+    except Exception as exc:  # the approver is user code: any failure
+        log.warning("toolguard: the approver failed for %s", request.tool, exc_info=True)
+        return defer(f"the approver failed ({type(exc).__name__}: {_safe_str(exc)})")
+
+
+def _answer(answer: Any) -> ApprovalDecision:
+    if isinstance(answer, ApprovalDecision):
+        return answer
+    return defer(f"the approver answered {_safe_repr(answer, 60)}, not an ApprovalDecision")
+
+
 def _sync_answer(answer: Any) -> ApprovalDecision:
     if inspect.isawaitable(answer):
         _discard(answer)
-        raise ToolGuardError("the approver is async: use task.acall()")
-    return answer  # type: ignore[no-any-return]
+        return defer("the approver is async: call the tool with task.acall()")
+    return _answer(answer)
 
 
 def _discard(awaitable: Awaitable[Any]) -> None:

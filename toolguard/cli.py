@@ -126,6 +126,10 @@ def explain(
     _stdout().print(table)
     files = ", ".join(policy.sources) or "none (built-in defaults)"
     _stdout().print(Text(f"policy files: {files}"))
+    _stdout().print(Text(
+        "Decorator arguments (@requires_approval, @mutating(...)) are not visible here: this "
+        "command does not import your tools. In code, guard.settings(NAME) shows the full "
+        "resolution, decorator included.", style="dim"))
 
 
 def _register_commands() -> None:

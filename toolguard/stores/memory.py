@@ -154,15 +154,6 @@ class MemoryStore:
             sig = state.sig(req.signature)
             if sig.epoch != state.epoch:
                 sig.epoch, sig.count, sig.polls = state.epoch, 0, 0
-            tool_calls = state.tool_calls.get(req.tool, 0)
-            if req.count and state.halted is None:  # a refused call of a halted task is free
-                state.calls += 1
-                tool_calls += 1
-                state.tool_calls[req.tool] = tool_calls
-                if req.poll:
-                    sig.polls += 1
-                else:
-                    sig.count += 1
             record = None
             claimed = False
             if req.idempotency_key:
@@ -171,6 +162,17 @@ class MemoryStore:
                     claim = IdempotencyRecord(RecordState.IN_PROGRESS, state.changes, req.now)
                     self._records[(task_id, req.idempotency_key)] = (claim, req.claim_ttl_s)
                     claimed = True
+            # a duplicate of a call that is running right now is the same call, not a repeat
+            concurrent = record is not None and record.state is RecordState.IN_PROGRESS
+            tool_calls = state.tool_calls.get(req.tool, 0)
+            if req.count and state.halted is None:  # a refused call of a halted task is free
+                state.calls += 1
+                tool_calls += 1
+                state.tool_calls[req.tool] = tool_calls
+                if req.poll:
+                    sig.polls += 1
+                elif not concurrent:
+                    sig.count += 1
             approval = state.approvals.get(req.idempotency_key) if req.idempotency_key else None
             return Snapshot(
                 halted=state.halted,

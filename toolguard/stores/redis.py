@@ -125,12 +125,6 @@ if raw then
   digest = d
   if tonumber(e) == epoch then n, polls = tonumber(c), tonumber(p) end
 end
-if count and not m[6] then  -- a refused call of a halted task is free
-  calls = redis.call('HINCRBY', KEYS[1], 'calls', 1)
-  tool_calls = redis.call('HINCRBY', KEYS[1], 't:' .. tool, 1)
-  if poll then polls = polls + 1 else n = n + 1 end
-end
-redis.call('HSET', KEYS[2], sig, epoch .. ' ' .. n .. ' ' .. polls .. ' ' .. digest)
 local record, approval, claimed = false, false, 0
 if key ~= '' then
   local v = redis.call('GET', KEYS[6])
@@ -153,6 +147,14 @@ if key ~= '' then
   end
   approval = redis.call('HGET', KEYS[4], key)
 end
+-- a duplicate of a call that is running right now is the same call, not a repeat
+local concurrent = record and string.sub(record, 1, 2) == 'p|'
+if count and not m[6] then  -- a refused call of a halted task is free
+  calls = redis.call('HINCRBY', KEYS[1], 'calls', 1)
+  tool_calls = redis.call('HINCRBY', KEYS[1], 't:' .. tool, 1)
+  if poll then polls = polls + 1 elseif not concurrent then n = n + 1 end
+end
+redis.call('HSET', KEYS[2], sig, epoch .. ' ' .. n .. ' ' .. polls .. ' ' .. digest)
 touch(state_ms)
 return {epoch, calls, tool_calls, tonumber(m[8] or '0'), tonumber(m[3] or '0'),
         tonumber(m[4] or '0'), started, math.max(n, 1), polls, record, approval, claimed, m[6]}
