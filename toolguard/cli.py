@@ -111,7 +111,8 @@ def explain(
     settings = resolve_tool(policy, ToolSpec(name=tool, func=_undecorated))
 
     table = Table(title=f"{tool}: effective settings", title_justify="left")
-    for column in ("setting", "value", "source"):
+    table.add_column("setting", no_wrap=True)  # key names stay whole, as typed in a policy
+    for column in ("value", "source"):
         table.add_column(column, overflow="fold")
     for item in dataclasses.fields(settings):
         if item.name in {"name", "sources"}:
