@@ -106,8 +106,3 @@ class ConsoleApprover:
         if answer.strip().lower() in {"y", "yes"}:
             return approve()
         return reject("rejected at the console")
-
-
-def as_approver(func: Callable[[ApprovalRequest], Any]) -> Approver:
-    """Type helper: any callable returning a decision (or an awaitable of one) is an approver."""
-    return func
