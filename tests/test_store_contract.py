@@ -347,6 +347,23 @@ def test_release_drops_only_a_claim(store: Store, clock: FakeClock) -> None:
     assert record.state is RecordState.COMPLETED
 
 
+def test_release_drops_only_its_own_claim(store: Store, clock: FakeClock) -> None:
+    """A call whose claim expired under it must not drop the claim an identical call took
+    since: the third identical call would run alongside the second."""
+    first = store.begin(TASK, BeginRequest("pay", "s1", KEY, True, False, True, False,
+                                           clock(), 10.0, "t#1"))
+    assert first.claimed
+    clock.advance(11)  # the first call is still running; its claim expired
+    second = store.begin(TASK, BeginRequest("pay", "s1", KEY, True, False, True, False,
+                                            clock(), 10.0, "t#2"))
+    assert second.claimed
+    finish(store, clock, key=KEY, success=False, release=True, call_id="t#1")  # first fails
+    third = begin(store, clock, key=KEY, claim=True)
+    assert not third.claimed  # the second call's claim stands
+    finish(store, clock, key=KEY, success=False, release=True, call_id="t#2")
+    assert begin(store, clock, key=KEY, claim=True).claimed
+
+
 def test_no_key_no_record(store: Store, clock: FakeClock) -> None:
     snap = begin(store, clock, key="", claim=True)
     assert (snap.claimed, snap.record, snap.approval) == (False, None, None)

@@ -682,7 +682,7 @@ class Task:
             or p.entry.settings.requires_approval else "",
             claim=p.claim, task_scope=p.task_scope, count=count,
             poll=p.effect is Effect.POLL, now=self.guard._clock(),
-            claim_ttl_s=cfg.policy.idempotency.in_progress_ttl_s,
+            claim_ttl_s=cfg.policy.idempotency.in_progress_ttl_s, call_id=p.call_id,
         )
         return self._store_op(
             cfg, p, lambda: self.guard._store.begin(self.task_id, req),

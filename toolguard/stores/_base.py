@@ -91,6 +91,7 @@ class BeginRequest(NamedTuple):
         count: count this attempt (False when re-entering after waiting on another call).
         poll: count it as a poll of the signature instead of a ladder attempt.
         now: clock time in seconds. claim_ttl_s: TTL of the in-progress claim in seconds.
+        call_id: the call's id, kept in the claim: a later release only drops its own claim.
     """
 
     tool: str
@@ -102,6 +103,7 @@ class BeginRequest(NamedTuple):
     poll: bool
     now: float
     claim_ttl_s: float
+    call_id: str = ""
 
 
 class Snapshot(NamedTuple):
@@ -136,7 +138,9 @@ class FinishRequest(NamedTuple):
         mutating: the call's effect is mutating (success may be progress).
         result_digest: digest of the result (progress detection), "" if not executed.
         store_result: keep a completed idempotency record holding ``content``.
-        content: the result to remember. release: drop this call's claim without a record.
+        content: the result to remember. release: drop this call's claim without a record
+            (only a claim with this ``call_id``: one that expired and was re-claimed by an
+            identical call is that call's, and stays).
         ttl_s: TTL of the idempotency record in seconds. now: clock time in seconds.
         halt: set the task's halted flag to this description (or None).
         call_id: the call's id.

@@ -159,7 +159,8 @@ class MemoryStore:
             if req.idempotency_key:
                 record = self._valid_record(state, task_id, req.idempotency_key, req.task_scope)
                 if record is None and req.claim:
-                    claim = IdempotencyRecord(RecordState.IN_PROGRESS, state.changes, req.now)
+                    claim = IdempotencyRecord(RecordState.IN_PROGRESS, state.changes, req.now,
+                                              None, req.call_id)
                     self._records[(task_id, req.idempotency_key)] = (claim, req.claim_ttl_s)
                     claimed = True
             # a duplicate of a call that is running right now is the same call, not a repeat
@@ -223,7 +224,8 @@ class MemoryStore:
                     self._records[key] = (record, req.ttl_s)
                 elif req.release:
                     entry = self._records.get(key)
-                    if entry is not None and entry[0].state is RecordState.IN_PROGRESS:
+                    if (entry is not None and entry[0].state is RecordState.IN_PROGRESS
+                            and entry[0].call_id == req.call_id):
                         del self._records[key]
             if req.halt is not None:
                 state.halted = req.halt

@@ -107,6 +107,7 @@ local claim, task_scope = ARGV[4] == '1', ARGV[5] == '1'
 local count, poll = ARGV[6] == '1', ARGV[7] == '1'
 local now, claim_exp = ARGV[8], ARGV[9]
 local claim_ms, state_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
+local claim_tail = ARGV[12]  -- the claiming call's id, as the record's JSON tail
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'calls', 'in', 'out', 'started', 'halted',
                      't:' .. tool, 'f:' .. tool, 'changes')
 local changes = tonumber(m[9] or '0')
@@ -139,7 +140,8 @@ if key ~= '' then
   if v then
     record = v
   elseif claim then
-    redis.call('SET', KEYS[6], 'p|' .. changes .. '|' .. claim_exp .. '|' .. now .. '|["",null]',
+    redis.call('SET', KEYS[6],
+               'p|' .. changes .. '|' .. claim_exp .. '|' .. now .. '|' .. claim_tail,
                'PX', claim_ms)
     redis.call('SADD', KEYS[5], key)
     extend(KEYS[5], claim_ms)
@@ -204,8 +206,10 @@ if key ~= '' then
     redis.call('SADD', KEYS[5], key)
     extend(KEYS[5], rec_ms)
   elseif mode == 'r' then
+    -- drop only this call's own claim (tail = its call id): an identical call may have
+    -- re-claimed the key after this claim expired
     local v = redis.call('GET', KEYS[6])
-    if v and string.sub(v, 1, 2) == 'p|' then
+    if v and string.sub(v, 1, 2) == 'p|' and string.sub(v, -#tail - 1) == '|' .. tail then
       redis.call('DEL', KEYS[6])
       redis.call('SREM', KEYS[5], key)
     end
@@ -455,6 +459,7 @@ class RedisStore:
                            "1" if req.count else "0", "1" if req.poll else "0",
                            now, _time(req.now + min(req.claim_ttl_s, _MAX_TTL_S)),
                            _ms(req.claim_ttl_s), self._state_ms_arg,
+                           orjson.dumps([req.call_id, None]),
                        ])
         (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
          record, approval, claimed, halted) = r
@@ -485,7 +490,7 @@ class RedisStore:
         elif req.unknown:
             mode, tail = "u", orjson.dumps([req.call_id, None])
         else:
-            mode, tail = ("r" if req.release else ""), b""
+            mode, tail = ("r", orjson.dumps([req.call_id, None])) if req.release else ("", b"")
         self._eval("finish", task_id, self._finish,
                    self._keys(task_id, req.idempotency_key), [
                        req.tool, req.signature, req.idempotency_key,
