@@ -35,7 +35,7 @@ from ._approval import (
 )
 from ._audit import AuditEvent, AuditSink, redact, scrub
 from ._canonical import ArgumentsError, args_hash, digest, parse_arguments, value_digest
-from ._core import ALLOW, CallContext, Verdict, decide, halt_kind
+from ._core import CallContext, Verdict, decide, halt_kind
 from ._decorators import ToolSpec, is_recorded, recorded_tool, spec_of
 from ._errors import (
     BudgetExceeded,
@@ -633,16 +633,15 @@ class Task:
         else:
             args, invalid = {}, f"arguments must be a JSON object, got {type(raw).__name__}"
         settings = entry.settings
-        effect = entry.effect_for(args) if invalid is None else settings.effect
+        effect, sig = settings.effect, ""
         if invalid is None:
+            effect = entry.effect_for(args)
             try:
                 sig = entry.signature_of(args)
             except CanonicalizationError as exc:
-                invalid, sig = f"argument has no canonical form: {exc}", ""
-        else:
-            sig = ""
+                invalid = f"argument has no canonical form: {exc}"
         unusable = invalid is not None  # no arguments object at all: never executable
-        if invalid is not None:
+        if unusable:
             text = raw if isinstance(raw, str) else _safe_repr(raw)
             sig = digest(b"invalid:" + text.strip().encode("utf-8", "replace"))
         elif entry.validator is not None:
@@ -793,21 +792,22 @@ class Task:
                         error_type=None if isinstance(exc, _RecordedError) else name,
                         exc=exc, duration_s=duration_s)
 
-    def _finish(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
-                outcome: _Outcome | None, halt: dict[str, Any] | None = None) -> None:
+    def _finish(self, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
+                halt: dict[str, Any] | None = None) -> None:
         executed = outcome is not None
-        success = executed and outcome.success  # type: ignore[union-attr]
-        mutating = p.effect is Effect.MUTATING
         if not executed and not snap.claimed and halt is None:
             return  # nothing to record: the attempt was counted by begin
+        success = outcome is not None and outcome.success
+        content = outcome.content if outcome is not None and success else None
+        mutating = p.effect is Effect.MUTATING
         req = FinishRequest(
             tool=p.entry.spec.name, signature=p.signature, idempotency_key=p.key,
             executed=executed, success=success,
-            unknown=executed and mutating and outcome.unknown,  # type: ignore[union-attr]
+            unknown=outcome is not None and mutating and outcome.unknown,
             mutating=mutating,
-            result_digest=value_digest(outcome.content) if success else "",  # type: ignore[union-attr]
+            result_digest=value_digest(content) if success else "",
             store_result=success and p.claim,
-            content=outcome.content if success else None,  # type: ignore[union-attr]
+            content=content,
             release=snap.claimed, ttl_s=p.entry.settings.idempotency_ttl_s,
             now=self.guard._clock(), halt=halt, call_id=p.call_id,
         )
@@ -834,12 +834,12 @@ class Task:
                 self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
 
-    def _abandon(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> None:
+    def _abandon(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
         """The tool was interrupted (KeyboardInterrupt, task cancellation): record it as a
         failure whose outcome is unknown, so the claim is not left behind and an identical
         retry of a mutating call goes to review instead of running blind."""
         outcome = _Outcome(content="interrupted", success=False, unknown=True)
-        self._finish(cfg, p, snap, verdict, outcome)
+        self._finish(cfg, p, snap, outcome)
         self._notify(p)
 
     def _halt_exc(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
@@ -863,13 +863,13 @@ class Task:
             halt = None if snap.halted is not None else {
                 "kind": type(exc).__name__, "reason": verdict.reason, "tool": tool,
                 "args_hash": p.sig, "count": snap.count}
-            self._finish(cfg, p, snap, verdict, None, halt=halt)
+            self._finish(cfg, p, snap, None, halt=halt)
             result = ToolResult(tool, p.call_id, Decision.HALT, f"[toolguard] Halted: {exc}",
                                 is_error=True, reason=verdict.reason, count=snap.count,
                                 effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
             self._record(p, result, "validating->failed", cfg)
             raise exc
-        self._finish(cfg, p, snap, verdict, outcome)
+        self._finish(cfg, p, snap, outcome)
         if outcome is not None:
             content = outcome.content
             notice = verdict.notice if observed is None else None
@@ -1000,7 +1000,7 @@ class Task:
                 try:
                     outcome = yield _Execute(cfg, p, executor)
                 except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
-                    self._abandon(cfg, p, snap, verdict)
+                    self._abandon(cfg, p, snap)
                     raise
                 self._notify(p)
                 return self._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
@@ -1010,7 +1010,7 @@ class Task:
         except Exception as exc:  # a bug in the guard: never a half-recorded call
             if claimed is not None:  # do not leave identical calls waiting on a dead claim
                 with contextlib.suppress(Exception):
-                    self._abandon(cfg, *claimed, ALLOW)
+                    self._abandon(cfg, *claimed)
             raise ToolGuardError(f"internal error while guarding {tool}: "
                                  f"{type(exc).__name__}: {_safe_str(exc)}") from exc
 
