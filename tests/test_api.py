@@ -85,3 +85,27 @@ def test_double_marking_is_an_error() -> None:
 
     with pytest.raises(TypeError, match="already marked"):
         tg.mutating(f)
+
+
+def test_results_from_the_hot_path_are_ordinary_frozen_tool_results() -> None:
+    import dataclasses
+    import pickle
+
+    import pytest
+
+    @tg.readonly
+    def read(path: str) -> str:
+        return f"read {path}"
+
+    guard = tg.Guard(tools=[read])
+    result = guard.task("t").call("read", {"path": "a"})
+    assert type(result) is tg.ToolResult
+    assert isinstance(result, tg.ToolResult)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.content = "changed"  # type: ignore[misc]
+    fields = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    assert result == tg.ToolResult(**fields)
+    assert hash(result) == hash(tg.ToolResult(**fields))
+    assert pickle.loads(pickle.dumps(result)) == result
+    assert dataclasses.replace(result, reason="x").reason == "x"
+    assert result.content == "read a" and result.decision is tg.Decision.ALLOW

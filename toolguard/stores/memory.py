@@ -175,24 +175,21 @@ class MemoryStore:
                 elif not concurrent:
                     sig.count += 1
             approval = state.approvals.get(req.idempotency_key) if req.idempotency_key else None
-            return Snapshot(
-                halted=state.halted,
-                epoch=state.epoch,
-                calls=state.calls,
-                tool_calls=tool_calls,
-                consecutive_failures=state.failures.get(req.tool, 0),
-                tokens=state.input_tokens + state.output_tokens,
-                started_at=state.started_at,
-                count=max(sig.count, 1),
-                polls=sig.polls,
-                record=record,
-                approval=approval,
-                claimed=claimed,
+            count = sig.count
+            return Snapshot(  # positional, in Snapshot's order (hot path)
+                state.halted, state.epoch, state.calls, tool_calls,
+                state.failures.get(req.tool, 0),  # consecutive_failures
+                state.input_tokens + state.output_tokens,  # tokens
+                state.started_at,
+                count if count > 1 else 1,  # count
+                sig.polls, record, approval, claimed,
             )
 
     def finish(self, task_id: str, req: FinishRequest) -> None:
         with self._lock:
-            state = self._task(task_id)
+            # begin has just refreshed the task: skip the clock and the LRU move unless it
+            # was forgotten while the tool ran
+            state = self._tasks.get(task_id) or self._task(task_id)
             if req.executed and req.success and req.mutating:
                 state.changes += 1
             if req.executed:
