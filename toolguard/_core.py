@@ -33,7 +33,21 @@ from typing import NamedTuple
 from ._errors import ApprovalTimedOut, BudgetExceeded, Halt, RepeatedToolCalls
 from ._policy import BudgetPolicy
 from ._resolve import ToolSettings
-from ._types import Decision, Effect, RecordState
+from ._types import (
+    ALLOW,
+    BLOCK,
+    CACHED,
+    COMPLETED,
+    HALT,
+    IN_PROGRESS,
+    INVALID,
+    POLL,
+    REVIEW,
+    UNKNOWN,
+    WARN,
+    Decision,
+    Effect,
+)
 from .stores._base import ApprovalState, Snapshot
 
 __all__ = ["CallContext", "Verdict", "decide"]
@@ -86,7 +100,7 @@ class Verdict:
     wait: bool = False
 
 
-ALLOW = Verdict(Decision.ALLOW)
+ALLOWED = Verdict(ALLOW)
 _HALT_KINDS: dict[str, type[Halt]] = {
     cls.__name__: cls for cls in (Halt, RepeatedToolCalls, BudgetExceeded, ApprovalTimedOut)
 }
@@ -99,7 +113,7 @@ def halt_kind(name: str) -> type[Halt]:
 
 def _budget(name: str, limit: float, usage: float, what: str) -> Verdict:
     return Verdict(
-        Decision.HALT,
+        HALT,
         reason=f"budget {name} exceeded: {what} (limit {limit:g}, used {usage:g})",
         halt=BudgetExceeded, budget=name, limit=limit, usage=usage,
     )
@@ -113,7 +127,7 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
     """Decide one call. Pure: the same inputs always give the same verdict."""
     if snap.halted is not None:
         return Verdict(
-            Decision.HALT,
+            HALT,
             reason=f"task is halted ({snap.halted.get('reason', 'halted')}); "
                    "call task.resume() to continue",
             halt=halt_kind(str(snap.halted.get("kind", "Halt"))),
@@ -136,12 +150,12 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
                        snap.consecutive_failures, f"{ctx.tool} failed that many times in a row")
 
     record = snap.record
-    if record is not None and record.state is RecordState.IN_PROGRESS and not snap.claimed:
+    if record is not None and record.state is IN_PROGRESS and not snap.claimed:
         # An identical call is running right now (another thread, coroutine or worker): a
         # concurrent duplicate, not a sequential loop. Wait and share its result.
-        return Verdict(Decision.CACHED, reason="an identical call is in progress", wait=True)
+        return Verdict(CACHED, reason="an identical call is in progress", wait=True)
 
-    if ctx.effect is Effect.POLL:
+    if ctx.effect is POLL:
         if snap.polls > s.max_polls:
             return _budget("max_polls", s.max_polls, snap.polls,
                            f"{ctx.tool} polled that often with the same arguments")
@@ -150,7 +164,7 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
         ladder = s.ladder_for(ctx.effect)
         if snap.count >= ladder.halt_at:
             return Verdict(
-                Decision.HALT,
+                HALT,
                 reason=f"{ctx.tool} was called {_times(snap.count)} with the same arguments "
                        "without progress",
                 halt=RepeatedToolCalls,
@@ -158,16 +172,16 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
 
     if s.deny:
         return Verdict(
-            Decision.BLOCK,
+            BLOCK,
             reason=f"{ctx.tool} is not allowed: the policy refuses tools it does not classify "
                    "(default_effect = \"deny\")",
         )
     if ctx.invalid is not None:
-        return Verdict(Decision.INVALID, reason=ctx.invalid)
+        return Verdict(INVALID, reason=ctx.invalid)
 
-    unknown = (record is not None and record.state is RecordState.UNKNOWN
+    unknown = (record is not None and record.state is UNKNOWN
                and not snap.claimed and not s.forwards_idempotency_key)
-    completed = record is not None and record.state is RecordState.COMPLETED
+    completed = record is not None and record.state is COMPLETED
     approved = False
     if (s.requires_approval and not completed) or unknown:
         approval = snap.approval
@@ -175,7 +189,7 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
             if (approval is not None
                     and ctx.now - approval.requested_at > ctx.approval_timeout_s):
                 return Verdict(
-                    Decision.HALT,
+                    HALT,
                     reason=f"approval of {ctx.tool} timed out after "
                            f"{ctx.approval_timeout_s:g} s",
                     halt=ApprovalTimedOut,
@@ -183,9 +197,9 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
             why = ("an identical earlier call ended without a known outcome (it timed out or "
                    "was interrupted): it may already have happened"
                    if unknown else f"{ctx.tool} requires human approval")
-            return Verdict(Decision.REVIEW, reason=why, ask_approval=True)
+            return Verdict(REVIEW, reason=why, ask_approval=True)
         if approval.state == ApprovalState.REJECTED:
-            return Verdict(Decision.BLOCK,
+            return Verdict(BLOCK,
                            reason=f"approval rejected: {approval.reason or 'no reason given'}")
         # A human approved this exact call: earlier attempts that waited for that approval
         # are not a loop, so only the halt rung (checked above) still applies.
@@ -193,7 +207,7 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
 
     if completed and not snap.claimed:
         return Verdict(
-            Decision.CACHED,
+            CACHED,
             reason="an identical call already completed in this task",
             notice=f"This exact {ctx.tool} call already ran successfully earlier in this "
                    "task, so it was NOT executed again; the result above is the stored "
@@ -203,16 +217,16 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
     if ladder is not None and not approved:
         if snap.count >= ladder.block_at:
             return Verdict(
-                Decision.BLOCK,
+                BLOCK,
                 reason=f"{ctx.tool} was called {_times(snap.count)} with the same arguments "
                        "without progress",
             )
         if snap.count >= ladder.warn_at:
             return Verdict(
-                Decision.WARN,
+                WARN,
                 reason=f"repeated {_times(snap.count)} without progress",
                 notice=f"You have called {ctx.tool} with these same arguments "
                        f"{_times(snap.count)} without progress. Do not repeat it: change the "
                        "query, the path or the arguments, or use another tool.",
             )
-    return ALLOW
+    return ALLOWED

@@ -52,7 +52,24 @@ from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool
 from ._results import ToolResult, Usage, new_result
 from ._schema import ArgsValidator, coercing_call, schema_from_signature
-from ._types import Decision, Effect, IdempotencyScope, Mode, RecordState
+from ._types import (
+    ALLOW,
+    CACHED,
+    ENFORCE,
+    HALT,
+    IN_PROGRESS,
+    INVALID,
+    MODE_OFF,
+    MUTATING,
+    POLL,
+    READONLY,
+    REVIEW,
+    SCOPE_OFF,
+    SCOPE_TASK,
+    WARN,
+    Decision,
+    Effect,
+)
 from .stores._base import (
     ApprovalRecord,
     ApprovalState,
@@ -423,7 +440,7 @@ class Task:
         if self.guard._sinks:
             failed = exc_type is not None and issubclass(exc_type, Halt)
             self._event("planning->failed" if failed else "planning->completed", "",
-                        Decision.HALT if failed else Decision.ALLOW,
+                        HALT if failed else ALLOW,
                         "the turn ended in a halt" if failed else "")
 
     async def __aenter__(self) -> Task:
@@ -467,7 +484,7 @@ class Task:
                                             self.guard._clock())
         limit = self.guard._config.policy.budget.max_tokens
         if (limit is not None and total > limit
-                and self.guard._config.policy.mode is Mode.ENFORCE):
+                and self.guard._config.policy.mode is ENFORCE):
             reason = f"budget max_tokens exceeded: too many tokens (limit {limit}, used {total})"
             self.guard._store.set_halted(self.task_id, {"kind": "BudgetExceeded",
                                                         "reason": reason})
@@ -491,7 +508,7 @@ class Task:
         ttl = self.guard._config.policy.idempotency.ttl_s
         for key, record in self.pending_approvals.items():
             store.set_approval(self.task_id, key, replace(record, requested_at=now), ttl)
-        self._event("halted->planning", "", Decision.ALLOW, "resumed")
+        self._event("halted->planning", "", ALLOW, "resumed")
 
     def approve(self, key: str) -> None:
         """Approve the call with idempotency ``key`` (from ``ToolResult.idempotency_key`` or
@@ -608,7 +625,7 @@ class Task:
     def _copy_for(result: ToolResult, duplicate: bool) -> ToolResult:
         if not duplicate:
             return result
-        return replace(result, decision=Decision.CACHED if result.executed else result.decision,
+        return replace(result, decision=CACHED if result.executed else result.decision,
                        reason="identical to another call in the same batch")
 
     # -- the pipeline ------------------------------------------------------------------
@@ -618,7 +635,7 @@ class Task:
         if entry is None:
             if not virtual:
                 names = ", ".join(sorted(cfg.entries)) or "none"
-                return ToolResult(tool, call_id, Decision.INVALID,
+                return ToolResult(tool, call_id, INVALID,
                                   f"[toolguard] Unknown tool {tool!r}. Available tools: {names}.",
                                   is_error=True, reason=f"unknown tool {tool!r}")
             entry = cfg.virtual.get(tool)
@@ -657,15 +674,15 @@ class Task:
             if invalid is not None:
                 audit = cfg.policy.audit
                 invalid = scrub(invalid, args, audit.redact_pattern)
-        mutating = effect is Effect.MUTATING
+        mutating = effect is MUTATING
         scope = settings.idempotency_scope
         return _Prepared(  # positional, in _Prepared's order (hot path)
             entry, call_id, raw, args, effect, sig,
             f"{tool}:{sig}",  # signature
             f"{self.task_id}:{tool}:{sig}",  # key
             invalid, unusable,
-            mutating and scope is not IdempotencyScope.OFF and invalid is None,  # claim
-            scope is IdempotencyScope.TASK,  # task_scope
+            mutating and scope is not SCOPE_OFF and invalid is None,  # claim
+            scope is SCOPE_TASK,  # task_scope
         )
 
     def _redacted(self, p: _Prepared, cfg: _Config) -> dict[str, Any]:
@@ -680,8 +697,8 @@ class Task:
             p.entry.spec.name, p.signature,
             # records and approvals exist only for mutating or approval-gated calls: other
             # calls skip those look-ups
-            p.key if p.effect is Effect.MUTATING or p.entry.settings.requires_approval else "",
-            p.claim, p.task_scope, count, p.effect is Effect.POLL, self.guard._clock(),
+            p.key if p.effect is MUTATING or p.entry.settings.requires_approval else "",
+            p.claim, p.task_scope, count, p.effect is POLL, self.guard._clock(),
             cfg.policy.idempotency.in_progress_ttl_s, p.call_id,
         )
         try:
@@ -723,7 +740,7 @@ class Task:
             raise error from exc
         reason = f"state store unavailable, running unguarded (store.on_error = fail_open): {error}"
         log.warning("toolguard: %s", reason)
-        self._event("validating->executing", p.entry.spec.name, Decision.ALLOW, reason, p, cfg)
+        self._event("validating->executing", p.entry.spec.name, ALLOW, reason, p, cfg)
 
     def _decide(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Verdict:
         policy = cfg.policy
@@ -745,7 +762,7 @@ class Task:
         record = ApprovalRecord(state, req.requested_at, answer.reason, req.tool, dict(req.args))
         self._store_op(cfg, p, lambda: self.guard._store.set_approval(
             self.task_id, p.key, record, cfg.policy.idempotency.ttl_s), fallback=lambda: None)
-        self._event("validating->needs_review", p.entry.spec.name, Decision.REVIEW,
+        self._event("validating->needs_review", p.entry.spec.name, REVIEW,
                     f"approval: {answer.verdict}"
                     + (f" ({answer.reason})" if answer.reason else ""), p=p, cfg=cfg,
                     count=snap.count)
@@ -808,7 +825,7 @@ class Task:
             return  # nothing to record: the attempt was counted by begin
         success = outcome is not None and outcome.success
         content = outcome.content if outcome is not None and success else None
-        mutating = p.effect is Effect.MUTATING
+        mutating = p.effect is MUTATING
         req = FinishRequest(  # positional, in FinishRequest's order (hot path)
             p.entry.spec.name, p.signature, p.key, executed, success,
             outcome is not None and mutating and outcome.unknown,  # unknown
@@ -829,7 +846,7 @@ class Task:
                 self._store_failed(cfg, p, exc, fallback=True)
             except StoreError as error:
                 log.warning("toolguard: %s: the result is returned but not recorded", error)
-                self._event("executing->planning", p.entry.spec.name, Decision.ALLOW,
+                self._event("executing->planning", p.entry.spec.name, ALLOW,
                             f"state not recorded: {error}", p, cfg)
                 return
         if req.unknown and (p.entry.settings.requires_approval
@@ -866,13 +883,13 @@ class Task:
         """Record the outcome and build the result (or raise the halt)."""
         tool = p.entry.spec.name
         decision = verdict.decision
-        if decision is Decision.HALT and observed is None:
+        if decision is HALT and observed is None:
             exc = self._halt_exc(cfg, p, snap, verdict)
             halt = None if snap.halted is not None else {
                 "kind": type(exc).__name__, "reason": verdict.reason, "tool": tool,
                 "args_hash": p.sig, "count": snap.count}
             self._finish(cfg, p, snap, None, halt=halt)
-            result = ToolResult(tool, p.call_id, Decision.HALT, f"[toolguard] Halted: {exc}",
+            result = ToolResult(tool, p.call_id, HALT, f"[toolguard] Halted: {exc}",
                                 is_error=True, reason=verdict.reason, count=snap.count,
                                 effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
             self._record(p, result, "validating->failed", cfg)
@@ -886,18 +903,18 @@ class Task:
             elif outcome.success is False:
                 notice = None
             result = new_result(  # positional, in ToolResult's order (hot path)
-                tool, p.call_id, Decision.ALLOW if observed is not None else decision, content,
+                tool, p.call_id, ALLOW if observed is not None else decision, content,
                 outcome.value, not outcome.success, outcome.error_type, verdict.reason, notice,
                 snap.count, p.effect, p.sig, p.key, outcome.duration_s, observed,
             )
-            if outcome.success and p.effect is Effect.READONLY:
+            if outcome.success and p.effect is READONLY:
                 self._last_content[p.signature] = outcome.content
                 if len(self._last_content) > self._limit:
                     self._last_content.popitem(last=False)
             self._record(p, result, "executing->planning", cfg)
             return result
         result = self._synthetic(p, snap, verdict)
-        transition = ("validating->needs_review" if decision is Decision.REVIEW
+        transition = ("validating->needs_review" if decision is REVIEW
                       else "validating->planning")
         self._record(p, result, transition, cfg)
         return result
@@ -908,14 +925,14 @@ class Task:
         common: dict[str, Any] = {"reason": verdict.reason, "count": snap.count,
                                   "effect": p.effect, "args_hash": p.sig,
                                   "idempotency_key": p.key}
-        if decision is Decision.CACHED and snap.record is not None:
+        if decision is CACHED and snap.record is not None:
             stored = snap.record.content
             return new_result(tool, p.call_id, decision, _with_notice(stored, verdict.notice),
                               value=stored, notice=verdict.notice, **common)
-        if decision is Decision.INVALID:
+        if decision is INVALID:
             text = (f"[toolguard] Invalid arguments for {tool}, not executed: {verdict.reason}. "
                     "Fix the arguments and call again.")
-        elif decision is Decision.REVIEW:
+        elif decision is REVIEW:
             text = (f"[toolguard] {tool} was not executed: {verdict.reason}. It is waiting for a "
                     "human decision; do not retry it until told it was approved.")
         else:
@@ -924,7 +941,7 @@ class Task:
                 text += (" It will not run again with these arguments: change the arguments, "
                          "use another tool, or tell the user what is blocking you.")
                 previous = self._last_content.get(p.signature)
-                if p.effect is Effect.READONLY and previous is not None:
+                if p.effect is READONLY and previous is not None:
                     text += f"\nThe previous result of this call was:\n{_as_text(previous)}"
         return new_result(tool, p.call_id, decision, text, is_error=True, **common)
 
@@ -972,7 +989,7 @@ class Task:
                 self._remember(CallRecord(tool, raw, prepared))
                 return prepared, None
             p = prepared
-            if cfg.policy.mode is Mode.OFF and not p.unusable:
+            if cfg.policy.mode is MODE_OFF and not p.unusable:
                 self.guard._warn_off()
                 outcome: _Outcome = yield _Execute(cfg, p, executor)
                 return self._plain(p, outcome), outcome.exc
@@ -981,7 +998,7 @@ class Task:
                 claimed = (p, snap)
             while True:
                 verdict = self._decide(cfg, p, snap)
-                if verdict.ask_approval and cfg.policy.mode is Mode.ENFORCE:
+                if verdict.ask_approval and cfg.policy.mode is ENFORCE:
                     req = self._approval_request(cfg, p, snap, verdict)
                     answer: ApprovalDecision = yield _Approve(req)
                     snap = self._store_approval(cfg, p, snap, req, answer)
@@ -989,7 +1006,7 @@ class Task:
                         continue
                     if answer.reason:
                         verdict = replace(verdict, reason=f"{verdict.reason} ({answer.reason})")
-                elif verdict.wait and cfg.policy.mode is Mode.ENFORCE:
+                elif verdict.wait and cfg.policy.mode is ENFORCE:
                     yield _Wait(cfg, p)
                     # decide again on fresh state: the other call's result (cached), its
                     # unknown outcome (review), or, if it failed or its worker died, this
@@ -999,7 +1016,7 @@ class Task:
                         claimed = (p, snap)
                     continue
                 break
-            observed = (verdict.decision if cfg.policy.mode is not Mode.ENFORCE
+            observed = (verdict.decision if cfg.policy.mode is not ENFORCE
                         and not p.unusable else None)
             if observed is not None or verdict.decision.executed:
                 if self.guard._sinks:
@@ -1072,7 +1089,7 @@ class Task:
             return done.value  # type: ignore[no-any-return]
 
     def _plain(self, p: _Prepared, outcome: _Outcome) -> ToolResult:
-        result = new_result(p.entry.spec.name, p.call_id, Decision.ALLOW, outcome.content,
+        result = new_result(p.entry.spec.name, p.call_id, ALLOW, outcome.content,
                             value=outcome.value, is_error=not outcome.success,
                             error_type=outcome.error_type, effect=p.effect, args_hash=p.sig,
                             idempotency_key=p.key, duration_s=outcome.duration_s)
@@ -1097,7 +1114,7 @@ class Task:
     def _settled(self, cfg: _Config, p: _Prepared) -> bool:
         record = self._store_op(cfg, p, lambda: self.guard._store.get_record(
             self.task_id, p.key, self.guard._clock()), fallback=lambda: None)
-        return record is None or record.state is not RecordState.IN_PROGRESS
+        return record is None or record.state is not IN_PROGRESS
 
     def _wait_sync(self, cfg: _Config, p: _Prepared) -> None:
         limit = cfg.policy.idempotency.wait_timeout_s
@@ -1208,7 +1225,7 @@ def _bind(task: Task, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, A
 def _direct_result(result: ToolResult, exc: BaseException | None) -> Any:
     if exc is not None:
         raise exc
-    if result.decision in (Decision.ALLOW, Decision.WARN, Decision.CACHED):
+    if result.decision in (ALLOW, WARN, CACHED):
         return result.value
     raise ToolBlocked(result)
 

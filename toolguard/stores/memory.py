@@ -27,7 +27,7 @@ from typing import Any
 
 from cachetools import TLRUCache
 
-from toolguard._types import RecordState
+from toolguard._types import COMPLETED, IN_PROGRESS, UNKNOWN
 
 from ._base import (
     ApprovalRecord,
@@ -141,7 +141,7 @@ class MemoryStore:
         if entry is None:
             return None
         record = entry[0]
-        if (record.state is RecordState.COMPLETED and not task_scope
+        if (record.state is COMPLETED and not task_scope
                 and record.epoch != state.changes):
             return None  # until_change: lapsed at a write or a new turn since
         return record
@@ -159,12 +159,12 @@ class MemoryStore:
             if req.idempotency_key:
                 record = self._valid_record(state, task_id, req.idempotency_key, req.task_scope)
                 if record is None and req.claim:
-                    claim = IdempotencyRecord(RecordState.IN_PROGRESS, state.changes, req.now,
+                    claim = IdempotencyRecord(IN_PROGRESS, state.changes, req.now,
                                               None, req.call_id)
                     self._records[(task_id, req.idempotency_key)] = (claim, req.claim_ttl_s)
                     claimed = True
             # a duplicate of a call that is running right now is the same call, not a repeat
-            concurrent = record is not None and record.state is RecordState.IN_PROGRESS
+            concurrent = record is not None and record.state is IN_PROGRESS
             tool_calls = state.tool_calls.get(req.tool, 0)
             if req.count and state.halted is None:  # a refused call of a halted task is free
                 state.calls += 1
@@ -212,16 +212,16 @@ class MemoryStore:
             key = (task_id, req.idempotency_key)
             if req.idempotency_key:
                 if req.store_result:
-                    record = IdempotencyRecord(RecordState.COMPLETED, state.changes, req.now,
+                    record = IdempotencyRecord(COMPLETED, state.changes, req.now,
                                                req.content, req.call_id)
                     self._records[key] = (record, req.ttl_s)
                 elif req.unknown:
-                    record = IdempotencyRecord(RecordState.UNKNOWN, state.changes, req.now,
+                    record = IdempotencyRecord(UNKNOWN, state.changes, req.now,
                                                None, req.call_id)
                     self._records[key] = (record, req.ttl_s)
                 elif req.release:
                     entry = self._records.get(key)
-                    if (entry is not None and entry[0].state is RecordState.IN_PROGRESS
+                    if (entry is not None and entry[0].state is IN_PROGRESS
                             and entry[0].call_id == req.call_id):
                         del self._records[key]
             if req.halt is not None:
