@@ -357,9 +357,10 @@ def canonical_args(
         out = orjson.dumps(args, default=_refuse, option=_OPTS)
     except (_Unserializable, TypeError, orjson.JSONEncodeError):
         out = b""
-    # b".0" prefilters the integral-float regex: paths and versions are full of "."
+    # No prefilter before the regexes: b"." in out costs more than the search on small
+    # output, and b".0" in out runs at a third of the regex's speed on 100 KB.
     if (not out or _NULL.search(out) is not None or (b"+" in out and b"e+" in out)
-            or (b".0" in out and _INTEGRAL.search(out) is not None)):
+            or _INTEGRAL.search(out) is not None):
         normalized = canonicalize(args)
         try:
             out = orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS)
