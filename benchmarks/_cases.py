@@ -27,6 +27,7 @@ import asyncio
 import dataclasses
 import functools
 import itertools
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -290,6 +291,37 @@ def ordered_churn_runner(maxsize: int, ttl_s: float) -> Runner:
     return run
 
 
+def json_kw_calls(func: Callable[..., Any], text: str) -> Runner:
+    """``func(**orjson.loads(text))``: what an agent loop does without a guard when the model
+    sends the arguments as JSON text (the baseline of the ``json`` guard variants)."""
+    def run(n: int) -> int:
+        loads, repeat = orjson.loads, itertools.repeat
+        start = time.perf_counter_ns()
+        for _ in repeat(None, n):
+            func(**loads(text))
+        return time.perf_counter_ns() - start
+    return run
+
+
+def sketch_runner(func: Callable[..., Any], args: dict[str, Any]) -> Runner:
+    """The least a pure-Python guard can do per call, as a floor to read the targets by:
+    the canonicalize+hash floor, one lock-held counter per signature, the ladder threshold
+    test, the call, and a tuple as the result. No null or float normalization, budgets,
+    idempotency records, schema, progress detection, call ids, history or audit."""
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def guarded(args: dict[str, Any]) -> tuple[str, Any, int]:
+        sig = xxhash.xxh3_128_hexdigest(orjson.dumps(args, option=_SORT))
+        with lock:
+            n = counts[sig] = counts.get(sig, 0) + 1
+        if n >= BIG:
+            return ("block", None, n)
+        return ("allow", func(**args), n)
+
+    return unary(guarded, args)
+
+
 # -- baselines ------------------------------------------------------------------------------
 def _wraps(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
@@ -312,7 +344,8 @@ def _tenacity(func: Callable[..., Any]) -> Callable[..., Any]:
 def baseline_variants(size: str, mode: str, loop: asyncio.AbstractEventLoop
                       ) -> list[Variant]:
     """Bare call, ``functools.wraps`` decorator, tenacity retry; for sync also the
-    canonicalize+hash floor and the sorted orjson dump."""
+    canonicalize+hash floor, the sorted orjson dump, the bare call from JSON text and the
+    minimal guard sketch."""
     sz = sized(size)
     args = args_for(size)
     tags = {"suite": "memory", "mode": mode, "size": size, "kind": "baseline"}
@@ -320,7 +353,9 @@ def baseline_variants(size: str, mode: str, loop: asyncio.AbstractEventLoop
     if mode == "sync":
         runners = {"bare": kw_calls(sz.tool, args), "wraps": kw_calls(_wraps(sz.tool), args),
                    "tenacity": kw_calls(_tenacity(sz.tool), args),
-                   "floor": floor_runner(args), "orjson": dump_runner(args)}
+                   "floor": floor_runner(args), "orjson": dump_runner(args),
+                   "bare_json": json_kw_calls(sz.tool, orjson.dumps(args).decode()),
+                   "sketch": sketch_runner(sz.tool, args)}
     else:
         runners = {"bare": async_kw_calls(loop, sz.tool_async, args),
                    "wraps": async_kw_calls(loop, _wraps_async(sz.tool_async), args),

@@ -62,6 +62,10 @@ def summarise(variants: Sequence[Variant]) -> list[Row]:
                 values = [(x - b) / (t - b) for x, b, t in
                           zip(v.samples_us, bare.samples_us, ten.samples_us, strict=False)]
                 row["x_tenacity_overhead"] = _r(median(values), 3)
+        if v.tags.get("input") == "json_text":
+            base = _baseline(by_name, v, "bare_json")
+            if base is not None:
+                row["x_bare_json"] = _r(_per_round(v, base, lambda x, y: x / y), 2)
         for what in ("orjson", "floor", "memory"):
             base = _baseline(by_name, v, what)
             if base is not None and base is not v and v.tags.get("kind") == "guard":
@@ -166,15 +170,16 @@ def _per_call_tables(rows: Sequence[Row]) -> list[str]:
                       schema="rs", input="json_text")
         if found:
             extra.append([size, "allow, args as JSON text", found["median_us"],
-                          found.get("x_bare")])
+                          found.get("x_bare"), found.get("x_bare_json")])
     for schema in ("off", "rs"):
         found = _find(rows, suite="memory", kind="guard", mode="sync", size="medium_nulls",
                       path="allow", schema=schema)
         if found:
             extra.append(["medium_nulls", f"allow, schema {schema}", found["median_us"],
-                          found.get("x_bare")])
+                          found.get("x_bare"), None])
     if extra:
-        parts.append(_table(["size", "variant (sync, in-memory)", "µs", "x bare"], extra))
+        parts.append(_table(["size", "variant (sync, in-memory)", "µs", "x bare",
+                             "x bare from JSON text"], extra))
     return parts
 
 
@@ -190,11 +195,16 @@ def _baseline_table(rows: Sequence[Row]) -> str:
             if bare is None:
                 continue
             ovh = None if ten is None else ten - bare
+            sync = mode == "sync"
+            sketch = _find(rows, suite="memory", kind="baseline", mode=mode, size=size,
+                           path="sketch") or {}
             body.append([mode, size, bare, us("wraps"), ten, ovh,
-                         us("floor") if mode == "sync" else None,
-                         us("orjson") if mode == "sync" else None])
+                         us("floor") if sync else None, us("orjson") if sync else None,
+                         us("bare_json") if sync else None, sketch.get("median_us"),
+                         sketch.get("x_bare")])
     return _table(["mode", "size", "bare", "functools.wraps", "tenacity", "tenacity ovh",
-                   "floor (orjson+xxh3)", "orjson sorted dump"], body)
+                   "floor (orjson+xxh3)", "orjson sorted dump", "bare from JSON text",
+                   "minimal guard sketch", "sketch x bare"], body)
 
 
 def _target_table(targets: Sequence[Row]) -> str:

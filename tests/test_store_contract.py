@@ -443,6 +443,20 @@ def test_clear_task(store: Store, clock: FakeClock) -> None:
     store.clear_task("never-seen")
 
 
+def test_memory_records_are_bounded_least_recently_used_first(clock: FakeClock) -> None:
+    # the in-memory store's own bound (Redis expires keys by TTL only)
+    store = MemoryStore(max_entries=3, clock=clock)
+    keys = [f"{TASK}:pay:s{i}" for i in range(4)]
+    for key in keys[:3]:
+        finish(store, clock, key=key, store_result=True, content=key)
+    assert store.get_record(TASK, keys[0], clock()) is not None  # s0 is now the most recent
+    finish(store, clock, key=keys[3], store_result=True, content=keys[3])
+    assert [store.get_record(TASK, k, clock()) is not None for k in keys] == [
+        True, False, True, True]
+    clock.advance(3600.0)  # the TTL (finish's ttl_s): a record read at its expiry is gone
+    assert all(store.get_record(TASK, k, clock()) is None for k in keys)
+
+
 # -- differential: Redis answers exactly as memory on random histories -------------------
 _SIGS = st.sampled_from(["s1", "s2"])
 _MOSTLY = st.sampled_from([True, True, True, False])
