@@ -1018,7 +1018,8 @@ class Task:
                 break
             observed = (verdict.decision if cfg.policy.mode is not ENFORCE
                         and not p.unusable else None)
-            if observed is not None or verdict.decision.executed:
+            decision = verdict.decision
+            if observed is not None or decision is ALLOW or decision is WARN:  # = .executed
                 if self.guard._sinks:
                     self._executing(cfg, p, snap, verdict)
                 try:
