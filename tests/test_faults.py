@@ -134,3 +134,29 @@ def test_policy_timeout_exceptions_by_name(clock: FakeClock) -> None:
     task = guard.task("t")
     task.call("pay", {"amount": 1})
     assert task.call("pay", {"amount": 1}).decision is D.REVIEW and ran == [1]
+
+
+def test_a_tool_error_that_cannot_be_printed_is_still_an_error_result(clock: FakeClock) -> None:
+    """The exception's own __str__ raises: the call still ends as a known failure (an error
+    result naming the type), not a guard error with the outcome recorded as unknown."""
+    runs: list[str] = []
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("__str__ failed")
+
+    @tg.mutating
+    def pay(order: str) -> str:
+        runs.append(order)
+        if len(runs) == 1:
+            raise Unprintable
+        return "paid"
+
+    sink = tg.MemorySink()
+    task = tg.Guard(tools=[pay], audit=[sink], clock=clock).task("t")
+    first = task.call("pay", {"order": "A"})
+    assert (first.decision, first.is_error, first.error_type) == (D.ALLOW, True, "Unprintable")
+    assert "Unprintable" in first.content
+    assert sink.events[-1].transition == "executing->planning"
+    retry = task.call("pay", {"order": "A"})  # a known failure: the retry runs, no review
+    assert (retry.decision, retry.value, runs) == (D.WARN, "paid", ["A", "A"])  # 2nd: warn

@@ -807,7 +807,7 @@ class Task:
         if isinstance(exc, _RecordedError):
             content = exc.content
         else:
-            message = " ".join(str(exc).split()) or name
+            message = " ".join(_safe_str(exc).split()) or name  # its __str__ may raise too
             if len(message) > 300:
                 message = message[:299] + "…"
             content = f"Error ({name}): {message}"
