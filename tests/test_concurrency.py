@@ -97,6 +97,40 @@ async def test_asyncio_identical_mutating_call_executes_once() -> None:
     assert all(r.value == "sent" for r in results)
 
 
+async def test_acall_runs_a_sync_tool_off_the_event_loop() -> None:
+    """A plain (sync) tool under acall runs in a worker thread: the loop keeps running while
+    it works, and identical concurrent acalls share one execution under the default ladder
+    (run inline, they would run one after another, count as repeats and halt the task)."""
+    runs: list[str | None] = []
+    started = threading.Event()
+
+    @tg.mutating
+    def write(path: str) -> str:
+        runs.append(tg.current_idempotency_key())
+        started.set()
+        time.sleep(0.2)
+        return "written"
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = tg.Guard(tools=[write]).task("t")
+    ticking = asyncio.create_task(ticker())
+    try:
+        results = await asyncio.gather(*(task.acall("write", {"path": "a"}) for _ in range(6)))
+    finally:
+        ticking.cancel()
+    assert started.is_set() and len(runs) == 1
+    assert runs[0] is not None and runs[0].startswith("t:write:")  # the context came along
+    assert sorted(r.decision for r in results) == sorted([D.ALLOW] + [D.CACHED] * 5)
+    assert ticks >= 5  # the loop ran while the tool slept
+
+
 def test_waiting_call_times_out_with_call_in_progress() -> None:
     release = threading.Event()
     started = threading.Event()

@@ -122,6 +122,7 @@ class _Entry:
     schema: dict[str, Any]
     maybe_async: bool  # its function is async, or it is a recorded/unknown callable
     call: Callable[..., Any]  # what dispatch runs: the function, coercing JSON if it must
+    in_thread: bool = False  # not ``async def``: acall runs it in a worker thread
 
     def signature_of(self, args: Mapping[str, Any]) -> str:
         """The canonical hash of ``args`` bound through the tool's signature: an omitted
@@ -342,7 +343,7 @@ class Guard:
         )
         maybe_async = spec.is_async or not inspect.isfunction(spec.func)
         return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema,
-                      maybe_async, coercing_call(spec.func))
+                      maybe_async, coercing_call(spec.func), not spec.is_async)
 
     @property
     def policy(self) -> Policy:
@@ -553,9 +554,13 @@ class Task:
     async def acall(
         self, tool: str, args: Mapping[str, Any] | str | bytes | None = None
     ) -> ToolResult:
-        """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers (sync
-        tools run inline). The store is called synchronously (the in-memory store takes
-        microseconds; a Redis round trip blocks the event loop for its ~0.1-0.3 ms)."""
+        """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers; a plain
+        (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
+        event loop and concurrent identical calls share one execution. A sync tool bound to
+        its thread (e.g. a ``sqlite3`` connection with ``check_same_thread``) should be
+        ``async def`` or called with :meth:`call`. The store is called synchronously (the
+        in-memory store takes microseconds; a Redis round trip blocks the event loop for its
+        ~0.2-0.6 ms)."""
         return (await self._run_async(tool, args, None))[0]
 
     def _replay_call(self, tool: str, args: Mapping[str, Any] | str | None, result: Any,
@@ -787,7 +792,16 @@ class Task:
         token = _CURRENT_KEY.set(p.key)
         start = time.perf_counter()
         try:
-            value = executor() if executor is not None else p.entry.call(**p.args)
+            if executor is not None:
+                value = executor()
+            elif p.entry.in_thread:
+                # A plain function would block the event loop, and concurrent identical
+                # acalls would then run one after another and count as repeats instead of
+                # sharing one execution. As LangChain and pydantic-ai do for sync tools, run
+                # it in a worker thread; to_thread copies the context (idempotency key, task).
+                value = await asyncio.to_thread(p.entry.call, **p.args)
+            else:
+                value = p.entry.call(**p.args)
             if inspect.isawaitable(value):
                 value = await value
             return _Outcome(value, value, True, False, None, None, time.perf_counter() - start)
