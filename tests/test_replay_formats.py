@@ -120,6 +120,22 @@ def test_bad_lines_are_reported_with_their_number_and_the_rest_replays(tmp_path:
     assert decisions(report.runs[0]) == ["allow", "allow", "warn"]
 
 
+def test_a_call_line_that_lost_its_tool_is_reported_not_taken_for_a_header(
+        tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [
+        {"case": "c"},
+        call("grep", {"q": "x"}),
+        {"args": {"q": "x"}, "result": "y"},
+        {"tol": "grep", "args": {"q": "x"}},  # a typo
+        call("grep", {"q": "x"}),
+    ])
+    runs, problems = read_file(path)
+    assert [(p.line, p.message) for p in problems] == [
+        (3, "a call without 'tool' (it has 'args', 'result'); line skipped"),
+        (4, "a call without 'tool' (it has 'args'); line skipped")]
+    assert [(r.id, len(r.calls)) for r in runs] == [("c", 2)]  # still one run
+
+
 def test_header_effects_that_are_not_an_object_skip_the_run(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "t.jsonl", [
         {"case": "bad", "effects": ["grep"]}, call("grep", {}),

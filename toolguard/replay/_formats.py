@@ -9,9 +9,10 @@ Formats, detected from the content (a ``.jsonl`` suffix always means the trace f
    ``error_type`` (``"timeout"``: the outcome is unknown), ``usage`` (``{"input_tokens",
    "output_tokens"}``, the model tokens spent to propose the call) and ``elapsed_s`` (seconds
    since the run started when the call was proposed). A line without a ``tool`` key is a header
-   and starts a new run: its ``effects`` are kept for the runner, its other keys (``case``,
-   ``run``, ``source``, ...) are the run's metadata. A line holding ``messages`` or ``traj`` is
-   a whole chat run (JSONL of chat transcripts).
+   and starts a new run (unless it has a call's keys, such as ``args`` or ``result``: then it
+   is a call that lost its ``tool``, reported and skipped): its ``effects`` are kept for the
+   runner, its other keys (``case``, ``run``, ``source``, ...) are the run's metadata. A line
+   holding ``messages`` or ``traj`` is a whole chat run (JSONL of chat transcripts).
 2. **OpenAI Chat Completions** messages: a message list, an object with ``messages`` (or
    ``traj``), or a list of such objects (the tau-bench layout, whose ``task_id``, ``trial`` and
    ``reward`` become metadata). ``tool_calls[].function.arguments`` is kept as the JSON text the
@@ -324,6 +325,9 @@ class _Reader:
                 self.chat_run(value, number, f"line {number}")
             elif "tool" in value:
                 chunk.append((number, value))
+            elif stray := sorted(_CALL_KEYS & value.keys()):  # a call that lost its tool
+                self.problem(number, "a call without 'tool' (it has "
+                             f"{', '.join(repr(k) for k in stray)}); line skipped")
             else:  # a header starts a new run
                 if chunk:
                     self.trace_run(chunk)
@@ -335,7 +339,7 @@ class _Reader:
     def trace_run(self, chunk: list[tuple[int, dict[str, Any]]]) -> None:
         first_line, first = chunk[0]
         header: dict[str, Any] = {} if "tool" in first else first
-        body = chunk if "tool" in first else chunk[1:]
+        body = chunk if "tool" in first else chunk[1:]  # may be empty: a run without calls
         effects = header.get("effects")
         if effects is not None and not isinstance(effects, dict):
             self.problem(first_line, "header 'effects' must be an object; run skipped")
@@ -374,6 +378,11 @@ class _Reader:
             return
         self.runs.append(Run(run_id or self.default_id(), self.file, fmt, meta, steps,
                              line=line))
+
+
+# Keys of a call line: a line with one of them but no "tool" is a broken call, not a header.
+_CALL_KEYS: Final = frozenset({"args", "raw_args", "result", "is_error", "error_type",
+                               "batch", "elapsed_s"})
 
 
 def _run_id(meta: Mapping[str, Any]) -> str | None:
