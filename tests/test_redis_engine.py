@@ -432,7 +432,21 @@ def test_non_json_results_are_stored_as_repr(redis_prefix: str) -> None:
         release=False, ttl_s=60.0, now=0.0))
     record = store.get_record("t", "k", 0.0)
     assert record is not None
-    assert record.content == repr(content)  # an int beyond 64 bits: the whole value as repr
+    # value by value: the int beyond 64 bits and the bytes as their repr, the rest as JSON
+    assert record.content == {"when": [1, 2], "3": "b'raw'", "big": repr(2**70)}
+    looped: list[Any] = ["x"]
+    looped.append(looped)  # a cycle: cut at orjson's depth limit, as the repr of the rest
+    store.finish("t", FinishRequest(
+        tool="w", signature="s", idempotency_key="k", executed=False, success=False,
+        unknown=False, mutating=True, result_digest="", store_result=True, content=looped,
+        release=False, ttl_s=60.0, now=0.0))
+    record = store.get_record("t", "k", 0.0)
+    assert record is not None
+    depth, inner = 0, record.content
+    while isinstance(inner, list):
+        assert inner[0] == "x"
+        depth, inner = depth + 1, inner[1]
+    assert depth == 200 and inner == "['x', [...]]"
     store.finish("t", FinishRequest(
         tool="w", signature="s", idempotency_key="k", executed=False, success=False,
         unknown=False, mutating=True, result_digest="", store_result=True,

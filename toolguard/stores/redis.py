@@ -288,10 +288,33 @@ def _time(seconds: float) -> str:
 
 
 def _dumps(value: Any) -> bytes:
+    """A stored result as JSON; what JSON cannot hold becomes its ``repr()``, value by value."""
     try:
         return orjson.dumps(value, default=repr, option=_JSON_OPTS)
-    except TypeError:  # orjson.JSONEncodeError: an int beyond 64 bits, a cycle, ...
+    except TypeError:  # orjson.JSONEncodeError: an int beyond 64 bits, a cycle, too deep
+        pass
+    try:
+        return orjson.dumps(_jsonable(value, 0), default=repr, option=_JSON_OPTS)
+    except TypeError:
         return orjson.dumps(repr(value))
+
+
+def _jsonable(value: Any, depth: int) -> Any:
+    """``value`` with the ints orjson refuses (beyond 64 bits) as their ``repr()``, and
+    anything nested deeper than orjson's limit (or in a cycle) as the ``repr()`` of its
+    container at that depth; everything else as it is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if -(2**63) <= value < 2**64 else repr(value)
+    if isinstance(value, (dict, list, tuple)):
+        if depth >= _MAX_DEPTH:
+            return repr(value)
+        if isinstance(value, dict):
+            return {k: _jsonable(v, depth + 1) for k, v in value.items()}
+        return [_jsonable(v, depth + 1) for v in value]
+    return value
+
+
+_MAX_DEPTH: Final = 200  # below orjson's recursion limit of 255
 
 
 def _bytes(value: bytes | str) -> bytes:
