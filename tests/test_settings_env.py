@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import toolguard as tg
 from toolguard._errors import PolicyError, PolicyProblem
 from toolguard._policy import LadderThresholds, Policy
 from toolguard._policy_loader import load_policy
@@ -120,6 +121,26 @@ def test_tool_names_match_the_file_case_insensitively(tmp_path: Path) -> None:
     assert policy.source_of("tools.sendEmail.max_calls") == (
         "env TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS"
     )
+
+
+def test_tool_names_match_a_registered_tool_case_insensitively() -> None:
+    @tg.mutating
+    def sendEmail(to: str) -> str:  # noqa: N802 - a camelCase tool name on purpose
+        return "sent"
+
+    env = {"TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS": "2"}
+    guard = tg.Guard(policy_from_env(env), tools=[sendEmail])  # in code only, not in a file
+    assert set(guard.policy.tools) == {"sendEmail"}
+    assert guard.settings("sendEmail").max_calls == 2
+    assert guard.policy.source_of("tools.sendEmail.max_calls") == (
+        "env TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS")
+    with pytest.raises(tg.PolicyError) as info:  # a typo: the problem names the variable
+        tg.Guard(policy_from_env({"TOOLGUARD_TOOLS__SENDEMAL__MAX_CALLS": "2"}),
+                 tools=[sendEmail])
+    [problem] = info.value.problems
+    assert (problem.source, problem.path) == ("env TOOLGUARD_TOOLS__SENDEMAL__MAX_CALLS",
+                                              "tools.sendemal")
+    assert "did you mean 'sendEmail'?" in problem.message
 
 
 def test_variable_names_are_case_insensitive() -> None:

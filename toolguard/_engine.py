@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import difflib
 import inspect
 import itertools
 import logging
@@ -304,6 +305,7 @@ class Guard:
         )
 
     def _build(self, policy: Policy) -> _Config:
+        policy = self._spell_env_tools(policy)
         entries: dict[str, _Entry] = {}
         for spec in self._tools:
             if spec.name in entries:
@@ -313,14 +315,41 @@ class Guard:
         strict = policy.strict_tools if self._strict is None else self._strict
         unknown = sorted(set(policy.tools) - set(entries))
         if strict and unknown:
-            source = policy.sources[-1] if policy.sources else "<policy>"
             raise PolicyError([
-                PolicyProblem(source, f"tools.{name}",
+                PolicyProblem(_source(policy, f"tools.{name}"), f"tools.{name}",
                               "names a tool that is not registered with the Guard "
-                              "(set strict_tools = false to allow)")
+                              f"({_close_names(name, entries)}set strict_tools = false to "
+                              "allow)")
                 for name in unknown
             ])
         return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {})
+
+    def _spell_env_tools(self, policy: Policy) -> Policy:
+        """Spell each ``tools.<name>`` set only by environment variables as the registered
+        tool it equals case-insensitively: variable names carry no case
+        (``TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS`` → ``sendEmail``). The loader already does
+        this for tools named in the policy file; this covers tools registered only in code."""
+        by_lower: dict[str, list[str]] = {}
+        for spec in self._tools:
+            by_lower.setdefault(spec.name.lower(), []).append(spec.name)
+        renames: dict[str, str] = {}
+        for name in policy.tools:
+            same = by_lower.get(name.lower(), [])
+            if (name not in by_lower.get(name.lower(), ()) and len(same) == 1
+                    and same[0] not in policy.tools
+                    and policy.source_of(f"tools.{name}").startswith("env ")):
+                renames[name] = same[0]
+        if not renames:
+            return policy
+        tools = {renames.get(name, name): tp for name, tp in policy.tools.items()}
+        provenance = {}
+        for key, source in policy._provenance.items():
+            parts = key.split(".", 2)
+            if len(parts) >= 2 and parts[0] == "tools" and parts[1] in renames:
+                provenance[".".join(["tools", renames[parts[1]], *parts[2:]])] = source
+            else:
+                provenance[key] = source
+        return policy.model_copy(update={"tools": tools}).with_provenance(provenance)
 
     @staticmethod
     def _entry(policy: Policy, spec: ToolSpec) -> _Entry:
@@ -1153,6 +1182,20 @@ class Task:
                 raise CallInProgress(p.entry.spec.name, p.key, waited)
             await asyncio.sleep(min(pause, limit - waited))
             pause = min(pause * 2, _WAIT_POLL_S[1])
+
+
+def _source(policy: Policy, path: str) -> str:
+    """Where ``path`` was set, for a problem report: the file or ``env VAR``."""
+    found = policy.source_of(path)
+    if found != "built-in":
+        return found
+    return policy.sources[-1] if policy.sources else "<policy>"
+
+
+def _close_names(name: str, entries: Mapping[str, Any]) -> str:
+    """``"did you mean 'x'? "`` when a registered tool name is close to ``name``, else ``""``."""
+    close = difflib.get_close_matches(name, list(entries), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
 
 
 def _safe_repr(value: Any, limit: int = 200) -> str:
