@@ -1,7 +1,7 @@
 """The canonical form of tool arguments and its hash (``toolguard._canonical``).
 
 Golden vectors pin the exact canonical bytes and XXH3-128 digests of version
-``CANONICAL_VERSION == 1`` in ``tests/golden/canonical_v1.json``. They change only together
+``CANONICAL_VERSION == 2`` in ``tests/golden/canonical_v2.json``. They change only together
 with a ``CANONICAL_VERSION`` bump (which reseeds every digest): a failure here without a bump
 means stored idempotency keys and ladder counts would silently stop matching.
 """
@@ -72,6 +72,8 @@ CASE_OPT = ArgOptions(case="insensitive")
 # name -> (arguments, per-argument options); the expected bytes and hash are in GOLDEN_FILE.
 GOLDEN: dict[str, tuple[dict[str, Any], dict[str, ArgOptions] | None]] = {
     "key_order": ({"b": 1, "a": 2, "C": 3, "_": 4, "aa": 5}, None),
+    "dollar_keys_escaped": ({"q": {"$gt": 5, "$$x": 1}, "$top": "v", "price": "$100"}, None),
+    "literal_tag_is_not_a_tag": ({"x": {"$bytes": "YWI="}, "n": {"$int": "100"}}, None),
     "nested_dicts": ({"z": {"y": {"x": 1, "w": [{"b": 1, "a": 2}]}}, "a": {}}, None),
     "null_dropped_in_objects": ({"a": 1, "b": None, "c": {"d": None, "e": 2}}, None),
     "null_kept_in_arrays": ({"items": [None, 1, None, {"k": None}]}, None),
@@ -129,7 +131,8 @@ def test_golden_file_covers_exactly_the_vectors() -> None:
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 def test_golden_vector(name: str) -> None:
-    """Bytes and hash of version 1; they may change only with a CANONICAL_VERSION bump."""
+    """Bytes and hash of the current version; they may change only with a CANONICAL_VERSION
+    bump."""
     args, options = GOLDEN[name]
     expected = load_golden()[name]
     canonical = canonical_args(args, options)
@@ -137,6 +140,30 @@ def test_golden_vector(name: str) -> None:
     assert args_hash(args, options) == expected["hash"]
     assert digest(canonical) == expected["hash"]
     assert tg.args_hash(args, options) == expected["hash"]  # the public name
+
+
+@pytest.mark.parametrize("args", [
+    {"$a": 1}, {"a": {"$b": [{"$c": 2}]}}, {"a": ["$x", {"$y": 1}]}, {"a$": "$", "b": "x$"},
+    {"$$": {"$": 0}}, {"a": "$100", "b": ["$", "$$"]},
+])
+def test_dollar_keys_fast_path_and_walk_agree(args: dict[str, Any]) -> None:
+    walked = orjson.dumps(canonicalize(args), option=orjson.OPT_SORT_KEYS)
+    assert canonical_args(args) == walked  # the fast path finds every $-key
+
+
+@given(st.one_of(
+    st.binary(max_size=20),
+    st.decimals(allow_nan=False, allow_infinity=False, places=3),
+    st.integers(min_value=2**64, max_value=2**80),
+    st.datetimes(),
+    st.dates(),
+))
+def test_a_literal_object_never_hashes_as_the_tagged_value_it_spells(value: Any) -> None:
+    tagged = canonicalize({"x": value})["x"]
+    assert isinstance(tagged, dict) and next(iter(tagged)).startswith("$")
+    literal = json.loads(orjson.dumps({"x": tagged}))  # the same object, as a model sends it
+    assert args_hash(literal) != args_hash({"x": value})
+    assert args_hash(parse_arguments(orjson.dumps(literal))) == args_hash(literal)
 
 
 def test_version_seeds_the_digest() -> None:
