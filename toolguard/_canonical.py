@@ -365,11 +365,17 @@ def canonical_args(
         out = orjson.dumps(args, default=_refuse, option=_OPTS)
     except (_Unserializable, TypeError, orjson.JSONEncodeError):
         out = b""
-    # No prefilter before the regexes: b"." in out costs more than the search on small
-    # output, and b".0" in out runs at a third of the regex's speed on 100 KB. An int
-    # membership test (43 is "+", 36 is "$") is a memchr: 0.03 µs on small output.
-    if (not out or _NULL.search(out) is not None or (43 in out and b"e+" in out)
-            or _INTEGRAL.search(out) is not None or (36 in out and _dollar_key(out))):
+    if out and _NULL.search(out) is not None and not _suspect(out):
+        # Nulls and nothing else to normalize: the common case of models that send every
+        # optional argument (OpenAI strict mode sends null for each). Drop them from the
+        # JSON-native value orjson just took and serialize again: 4 µs on 1 KB where the
+        # full walk takes 36 µs. Nulls left (in arrays, or an Enum whose value is None)
+        # take the walk.
+        out = orjson.dumps(_without_nulls(args), option=orjson.OPT_SORT_KEYS)
+        if _NULL.search(out) is None:
+            return out
+        out = b""
+    if not out or _NULL.search(out) is not None or _suspect(out):
         normalized = canonicalize(args)
         try:
             out = orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS)
@@ -379,6 +385,33 @@ def canonical_args(
 
 
 _hexdigest: Final = xxhash.xxh3_128_hexdigest
+
+
+def _suspect(out: bytes) -> bool:
+    """Whether serialized ``out`` holds something besides nulls to normalize: an integral
+    float (``1.0``, ``1e+16``) or an object key starting with ``$``.
+
+    No prefilter before the regex: ``b"." in out`` costs more than the search on small
+    output, and ``b".0" in out`` runs at a third of the regex's speed on 100 KB. An int
+    membership test (43 is ``+``, 36 is ``$``) is a memchr: 0.03 µs on small output.
+    """
+    return ((43 in out and b"e+" in out) or _INTEGRAL.search(out) is not None
+            or (36 in out and _dollar_key(out)))
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` without the null entries of its objects, for what orjson serialized natively
+    (exact dicts, lists and tuples; anything else is returned as it is)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _without_nulls(v) if type(v) in _CONTAINERS else v
+                for k, v in value.items() if v is not None}
+    if kind is list or kind is tuple:
+        return [_without_nulls(v) if type(v) in _CONTAINERS else v for v in value]
+    return value
+
+
+_CONTAINERS: Final = frozenset({dict, list, tuple})  # recursing into scalars cost 2x
 
 
 def _dollar_key(out: bytes) -> bool:
