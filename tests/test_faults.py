@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,24 @@ def test_a_tool_error_that_cannot_be_printed_is_still_an_error_result(clock: Fak
     assert sink.events[-1].transition == "executing->planning"
     retry = task.call("pay", {"order": "A"})  # a known failure: the retry runs, no review
     assert (retry.decision, retry.value, runs) == (D.WARN, "paid", ["A", "A"])  # 2nd: warn
+
+
+def test_a_result_nested_deeper_than_json_allows_is_returned_and_recorded(
+        clock: FakeClock) -> None:
+    """orjson stops at 255 levels; the result digest falls back to repr instead of turning a
+    completed write into a guard error with an unknown outcome."""
+    def nest(depth: int) -> list[Any]:
+        value: list[Any] = []
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    @tg.mutating
+    def build(depth: int) -> list[Any]:
+        return nest(depth)
+
+    task = tg.Guard(tools=[build], clock=clock).task("t")
+    first = task.call("build", {"depth": 300})
+    assert (first.decision, first.is_error) == (D.ALLOW, False)
+    again = task.call("build", {"depth": 300})
+    assert again.decision is D.CACHED and again.value == first.value

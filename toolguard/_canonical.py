@@ -455,7 +455,7 @@ def value_digest(value: Any) -> str:
         except (TypeError, orjson.JSONEncodeError):
             try:
                 data = orjson.dumps(canonicalize(value), option=orjson.OPT_SORT_KEYS)
-            except CanonicalizationError:
+            except (CanonicalizationError, TypeError):  # TypeError: nested past orjson's 255
                 try:
                     data = repr(value).encode("utf-8", errors="replace")
                 except Exception:  # noqa: BLE001 - a foreign __repr__ failed: compare by identity
