@@ -9,6 +9,7 @@ shared server is never paused or restarted.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import queue
@@ -423,6 +424,11 @@ def test_client_with_decoded_responses(redis_prefix: str) -> None:
     client.close()
 
 
+@dataclasses.dataclass
+class _Big:
+    n: int
+
+
 def test_non_json_results_are_stored_as_repr(redis_prefix: str) -> None:
     store = _store(redis_prefix)
     content = {"when": (1, 2), 3: b"raw", "big": 2**70}
@@ -434,19 +440,26 @@ def test_non_json_results_are_stored_as_repr(redis_prefix: str) -> None:
     assert record is not None
     # value by value: the int beyond 64 bits and the bytes as their repr, the rest as JSON
     assert record.content == {"when": [1, 2], "3": "b'raw'", "big": repr(2**70)}
-    looped: list[Any] = ["x"]
-    looped.append(looped)  # a cycle: cut at orjson's depth limit, as the repr of the rest
+    branching: list[Any] = ["x"]
+    branching += [branching, branching]  # cycles: each cut at its first repeat, in linear time
+    deep: list[Any] = []
+    for _ in range(300):  # deeper than orjson's limit: cut at depth 200
+        deep = [deep]
+    content = {"graph": branching, "obj": _Big(n=2**70), (1, 2): "tuple key", "deep": deep}
     store.finish("t", FinishRequest(
         tool="w", signature="s", idempotency_key="k", executed=False, success=False,
-        unknown=False, mutating=True, result_digest="", store_result=True, content=looped,
+        unknown=False, mutating=True, result_digest="", store_result=True, content=content,
         release=False, ttl_s=60.0, now=0.0))
     record = store.get_record("t", "k", 0.0)
     assert record is not None
-    depth, inner = 0, record.content
+    stored = record.content
+    cut = "['x', [...], [...]]"
+    assert (stored["graph"], stored["obj"], stored["(1, 2)"]) == (
+        ["x", cut, cut], {"n": repr(2**70)}, "tuple key")
+    level, inner = 1, stored["deep"]
     while isinstance(inner, list):
-        assert inner[0] == "x"
-        depth, inner = depth + 1, inner[1]
-    assert depth == 200 and inner == "['x', [...]]"
+        level, inner = level + 1, inner[0]
+    assert level == 200 and isinstance(inner, str) and inner.startswith("[[[")
     store.finish("t", FinishRequest(
         tool="w", signature="s", idempotency_key="k", executed=False, success=False,
         unknown=False, mutating=True, result_digest="", store_result=True,

@@ -45,6 +45,7 @@ Signature history is not LRU-bounded per task as in memory: it lives until the t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from typing import Any, Final, Literal, cast
@@ -299,19 +300,41 @@ def _dumps(value: Any) -> bytes:
         return orjson.dumps(repr(value))
 
 
-def _jsonable(value: Any, depth: int) -> Any:
-    """``value`` with the ints orjson refuses (beyond 64 bits) as their ``repr()``, and
-    anything nested deeper than orjson's limit (or in a cycle) as the ``repr()`` of its
-    container at that depth; everything else as it is."""
-    if isinstance(value, int) and not isinstance(value, bool):
+def _jsonable(value: Any, depth: int, active: frozenset[int] = frozenset()) -> Any:
+    """``value`` as JSON can hold it, value by value: an int beyond 64 bits, a string that is
+    not valid Unicode, a container met again inside itself (a cycle) or nested deeper than
+    orjson's limit become their ``repr()``; a dataclass becomes its fields; a dict key that
+    is not a string becomes ``str(key)``. Everything else stays as it is. Linear in the size
+    of ``value``: a cycle stops at its first repeat."""
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
         return value if -(2**63) <= value < 2**64 else repr(value)
-    if isinstance(value, (dict, list, tuple)):
-        if depth >= _MAX_DEPTH:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
             return repr(value)
+        return value
+    ident = id(value)
+    if depth >= _MAX_DEPTH or ident in active:
+        return _safe_repr(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, (dict, list, tuple)):
+        inner = active | {ident}
         if isinstance(value, dict):
-            return {k: _jsonable(v, depth + 1) for k, v in value.items()}
-        return [_jsonable(v, depth + 1) for v in value]
-    return value
+            return {k if isinstance(k, str) else str(k): _jsonable(v, depth + 1, inner)
+                    for k, v in value.items()}
+        return [_jsonable(v, depth + 1, inner) for v in value]
+    return value  # orjson takes it natively or calls default=repr
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a foreign __repr__ (or one nested too deep) failed
+        return f"<{type(value).__qualname__}>"
 
 
 _MAX_DEPTH: Final = 200  # below orjson's recursion limit of 255
