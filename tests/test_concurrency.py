@@ -261,3 +261,32 @@ async def test_cancelled_call_leaves_its_waiting_duplicates_in_review() -> None:
     results = await asyncio.gather(*waiters)
     assert [r.decision for r in results] == [D.REVIEW] * 3  # the outcome is unknown
     assert not task.halted
+
+
+async def test_a_call_cancelled_while_asking_the_approver_gives_its_claim_back() -> None:
+    """The tool never ran: an identical call must not wait for in_progress_ttl_s."""
+    asked = asyncio.Event()
+    runs: list[str] = []
+
+    async def slow_then_yes(request: tg.ApprovalRequest) -> tg.ApprovalDecision:
+        if not asked.is_set():
+            asked.set()
+            await asyncio.sleep(10)  # the first time, the human takes long: cancelled
+        return tg.approve()
+
+    @tg.requires_approval
+    def refund(order: str) -> str:
+        runs.append(order)
+        return "refunded"
+
+    guard = tg.Guard(tools=[refund], approver=slow_then_yes)
+    task = guard.task("t")
+    first = asyncio.ensure_future(task.acall("refund", {"order": "o1"}))
+    await asyncio.wait_for(asked.wait(), 5)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    key = f"t:refund:{tg.args_hash({'order': 'o1'})}"
+    assert guard.store.get_record("t", key, time.time()) is None  # no claim left behind
+    retry = await asyncio.wait_for(task.acall("refund", {"order": "o1"}), 5)
+    assert (retry.executed, runs) == (True, ["o1"])

@@ -1026,6 +1026,7 @@ class Task:
         call) and is sent the answer. ``_run_sync`` and ``_run_async`` drive it."""
         cfg = self.guard._config
         claimed: tuple[_Prepared, Snapshot] | None = None
+        executing = False  # from here on, the execution's own handler records the outcome
         try:
             prepared = self._prepare(cfg, tool, raw, executor is not None)
             if isinstance(prepared, ToolResult):
@@ -1065,6 +1066,7 @@ class Task:
             if observed is not None or decision is ALLOW or decision is WARN:  # = .executed
                 if self.guard._sinks:
                     self._executing(cfg, p, snap, verdict)
+                executing = True
                 try:
                     outcome = yield _Execute(cfg, p, executor)
                 except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
@@ -1082,6 +1084,14 @@ class Task:
                     self._abandon(cfg, *claimed)
             raise ToolGuardError(f"internal error while guarding {tool}: "
                                  f"{type(exc).__name__}: {_safe_str(exc)}") from exc
+        except BaseException:  # cancelled or interrupted before the tool ran (e.g. while a
+            # human was being asked): it did not happen, so give the claim back at once
+            # instead of making identical calls wait for in_progress_ttl_s
+            if claimed is not None and not executing:
+                with contextlib.suppress(Exception):
+                    self._finish(cfg, *claimed, None)
+                    self._notify(claimed[0])
+            raise
 
     def _run_sync(self, tool: str, raw: Any, executor: Callable[[], Any] | None
                   ) -> tuple[ToolResult, BaseException | None]:
