@@ -290,3 +290,32 @@ async def test_a_call_cancelled_while_asking_the_approver_gives_its_claim_back()
     assert guard.store.get_record("t", key, time.time()) is None  # no claim left behind
     retry = await asyncio.wait_for(task.acall("refund", {"order": "o1"}), 5)
     assert (retry.executed, runs) == (True, ["o1"])
+
+
+@pytest.mark.parametrize("forwards", [False, True])
+async def test_a_cancelled_acall_records_what_its_sync_tool_really_did(forwards: bool) -> None:
+    """A worker thread cannot be stopped: the cancellation waits for the tool, its real
+    result is recorded, and neither a concurrent duplicate nor a retry runs it again (before,
+    the retry went to review, or, with a forwarded key, ran beside the first)."""
+    log: list[str] = []
+
+    @tg.mutating(forwards_idempotency_key=forwards)
+    def pay(amount: int) -> str:
+        log.append("start")
+        time.sleep(0.3)
+        log.append("done")
+        return "paid"
+
+    task = tg.Guard(tools=[pay]).task("t")
+    first = asyncio.ensure_future(task.acall("pay", {"amount": 5}))
+    await asyncio.sleep(0.1)  # the tool is running in its thread
+    duplicate = asyncio.ensure_future(task.acall("pay", {"amount": 5}))
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(first, 0.05)
+    assert log == ["start", "done"]  # the cancellation waited for the tool
+    retry = await task.acall("pay", {"amount": 5})
+    shared = await duplicate
+    assert (retry.decision, retry.value) == (D.CACHED, "paid")
+    assert (shared.decision, shared.value) == (D.CACHED, "paid")
+    assert log == ["start", "done"]  # ran once
+    assert task.history[0].result.decision is D.ALLOW  # the real run is recorded

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import contextvars
 import difflib
+import functools
 import inspect
 import itertools
 import logging
@@ -101,6 +102,22 @@ def current_idempotency_key() -> str | None:
     tool ``forwards_idempotency_key=True``: a retry after a timeout then reuses the key and
     the backend deduplicates, instead of the retry going to review."""
     return _CURRENT_KEY.get()
+
+
+class _Outlived(BaseException):  # a control-flow signal, not an error
+    """A cancelled ``acall`` whose sync tool ran on in its thread: ``outcome`` is what the
+    tool did; ``cancel`` is re-raised once the outcome is recorded."""
+
+    def __init__(self, outcome: _Outcome, cancel: BaseException) -> None:
+        super().__init__()
+        self.outcome, self.cancel = outcome, cancel
+
+
+async def _until_done(future: asyncio.Future[Any]) -> None:
+    """Wait for ``future`` whatever cancellations arrive meanwhile."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([future])
 
 
 class _RecordedError(Exception):
@@ -827,8 +844,23 @@ class Task:
                 # A plain function would block the event loop, and concurrent identical
                 # acalls would then run one after another and count as repeats instead of
                 # sharing one execution. As LangChain and pydantic-ai do for sync tools, run
-                # it in a worker thread; to_thread copies the context (idempotency key, task).
-                value = await asyncio.to_thread(p.entry.call, **p.args)
+                # it in a worker thread, with the context (idempotency key, task) copied.
+                future = asyncio.get_running_loop().run_in_executor(None, functools.partial(
+                    contextvars.copy_context().run, p.entry.call, **p.args))
+                try:
+                    value = await asyncio.shield(future)
+                except asyncio.CancelledError as cancel:
+                    # A thread cannot be stopped: let the tool finish, record what really
+                    # happened (an identical retry then gets the stored result instead of an
+                    # unknown outcome, and no second run starts beside the first), and only
+                    # then pass the cancellation on.
+                    await _until_done(future)
+                    duration_s = time.perf_counter() - start
+                    exc = future.exception()
+                    outcome = (self._failure(cfg, exc, duration_s) if isinstance(exc, Exception)
+                               else _Outcome(future.result(), future.result(), True, False,
+                                             None, None, duration_s))
+                    raise _Outlived(outcome, cancel) from None
             else:
                 value = p.entry.call(**p.args)
             if inspect.isawaitable(value):
@@ -1117,12 +1149,16 @@ class Task:
     async def _run_async(self, tool: str, raw: Any, executor: Callable[[], Any] | None
                          ) -> tuple[ToolResult, BaseException | None]:
         pipeline = self._pipeline(tool, raw, executor)
+        cancelled: BaseException | None = None  # a cancellation that waited for a thread
         try:
             io = next(pipeline)
             while True:
                 try:
                     if isinstance(io, _Execute):
-                        answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
+                        try:
+                            answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
+                        except _Outlived as outlived:  # record what happened, then cancel
+                            answer, cancelled = outlived.outcome, outlived.cancel
                     elif isinstance(io, _Approve):
                         answer = _ask(self.guard._approver, io.request)
                         if inspect.isawaitable(answer):
@@ -1140,6 +1176,8 @@ class Task:
                 else:
                     io = pipeline.send(answer)
         except StopIteration as done:
+            if cancelled is not None:
+                raise cancelled from None
             return done.value  # type: ignore[no-any-return]
 
     def _plain(self, p: _Prepared, outcome: _Outcome) -> ToolResult:
