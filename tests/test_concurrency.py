@@ -319,3 +319,22 @@ async def test_a_cancelled_acall_records_what_its_sync_tool_really_did(forwards:
     assert (shared.decision, shared.value) == (D.CACHED, "paid")
     assert log == ["start", "done"]  # ran once
     assert task.history[0].result.decision is D.ALLOW  # the real run is recorded
+
+
+async def test_a_sync_call_on_the_loop_thread_does_not_wait_for_its_own_acall() -> None:
+    """Waiting would block the loop the running acall needs to finish: a deadlock until the
+    wait timeout. The sync call says so at once instead."""
+    @tg.mutating
+    def write(path: str) -> str:
+        time.sleep(0.2)
+        return "written"
+
+    guard = tg.Guard(tools=[write])
+    async with guard.task("t") as task:
+        running = asyncio.ensure_future(task.acall("write", {"path": "a"}))
+        await asyncio.sleep(0.05)  # the tool is running in its thread
+        started = time.monotonic()
+        with pytest.raises(tg.CallInProgress, match="cannot wait for it"):
+            write(path="a")  # a direct call of the decorated tool: sync, on the loop thread
+        assert time.monotonic() - started < 0.1
+        assert (await running).value == "written"

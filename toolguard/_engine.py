@@ -1209,6 +1209,12 @@ class Task:
         return record is None or record.state is not IN_PROGRESS
 
     def _wait_sync(self, cfg: _Config, p: _Prepared) -> None:
+        if _loop_running():
+            # Blocking here would block the event loop, which the identical call (an acall
+            # on this loop) needs in order to finish: a deadlock until the timeout.
+            raise CallInProgress(p.entry.spec.name, p.key, 0.0,
+                                 "a synchronous call on an event loop's thread cannot wait "
+                                 "for it; await task.acall(...) instead")
         limit = cfg.policy.idempotency.wait_timeout_s
         start = time.monotonic()
         pause = _WAIT_POLL_S[0]
@@ -1230,6 +1236,14 @@ class Task:
                 raise CallInProgress(p.entry.spec.name, p.key, waited)
             await asyncio.sleep(min(pause, limit - waited))
             pause = min(pause * 2, _WAIT_POLL_S[1])
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _source(policy: Policy, path: str) -> str:

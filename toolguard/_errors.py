@@ -113,13 +113,13 @@ class CallInProgress(ToolGuardError):
     """An identical mutating call is still running and did not finish within the wait timeout
     (``idempotency.wait_timeout_s`` seconds)."""
 
-    def __init__(self, tool: str, idempotency_key: str, waited_s: float) -> None:
+    def __init__(self, tool: str, idempotency_key: str, waited_s: float, hint: str = "") -> None:
         self.tool = tool
         self.idempotency_key = idempotency_key
         self.waited_s = waited_s
         super().__init__(
             f"{tool}: an identical call ({idempotency_key}) is still in progress "
-            f"after {waited_s:.1f} s"
+            f"after {waited_s:.1f} s{f' ({hint})' if hint else ''}"
         )
 
 
