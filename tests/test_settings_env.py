@@ -142,6 +142,18 @@ def test_tool_names_match_a_registered_tool_case_insensitively() -> None:
                                               "tools.sendemal")
     assert "did you mean 'sendEmail'?" in problem.message
 
+    @tg.mutating
+    def sendemail(to: str) -> str:
+        return "sent"
+
+    for variable in ("TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS",
+                     "TOOLGUARD_TOOLS__sendEmail__MAX_CALLS"):
+        with pytest.raises(tg.PolicyError) as info:  # two tools it could mean: refused
+            tg.Guard(policy_from_env({variable: "2"}), tools=[sendEmail, sendemail])
+        [problem] = info.value.problems
+        assert problem.source == f"env {variable}"
+        assert "matches the registered tools 'sendEmail', 'sendemail'" in problem.message
+
 
 def test_variable_names_are_case_insensitive() -> None:
     policy = policy_from_env({"toolguard_mode": "off", "Toolguard_Budget__Max_Tokens": "9"})

@@ -350,12 +350,22 @@ class Guard:
         for spec in self._tools:
             by_lower.setdefault(spec.name.lower(), []).append(spec.name)
         renames: dict[str, str] = {}
+        problems: list[PolicyProblem] = []
         for name in policy.tools:
+            source = policy.source_of(f"tools.{name}")
+            if not source.startswith("env "):
+                continue
             same = by_lower.get(name.lower(), [])
-            if (name not in by_lower.get(name.lower(), ()) and len(same) == 1
-                    and same[0] not in policy.tools
-                    and policy.source_of(f"tools.{name}").startswith("env ")):
+            if len(same) > 1:
+                problems.append(PolicyProblem(
+                    source, f"tools.{name}",
+                    f"matches the registered tools {', '.join(map(repr, sorted(same)))}: "
+                    "environment variable names carry no case, so set this tool in a policy "
+                    "file"))
+            elif same and same[0] != name and same[0] not in policy.tools:
                 renames[name] = same[0]
+        if problems:
+            raise PolicyError(problems)
         if not renames:
             return policy
         tools = {renames.get(name, name): tp for name, tp in policy.tools.items()}
