@@ -127,13 +127,17 @@ def test_a_call_line_that_lost_its_tool_is_reported_not_taken_for_a_header(
         call("grep", {"q": "x"}),
         {"args": {"q": "x"}, "result": "y"},
         {"tol": "grep", "args": {"q": "x"}},  # a typo
+        {"name": "grep", "arguments": "{}"},  # another format's call
+        call("grep", {"q": "x"}),
+        {"case": "d", "result": "success", "elapsed_s": 12.5},  # a header with metadata
         call("grep", {"q": "x"}),
     ])
     runs, problems = read_file(path)
     assert [(p.line, p.message) for p in problems] == [
-        (3, "a call without 'tool' (it has 'args', 'result'); line skipped"),
-        (4, "a call without 'tool' (it has 'args'); line skipped")]
-    assert [(r.id, len(r.calls)) for r in runs] == [("c", 2)]  # still one run
+        (3, "a call without 'tool' (it has 'args'); line skipped"),
+        (4, "a call without 'tool' (it has 'args'); line skipped"),
+        (5, "a call without 'tool' (it has 'arguments'); line skipped")]
+    assert [(r.id, len(r.calls)) for r in runs] == [("c", 2), ("d", 1)]
 
 
 def test_header_effects_that_are_not_an_object_skip_the_run(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ Formats, detected from the content (a ``.jsonl`` suffix always means the trace f
    ``error_type`` (``"timeout"``: the outcome is unknown), ``usage`` (``{"input_tokens",
    "output_tokens"}``, the model tokens spent to propose the call) and ``elapsed_s`` (seconds
    since the run started when the call was proposed). A line without a ``tool`` key is a header
-   and starts a new run (unless it has a call's keys, such as ``args`` or ``result``: then it
-   is a call that lost its ``tool``, reported and skipped): its ``effects`` are kept for the
+   and starts a new run (unless it holds arguments, ``args``, ``raw_args`` or ``arguments``:
+   then it is a call that lost its ``tool``, reported and skipped): its ``effects`` are kept for the
    runner, its other keys (``case``, ``run``, ``source``, ...) are the run's metadata. A line
    holding ``messages`` or ``traj`` is a whole chat run (JSONL of chat transcripts).
 2. **OpenAI Chat Completions** messages: a message list, an object with ``messages`` (or
@@ -380,9 +380,9 @@ class _Reader:
                              line=line))
 
 
-# Keys of a call line: a line with one of them but no "tool" is a broken call, not a header.
-_CALL_KEYS: Final = frozenset({"args", "raw_args", "result", "is_error", "error_type",
-                               "batch", "elapsed_s"})
+# The arguments of a call: a line with them but no "tool" is a broken call, not a header.
+# (Other call keys, such as "result" or "elapsed_s", are also plausible run metadata.)
+_CALL_KEYS: Final = frozenset({"args", "raw_args", "arguments"})
 
 
 def _run_id(meta: Mapping[str, Any]) -> str | None:
