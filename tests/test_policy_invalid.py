@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import toolguard as tg
 from toolguard._errors import PolicyError, PolicyProblem
 from toolguard._policy_loader import load_policy, load_policy_dict
 
@@ -236,17 +237,25 @@ def test_syntax_error_at_end_of_document(tmp_path: Path) -> None:
 
 
 def test_partial_tool_ladder_is_checked_against_every_possible_effect(tmp_path: Path) -> None:
-    """A tool whose effect the decorator decides, with a rule making some calls read-only."""
+    """A tool whose effect the decorator decides is checked when the Guard knows it; a rule
+    making some calls read-only is checked by the loader."""
     path = tmp_path / "p.toml"
     path.write_text(
         "[tools.t]\nladder = { block_at = 2 }\n",
         encoding="utf-8",
     )
+    policy = load_policy(path, env={})  # the effect is the decorator's: not known here
+
+    def t(a: str) -> str:
+        return a
+
+    tg.Guard(policy, [tg.mutating(t)])  # mutating warn_at is 2: in order
     with pytest.raises(PolicyError) as caught:
-        load_policy(path, env={})
-    assert [p.message for p in caught.value.problems] == [
-        "must be ≥ warn_at (3, from ladder.readonly)"
-    ]
+        tg.Guard(policy, [tg.readonly(t)])  # readonly warn_at is 3
+    [problem] = caught.value.problems
+    assert (problem.source, problem.path, problem.message) == (
+        str(path), "tools.t.ladder.block_at",
+        "must be ≥ warn_at (3, from ladder.readonly): t is readonly")
     path.write_text('[tools.t]\neffect = "mutating"\nladder = { block_at = 2 }\n', encoding="utf-8")
     assert load_policy(path, env={}).tools["t"].ladder is not None
     path.write_text(

@@ -494,9 +494,10 @@ def _ladder_problems(
 ) -> list[PolicyProblem]:
     """``warn_at ≤ block_at ≤ halt_at`` for each effect's ladder and each tool's override.
 
-    A tool's partial ladder is merged onto the thresholds of every effect its calls can have:
-    its policy ``effect`` and the effects of its ``rules``, or both ladders when the effect is
-    left to the decorator. Of two values out of order, the one set last is reported.
+    A tool's partial ladder is merged onto the thresholds of every effect its calls can have
+    by the policy: its ``effect`` and the effects of its ``rules`` (an effect left to the
+    decorator is checked when the Guard is built). Of two values out of order, the one set
+    last is reported.
     """
     problems: list[PolicyProblem] = []
 
@@ -555,9 +556,11 @@ def _out_of_order(thresholds: Mapping[str, Any]) -> Iterator[tuple[str, int, str
 
 
 def _tool_effects(tool: Mapping[str, Any]) -> list[str]:
-    """The laddered effects a tool's calls can have (the decorator may pick either)."""
+    """The laddered effects a tool's calls can have, as far as the policy says: its
+    ``effect`` and its rules' effects. An effect left to the decorator is checked when the
+    Guard is built (:func:`toolguard._resolve.resolve_tool`), where it is known."""
     effect = tool.get("effect")
-    effects = list(_LADDER_EFFECTS) if effect is None else [effect]
+    effects = [] if effect is None else [effect]
     rules = tool.get("rules")
     for rule in rules if isinstance(rules, list) else ():
         if isinstance(rule, dict):

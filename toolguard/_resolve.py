@@ -8,10 +8,12 @@ here a value set in the policy (file or env) beats the decorator, which beats bu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from ._decorators import NOT_GIVEN, ToolSpec
+from ._errors import PolicyError, PolicyProblem
 from ._policy import ArgOptions, LadderThresholds, Policy, ToolPolicy, ToolRule
 from ._types import Effect, IdempotencyScope
 
@@ -136,6 +138,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
             src[f"{kind}_ladder"] = policy.source_of(f"ladder.{kind}")
         ladders[kind] = base
 
+    _check_ladders(tp, effect, ladders, from_tool, tool_key)
     src["args"] = from_tool("args")
     src["rules"] = from_tool("rules")
     return ToolSettings(
@@ -154,3 +157,37 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         rules=tp.rules,
         sources=src,
     )
+
+
+def _check_ladders(tp: ToolPolicy, effect: Effect,
+                   ladders: dict[Literal["readonly", "mutating"], LadderThresholds],
+                   from_tool: Callable[[str], str], tool_key: str) -> None:
+    """``warn_at ≤ block_at ≤ halt_at`` for the ladders a tool's calls really use: its
+    effect (now known, the decorator's included) and its rules' effects. The policy loader
+    checks what the policy alone decides; this covers an effect left to the decorator.
+
+    Raises:
+        PolicyError: a threshold the tool's own ladder sets is out of order.
+    """
+    given = tp.ladder.model_fields_set if tp.ladder is not None else set()
+    if not given:
+        return
+    effects = {effect, *(rule.effect for rule in tp.rules)}
+    problems: list[PolicyProblem] = []
+    for kind in ("readonly", "mutating"):
+        if Effect(kind) not in effects:
+            continue
+        ladder = ladders[kind]
+        for low, high in (("warn_at", "block_at"), ("block_at", "halt_at")):
+            low_v, high_v = getattr(ladder, low), getattr(ladder, high)
+            if low_v <= high_v:
+                continue
+            blamed, other = (high, low) if high in given else (low, high)
+            where = "" if other in given else f", from ladder.{kind}"
+            message = (f"must be ≥ {low} ({low_v}{where})" if blamed == high
+                       else f"must be ≤ {high} ({high_v}{where})")
+            problems.append(PolicyProblem(from_tool(f"ladder.{blamed}"),
+                                          f"{tool_key}.ladder.{blamed}",
+                                          f"{message}: {tool_key.split('.', 1)[1]} is {kind}"))
+    if problems:
+        raise PolicyError(problems)
