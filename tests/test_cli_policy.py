@@ -113,6 +113,14 @@ def test_explain_without_file_uses_the_environment(runner: CliRunner) -> None:
     assert "policy files: none (built-in defaults)" in result.output
 
 
+def test_explain_finds_an_override_spelled_without_case(runner: CliRunner) -> None:
+    env = {**WIDE, "TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS": "2"}
+    result = runner.invoke(app, ["explain", "--tool", "sendEmail"], env=env)
+    assert result.exit_code == 0, result.output
+    assert _rows(result.output)["max_calls"] == [
+        "2", "env TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS"]
+
+
 def test_explain_an_invalid_policy_exits_2_listing_problems(runner: CliRunner) -> None:
     bad = str(INVALID / "wrong_type.toml")
     result = runner.invoke(app, ["explain", bad, "--tool", "send_email"])

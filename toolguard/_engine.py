@@ -51,7 +51,7 @@ from ._errors import (
     ToolGuardError,
 )
 from ._policy import Policy
-from ._resolve import ToolSettings, resolve_tool
+from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
 from ._schema import ArgsValidator, coercing_call, schema_from_signature
 from ._types import (
@@ -322,7 +322,7 @@ class Guard:
         )
 
     def _build(self, policy: Policy) -> _Config:
-        policy = self._spell_env_tools(policy)
+        policy = spell_env_tools(policy, [spec.name for spec in self._tools])
         entries: dict[str, _Entry] = {}
         for spec in self._tools:
             if spec.name in entries:
@@ -341,42 +341,6 @@ class Guard:
             ])
         return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {})
 
-    def _spell_env_tools(self, policy: Policy) -> Policy:
-        """Spell each ``tools.<name>`` set only by environment variables as the registered
-        tool it equals case-insensitively: variable names carry no case
-        (``TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS`` → ``sendEmail``). The loader already does
-        this for tools named in the policy file; this covers tools registered only in code."""
-        by_lower: dict[str, list[str]] = {}
-        for spec in self._tools:
-            by_lower.setdefault(spec.name.lower(), []).append(spec.name)
-        renames: dict[str, str] = {}
-        problems: list[PolicyProblem] = []
-        for name in policy.tools:
-            source = policy.source_of(f"tools.{name}")
-            if not source.startswith("env "):
-                continue
-            same = by_lower.get(name.lower(), [])
-            if len(same) > 1:
-                problems.append(PolicyProblem(
-                    source, f"tools.{name}",
-                    f"matches the registered tools {', '.join(map(repr, sorted(same)))}: "
-                    "environment variable names carry no case, so set this tool in a policy "
-                    "file"))
-            elif same and same[0] != name and same[0] not in policy.tools:
-                renames[name] = same[0]
-        if problems:
-            raise PolicyError(problems)
-        if not renames:
-            return policy
-        tools = {renames.get(name, name): tp for name, tp in policy.tools.items()}
-        provenance = {}
-        for key, source in policy._provenance.items():
-            parts = key.split(".", 2)
-            if len(parts) >= 2 and parts[0] == "tools" and parts[1] in renames:
-                provenance[".".join(["tools", renames[parts[1]], *parts[2:]])] = source
-            else:
-                provenance[key] = source
-        return policy.model_copy(update={"tools": tools}).with_provenance(provenance)
 
     @staticmethod
     def _entry(policy: Policy, spec: ToolSpec) -> _Entry:

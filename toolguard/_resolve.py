@@ -8,7 +8,7 @@ here a value set in the policy (file or env) beats the decorator, which beats bu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -17,7 +17,7 @@ from ._errors import PolicyError, PolicyProblem
 from ._policy import ArgOptions, LadderThresholds, Policy, ToolPolicy, ToolRule
 from ._types import Effect, IdempotencyScope
 
-__all__ = ["ToolSettings", "resolve_tool"]
+__all__ = ["ToolSettings", "resolve_tool", "spell_env_tools"]
 
 _EMPTY = ToolPolicy()
 
@@ -191,3 +191,45 @@ def _check_ladders(tp: ToolPolicy, effect: Effect,
                                           f"{message}: {tool_key.split('.', 1)[1]} is {kind}"))
     if problems:
         raise PolicyError(problems)
+
+
+def spell_env_tools(policy: Policy, names: Iterable[str]) -> Policy:
+    """Spell each ``tools.<name>`` set only by environment variables as the registered
+    tool (of ``names``) it equals case-insensitively: variable names carry no case
+    (``TOOLGUARD_TOOLS__SENDEMAIL__MAX_CALLS`` → ``sendEmail``). The loader already does
+    this for tools named in the policy file; this covers tools registered only in code.
+
+    Raises:
+        PolicyError: such a name matches several registered tools.
+    """
+    by_lower: dict[str, list[str]] = {}
+    for registered in names:
+        by_lower.setdefault(registered.lower(), []).append(registered)
+    renames: dict[str, str] = {}
+    problems: list[PolicyProblem] = []
+    for name in policy.tools:
+        source = policy.source_of(f"tools.{name}")
+        if not source.startswith("env "):
+            continue
+        same = by_lower.get(name.lower(), [])
+        if len(same) > 1:
+            problems.append(PolicyProblem(
+                source, f"tools.{name}",
+                f"matches the registered tools {', '.join(map(repr, sorted(same)))}: "
+                "environment variable names carry no case, so set this tool in a policy "
+                "file"))
+        elif same and same[0] != name and same[0] not in policy.tools:
+            renames[name] = same[0]
+    if problems:
+        raise PolicyError(problems)
+    if not renames:
+        return policy
+    tools = {renames.get(name, name): tp for name, tp in policy.tools.items()}
+    provenance = {}
+    for key, source in policy._provenance.items():
+        parts = key.split(".", 2)
+        if len(parts) >= 2 and parts[0] == "tools" and parts[1] in renames:
+            provenance[".".join(["tools", renames[parts[1]], *parts[2:]])] = source
+        else:
+            provenance[key] = source
+    return policy.model_copy(update={"tools": tools}).with_provenance(provenance)

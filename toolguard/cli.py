@@ -35,7 +35,7 @@ from ._decorators import ToolSpec
 from ._errors import PolicyError
 from ._policy import BudgetPolicy, LadderThresholds, Policy
 from ._policy_loader import check_policy_files, load_policy, policy_schema
-from ._resolve import resolve_tool
+from ._resolve import resolve_tool, spell_env_tools
 from ._settings import PREFIX, policy_from_env
 
 __all__ = ["app", "main"]
@@ -108,7 +108,11 @@ def explain(
     if file is not None and env is not None:
         _fail("give a policy FILE or --env, not both")
     policy = _load(file, env)
-    settings = resolve_tool(policy, ToolSpec(name=tool, func=_undecorated))
+    try:  # an override like TOOLGUARD_TOOLS__SENDEMAIL__… reaches --tool sendEmail, as in a Guard
+        policy = spell_env_tools(policy, [tool])
+        settings = resolve_tool(policy, ToolSpec(name=tool, func=_undecorated))
+    except PolicyError as exc:
+        _fail(str(exc))
 
     table = Table(title=f"{tool}: effective settings", title_justify="left")
     table.add_column("setting", no_wrap=True)  # key names stay whole, as typed in a policy
