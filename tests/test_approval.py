@@ -135,6 +135,7 @@ async def test_async_approver(clock: FakeClock) -> None:
 @pytest.mark.parametrize("approver", [
     lambda req: 1 / 0,  # raises
     lambda req: True,  # not an ApprovalDecision
+    lambda req: tg.ApprovalDecision("yes"),  # type: ignore[arg-type]  # not a verdict: looped
 ])
 def test_a_broken_approver_never_runs_the_call(clock: FakeClock, approver: Any) -> None:
     guard, refunds = make(clock, approver)

@@ -1277,7 +1277,12 @@ def _ask(approver: Approver, request: ApprovalRequest) -> Any:
 
 def _answer(answer: Any) -> ApprovalDecision:
     if isinstance(answer, ApprovalDecision):
-        return answer
+        if answer.verdict in ("approve", "reject", "defer"):
+            return answer
+        # ApprovalDecision("yes"): not a decision. Taken as approve, it would bypass the
+        # reviewer's intent; looped on, it asked the approver millions of times.
+        return defer(f"the approver answered the verdict {_safe_repr(answer.verdict, 40)}, "
+                     "not approve, reject or defer")
     return defer(f"the approver answered {_safe_repr(answer, 60)}, not an ApprovalDecision")
 
 
