@@ -7,7 +7,7 @@ import pytest
 
 import toolguard as tg
 from toolguard._policy import BudgetPolicy, ToolPolicy
-from toolguard.testing import FakeClock
+from toolguard.testing import FakeClock, capture_audit
 
 
 @tg.readonly
@@ -34,8 +34,10 @@ def test_max_tool_calls(clock: FakeClock) -> None:
     e = info.value
     assert (e.budget, e.limit, e.usage, e.tool) == ("max_tool_calls", 3, 4, "lookup")
     assert task.halted
-    with pytest.raises(tg.BudgetExceeded):
+    with pytest.raises(tg.BudgetExceeded) as again:
         task.call("lookup", {"key": "new"})
+    # the repeated halt names the budget that halted the task, not "unknown"
+    assert (again.value.budget, again.value.limit, again.value.usage) == ("max_tool_calls", 3, 4)
     assert task.usage.tool_calls == 4  # calls refused because the task is halted are free
 
 
@@ -60,11 +62,14 @@ def test_max_tokens_via_record_usage(clock: FakeClock) -> None:
     task.record_usage(input_tokens=600, output_tokens=300)
     assert task.usage.total_tokens == 900 and task.usage.input_tokens == 600
     task.call("lookup", {"key": "a"})
-    with pytest.raises(tg.BudgetExceeded) as info:
+    with capture_audit(task.guard) as events, pytest.raises(tg.BudgetExceeded) as info:
         task.record_usage(input_tokens=200)
     assert (info.value.budget, info.value.limit, info.value.usage) == ("max_tokens", 1000, 1100)
-    with pytest.raises(tg.BudgetExceeded):
+    assert str(info.value).startswith("task 't' halted: budget max_tokens exceeded")  # no tool
+    assert [(e.transition, e.decision) for e in events] == [("planning->failed", "halt")]
+    with pytest.raises(tg.BudgetExceeded) as again:
         task.call("lookup", {"key": "b"})
+    assert (again.value.budget, again.value.limit, again.value.usage) == ("max_tokens", 1000, 1100)
 
 
 def test_timeout_on_the_injected_clock(clock: FakeClock) -> None:

@@ -119,6 +119,10 @@ def _budget(name: str, limit: float, usage: float, what: str) -> Verdict:
     )
 
 
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
 def _times(n: int) -> str:
     return "once" if n == 1 else "twice" if n == 2 else f"{n} times"
 
@@ -126,11 +130,15 @@ def _times(n: int) -> str:
 def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
     """Decide one call. Pure: the same inputs always give the same verdict."""
     if snap.halted is not None:
+        halted = snap.halted
         return Verdict(
             HALT,
-            reason=f"task is halted ({snap.halted.get('reason', 'halted')}); "
+            reason=f"task is halted ({halted.get('reason', 'halted')}); "
                    "call task.resume() to continue",
-            halt=halt_kind(str(snap.halted.get("kind", "Halt"))),
+            halt=halt_kind(str(halted.get("kind", "Halt"))),
+            budget=str(halted.get("budget", "")),  # the first halt's, for BudgetExceeded
+            limit=_number(halted.get("limit")),
+            usage=_number(halted.get("usage")),
         )
 
     b, s = ctx.budget, ctx.settings

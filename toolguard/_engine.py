@@ -507,8 +507,10 @@ class Task:
         if (limit is not None and total > limit
                 and self.guard._config.policy.mode is ENFORCE):
             reason = f"budget max_tokens exceeded: too many tokens (limit {limit}, used {total})"
-            self.guard._store.set_halted(self.task_id, {"kind": "BudgetExceeded",
-                                                        "reason": reason})
+            self.guard._store.set_halted(self.task_id, {
+                "kind": "BudgetExceeded", "reason": reason, "budget": "max_tokens",
+                "limit": limit, "usage": total})
+            self._event("planning->failed", "", HALT, reason)  # no call: the tokens halted it
             raise BudgetExceeded(reason, budget="max_tokens", limit=limit, usage=total,
                                  task_id=self.task_id, tool="")
 
@@ -937,6 +939,8 @@ class Task:
             halt = None if snap.halted is not None else {
                 "kind": type(exc).__name__, "reason": verdict.reason, "tool": tool,
                 "args_hash": p.sig, "count": snap.count}
+            if halt is not None and verdict.budget:  # later calls raise the same details
+                halt.update(budget=verdict.budget, limit=verdict.limit, usage=verdict.usage)
             self._finish(cfg, p, snap, None, halt=halt)
             result = ToolResult(tool, p.call_id, HALT, f"[toolguard] Halted: {exc}",
                                 is_error=True, reason=verdict.reason, count=snap.count,

@@ -157,7 +157,8 @@ class Halt(ToolGuardError):
         self.arguments: dict[str, Any] = dict(args or {})
         self.args_hash = args_hash
         self.count = count
-        super().__init__(f"task {task_id!r} halted at {tool}({_short(self.arguments)}): {reason}")
+        where = f" at {tool}({_short(self.arguments)})" if tool else ""  # no tool: tokens
+        super().__init__(f"task {task_id!r} halted{where}: {reason}")
 
     # ``BaseException.args`` is the message tuple; here ``args`` is the call's redacted
     # arguments, as the API promises. The C-level tuple still drives str() and repr().
