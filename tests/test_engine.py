@@ -602,3 +602,26 @@ def test_typed_parameters_get_python_values_from_json(clock: FakeClock) -> None:
     def rows(items: list[Point]) -> None: ...
 
     assert coercing_call(rows) is rows  # a TypedDict is a dict at run time
+
+
+async def test_a_halt_in_an_async_batch_raises_after_every_call_finished(
+        clock: FakeClock) -> None:
+    log: list[str] = []
+
+    @tg.mutating
+    async def slow_write(x: int) -> str:
+        log.append("start")
+        await asyncio.sleep(0.1)
+        log.append("done")
+        return "written"
+
+    @tg.readonly(max_calls=1)
+    def lookup(key: str) -> str:
+        return "v"
+
+    task = tg.Guard(tools=[slow_write, lookup], clock=clock).task("t")
+    task.call("lookup", {"key": "a"})  # its one allowed call
+    with pytest.raises(tg.BudgetExceeded):
+        await task.acall_batch([("slow_write", {"x": 1}), ("lookup", {"key": "b"})])
+    assert log == ["start", "done"]  # the write finished (and was recorded) before the raise
+    assert sorted(str(r.result.decision) for r in list(task.history)[-2:]) == ["allow", "halt"]

@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import orjson
 
@@ -615,9 +615,16 @@ class Task:
     async def acall_batch(
         self, calls: Sequence[tuple[str, Mapping[str, Any] | str | bytes | None]]
     ) -> list[ToolResult]:
-        """:meth:`call_batch` for asyncio: distinct calls run concurrently."""
+        """:meth:`call_batch` for asyncio: distinct calls run concurrently. A halt (or any
+        other error) raises once every call of the batch has finished, the first in call
+        order, so no call is left running, unrecorded, behind it."""
         order, unique = self._dedupe(calls)
-        results = await asyncio.gather(*(self.acall(t, a) for t, a in unique))
+        outcomes = await asyncio.gather(*(self.acall(t, a) for t, a in unique),
+                                        return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        results = cast(list[ToolResult], outcomes)
         return [self._copy_for(results[i], dup) for i, dup in order]
 
     def _batch(self, calls: Sequence[tuple[str, Any]],
