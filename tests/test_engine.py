@@ -261,6 +261,25 @@ def test_rules_classify_one_generic_tool(clock: FakeClock) -> None:
     assert calls == ["cat a.txt", "cat a.txt", "rm x"]
 
 
+def test_rules_see_default_values_like_the_signature_does(clock: FakeClock) -> None:
+    """Omitted, null and the default value are one signature: they must get one effect."""
+    from toolguard._policy import ToolRule
+
+    @tg.mutating
+    def store(key: str, mode: str = "read") -> str:
+        return f"{mode} {key}"
+
+    policy = tg.Policy(tools={"store": ToolPolicy(rules=(
+        ToolRule(match={"mode": "^read$"}, effect=tg.Effect.READONLY),
+    ))})
+    task = tg.Guard(policy, [store], clock=clock).task("t")
+    results = [task.call("store", args) for args in (
+        {"key": "k", "mode": "read"}, {"key": "k"}, {"key": "k", "mode": None})]
+    assert {r.effect for r in results} == {tg.Effect.READONLY}
+    assert len({r.args_hash for r in results}) == 1
+    assert task.call("store", {"key": "k", "mode": "write"}).effect is tg.Effect.MUTATING
+
+
 def test_new_turn_resets_counts_unless_policy_says_no(world: World, clock: FakeClock) -> None:
     guard = tg.Guard(tools=world.tools(), clock=clock)
     task = guard.task("t")

@@ -142,13 +142,9 @@ class _Entry:
     call: Callable[..., Any]  # what dispatch runs: the function, coercing JSON if it must
     in_thread: bool = False  # not ``async def``: acall runs it in a worker thread
 
-    def signature_of(self, args: Mapping[str, Any]) -> str:
-        """The canonical hash of ``args`` bound through the tool's signature: an omitted
-        argument, an explicit null and the default value are one call.
-
-        Raises:
-            CanonicalizationError: an argument has no canonical form.
-        """
+    def bound(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``args`` with the tool's defaults filled in: an omitted argument, an explicit null
+        and the default value are one call, for the signature and for the policy's rules."""
         defaults = self.defaults
         if defaults:
             for value in args.values():
@@ -156,7 +152,15 @@ class _Entry:
                     args = {k: v for k, v in args.items() if v is not None}
                     break
             args = {**defaults, **args}
-        return args_hash(args, self.settings.args)
+        return args
+
+    def signature_of(self, args: Mapping[str, Any]) -> str:
+        """The canonical hash of ``args`` bound through the tool's signature (:meth:`bound`).
+
+        Raises:
+            CanonicalizationError: an argument has no canonical form.
+        """
+        return args_hash(self.bound(args), self.settings.args)
 
     def effect_for(self, args: Mapping[str, Any]) -> Effect:
         for rule in self.settings.rules:
@@ -693,10 +697,11 @@ class Task:
         settings = entry.settings
         effect, sig = settings.effect, ""
         if invalid is None:
+            bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
             if settings.rules:
-                effect = entry.effect_for(args)
+                effect = entry.effect_for(bound)
             try:
-                sig = entry.signature_of(args)
+                sig = args_hash(bound, settings.args)
             except CanonicalizationError as exc:
                 invalid = f"argument has no canonical form: {exc}"
         unusable = invalid is not None  # no arguments object at all: never executable
