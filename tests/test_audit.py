@@ -410,3 +410,20 @@ def test_invalid_secret_is_not_leaked_through_the_reason(clock: FakeClock) -> No
     result = guard.task("t").call("login", {"password": SECRET})
     assert result.decision is tg.Decision.INVALID
     assert SECRET not in repr(sink.events[0])
+
+
+def test_a_nested_secret_is_not_leaked_through_a_validation_message(clock: FakeClock) -> None:
+    """The message quotes the offending value, here a list holding the secret two levels
+    down: it reaches neither the model, nor the audit event, nor the log."""
+    sink = tg.MemorySink()
+
+    @tg.readonly
+    def fetch(url: str, headers: dict[str, str]) -> str:
+        return "ok"
+
+    guard = tg.Guard(tools=[fetch], audit=[sink], clock=clock)
+    result = guard.task("t").call("fetch", {"url": "u", "headers": [{"token": SECRET}]})
+    assert result.decision is tg.Decision.INVALID
+    assert "is not of type 'object'" in result.content
+    assert SECRET not in result.content and SECRET not in result.reason
+    assert all(SECRET not in repr(e) for e in sink.events)

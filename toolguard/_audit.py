@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,15 +98,31 @@ def _redact_value(key: str, value: Any, pattern: re.Pattern[str] | None, max_cha
 
 
 def scrub(message: str, args: Mapping[str, Any], pattern: re.Pattern[str] | None) -> str:
-    """``message`` with the values of top-level arguments whose key matches ``pattern``
-    replaced by ``"[REDACTED]"`` (validation messages quote the offending value)."""
+    """``message`` with the value of every key matching ``pattern``, at any depth of
+    ``args``, replaced by ``"[REDACTED]"`` (validation messages quote the offending value,
+    which may be a container holding a secret: ``[{'token': '…'}] is not of type 'object'``)."""
     if pattern is None:
         return message
-    for key, value in args.items():
-        if pattern.search(key) and value is not None and value != "":
-            text = value if isinstance(value, str) else repr(value)
-            message = message.replace(repr(value), REDACTED).replace(text, REDACTED)
+    for value in _secrets(args, pattern, 0):
+        text = value if isinstance(value, str) else repr(value)
+        message = message.replace(repr(value), REDACTED).replace(text, REDACTED)
     return message
+
+
+def _secrets(value: Any, pattern: re.Pattern[str], depth: int) -> Iterator[Any]:
+    """The values of the keys matching ``pattern`` inside ``value``, at any depth."""
+    if depth > 100:  # deeper than any validation message quotes
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str) and pattern.search(key):
+                if item is not None and item != "":
+                    yield item
+            else:
+                yield from _secrets(item, pattern, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _secrets(item, pattern, depth + 1)
 
 
 class MemorySink:
