@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 import pytest
 
 import toolguard as tg
-from toolguard._policy import IdempotencyPolicy, LadderPolicy, ToolPolicy
+from toolguard._policy import BudgetPolicy, IdempotencyPolicy, LadderPolicy, ToolPolicy
 from toolguard.testing import FakeClock, capture_audit
 
 D = tg.Decision
@@ -330,6 +330,30 @@ def test_direct_call_reraises_the_tools_exception(world: World, clock: FakeClock
 def test_unknown_tool_is_invalid_not_a_crash(guard: tg.Guard) -> None:
     r = guard.task("t").call("nope", {})
     assert r.decision is D.INVALID and "grep_search" in r.content
+
+
+def test_unknown_tools_are_counted_halted_and_laddered(clock: FakeClock) -> None:
+    """A name no tool has is never run, but it is still a call: budgets count it, a halted
+    task raises on it, and a model repeating it is stopped by the ladder."""
+    @tg.readonly
+    def lookup(key: str) -> str:
+        return "v"
+
+    budgeted = tg.Guard(tg.Policy(budget=BudgetPolicy(max_tool_calls=2)), [lookup], clock=clock)
+    task = budgeted.task("t")
+    assert task.call("nope", '{"a": 1}').decision is D.INVALID
+    assert task.call("lookup", {"key": "k"}).executed
+    with pytest.raises(tg.BudgetExceeded):
+        task.call("nope", '{"a": 2}')
+    with pytest.raises(tg.BudgetExceeded):  # halted: even an unknown name raises
+        task.call("other", {})
+    assert task.usage.per_tool == {"nope": 2, "lookup": 1}
+
+    looping = tg.Guard(tools=[lookup], clock=clock).task("u")
+    for _ in range(4):
+        assert looping.call("nope", {"a": 1}).decision is D.INVALID
+    with pytest.raises(tg.RepeatedToolCalls):  # the fifth: readonly halt_at
+        looping.call("nope", {"a": 1})
 
 
 def test_batch_identical_calls_execute_once(guard: tg.Guard, world: World) -> None:

@@ -141,6 +141,7 @@ class _Entry:
     maybe_async: bool  # its function is async, or it is a recorded/unknown callable
     call: Callable[..., Any]  # what dispatch runs: the function, coercing JSON if it must
     in_thread: bool = False  # not ``async def``: acall runs it in a worker thread
+    unknown: bool = False  # a name no registered tool has: judged (counted, halted), never run
 
     def bound(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
         """``args`` with the tool's defaults filled in: an omitted argument, an explicit null
@@ -183,6 +184,7 @@ class _Config:
     entries: dict[str, _Entry]
     timeout_types: tuple[str, ...]
     virtual: dict[str, _Entry]  # tools known only by name (replay), built on first use
+    unknown: dict[str, _Entry]  # names the model called that no tool has (bounded)
 
 
 class CallRecord(NamedTuple):
@@ -343,7 +345,7 @@ class Guard:
                               "allow)")
                 for name in unknown
             ])
-        return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {})
+        return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {}, {})
 
 
     @staticmethod
@@ -671,12 +673,7 @@ class Task:
         entry = cfg.entries.get(tool)
         call_id = f"{self.task_id}#{next(self._ids)}"
         if entry is None:
-            if not virtual:
-                names = ", ".join(sorted(cfg.entries)) or "none"
-                return ToolResult(tool, call_id, INVALID,
-                                  f"[toolguard] Unknown tool {tool!r}. Available tools: {names}.",
-                                  is_error=True, reason=f"unknown tool {tool!r}")
-            entry = cfg.virtual.get(tool)
+            entry = self._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)
             if entry is None:
                 entry = cfg.virtual[tool] = self.guard._entry(cfg.policy, recorded_tool(tool))
         invalid: str | None = None
@@ -705,7 +702,10 @@ class Task:
             except CanonicalizationError as exc:
                 invalid = f"argument has no canonical form: {exc}"
         unusable = invalid is not None  # no arguments object at all: never executable
-        if unusable:
+        if entry.unknown:  # counted, halted and laddered like any call, but never run
+            invalid = f"unknown tool {tool!r}"
+            unusable = True
+        elif unusable:
             text = raw if isinstance(raw, str) else _safe_repr(raw)
             sig = digest(b"invalid:" + text.strip().encode("utf-8", "replace"))
         elif entry.validator is not None:
@@ -723,6 +723,18 @@ class Task:
             mutating and scope is not SCOPE_OFF and invalid is None,  # claim
             scope is SCOPE_TASK,  # task_scope
         )
+
+    def _unknown_entry(self, cfg: _Config, tool: str) -> _Entry:
+        """The entry of a name no registered tool has: read-only (no claim), never run. It
+        still goes through the pipeline, so a halted task raises, the call is counted in
+        the budgets, and a model repeating it climbs the ladder. At most 1,000 are kept."""
+        entry = cfg.unknown.get(tool)
+        if entry is None:
+            spec = ToolSpec(name=tool, func=_no_such_tool, effect=READONLY)
+            entry = replace(self.guard._entry(cfg.policy, spec), unknown=True, in_thread=False)
+            if len(cfg.unknown) < 1000:
+                cfg.unknown[tool] = entry
+        return entry
 
     def _redacted(self, p: _Prepared, cfg: _Config) -> dict[str, Any]:
         if p.redacted is None:
@@ -994,7 +1006,10 @@ class Task:
             stored = snap.record.content
             return new_result(tool, p.call_id, decision, _with_notice(stored, verdict.notice),
                               value=stored, notice=verdict.notice, **common)
-        if decision is INVALID:
+        if decision is INVALID and p.entry.unknown:
+            names = ", ".join(sorted(self.guard._config.entries)) or "none"
+            text = f"[toolguard] Unknown tool {tool!r}. Available tools: {names}."
+        elif decision is INVALID:
             text = (f"[toolguard] Invalid arguments for {tool}, not executed: {verdict.reason}. "
                     "Fix the arguments and call again.")
         elif decision is REVIEW:
@@ -1226,6 +1241,10 @@ class Task:
                 raise CallInProgress(p.entry.spec.name, p.key, waited)
             await asyncio.sleep(min(pause, limit - waited))
             pause = min(pause * 2, _WAIT_POLL_S[1])
+
+
+def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
+    raise RuntimeError("an unknown tool was executed")
 
 
 def _loop_running() -> bool:
