@@ -146,3 +146,12 @@ def test_explain_file_and_env_together_is_bad_input(runner: CliRunner) -> None:
 
 def test_explain_needs_a_tool(runner: CliRunner) -> None:
     assert runner.invoke(app, ["explain", str(VALID / "full.toml")]).exit_code == 2
+
+
+def test_explain_prints_rule_patterns_as_written(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[[tools.bash.rules]]\nmatch = { command = "^ls [/]tmp [a-z]+" }\n'
+                    'effect = "readonly"\n', encoding="utf-8")
+    result = runner.invoke(app, ["explain", str(path), "--tool", "bash"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert "^ls [/]tmp [a-z]+" in result.output

@@ -239,3 +239,18 @@ def test_a_directory_of_transcripts(tmp_path: Path) -> None:
 
 def test_no_path_is_a_usage_error() -> None:
     assert replay().exit_code == 2
+
+
+def test_brackets_in_the_data_are_printed_as_written_not_as_markup(tmp_path: Path) -> None:
+    """Run ids, arguments and reasons are data: '[/INST]' once crashed rich's markup parser
+    and '[bold]file' lost its brackets."""
+    trace = write(tmp_path / "t.jsonl", [
+        {"run": "[red]colored[/red]", "effects": {"bash": {"effect": "readonly"}}},
+        *[{"tool": "bash", "args": {"command": "grep -rn '[/INST]' [bold]src"}, "result": ""}
+          for _ in range(4)],
+    ])
+    result = CliRunner().invoke(make_app(), ["replay", str(trace), "-v"],
+                                env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "[red]colored[/red]" in result.output
+    assert "[/INST]" in result.output and "[bold]src" in result.output

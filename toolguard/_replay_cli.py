@@ -181,14 +181,15 @@ def _load_tools(path: Path | None) -> list[ToolSpec]:
 
 
 def _stdout() -> Console:
-    console = Console(highlight=False)
+    console = Console(highlight=False, markup=False)  # data is printed as written
     # A pipe or a CI log has no width limit: do not squeeze the table into 80 columns.
-    return console if console.is_terminal else Console(highlight=False, width=_PIPE_WIDTH)
+    return console if console.is_terminal else Console(highlight=False, markup=False,
+                                                        width=_PIPE_WIDTH)
 
 
 def _stderr() -> Console:
     # Built per call so that output goes to the current sys.stderr (tests swap it).
-    return Console(stderr=True, soft_wrap=True, highlight=False)
+    return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
 def _error(problem: ReplayInputError) -> None:

@@ -54,11 +54,11 @@ app = typer.Typer(
 
 def _stdout() -> Console:
     # Built per call so that output goes to the current sys.stdout (tests swap it).
-    return Console(soft_wrap=True, highlight=False)
+    return Console(soft_wrap=True, highlight=False, markup=False)  # "[a-z]" is data, not markup
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, soft_wrap=True, highlight=False)
+    return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
 @app.command()
