@@ -112,7 +112,8 @@ def test_max_consecutive_failures_any_arguments(clock: FakeClock) -> None:
     with pytest.raises(tg.BudgetExceeded) as info:
         task.call("flaky", {"key": "c"})
     assert info.value.budget == "max_consecutive_failures"
-    assert "failed that many times in a row" in str(info.value)
+    assert ("budget max_consecutive_failures reached: flaky failed twice in a row "
+            "(limit 2, used 2)") in str(info.value)
 
 
 def test_a_success_resets_consecutive_failures(clock: FakeClock) -> None:

@@ -111,10 +111,11 @@ def halt_kind(name: str) -> type[Halt]:
     return _HALT_KINDS.get(name, Halt)
 
 
-def _budget(name: str, limit: float, usage: float, what: str) -> Verdict:
+def _budget(name: str, limit: float, usage: float, what: str, verb: str = "exceeded"
+            ) -> Verdict:
     return Verdict(
         HALT,
-        reason=f"budget {name} exceeded: {what} (limit {limit:g}, used {usage:g})",
+        reason=f"budget {name} {verb}: {what} (limit {limit:g}, used {usage:g})",
         halt=BudgetExceeded, budget=name, limit=limit, usage=usage,
     )
 
@@ -155,7 +156,9 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
     if (b.max_consecutive_failures is not None
             and snap.consecutive_failures >= b.max_consecutive_failures):
         return _budget("max_consecutive_failures", b.max_consecutive_failures,
-                       snap.consecutive_failures, f"{ctx.tool} failed that many times in a row")
+                       snap.consecutive_failures,
+                       f"{ctx.tool} failed {_times(snap.consecutive_failures)} in a row",
+                       "reached")  # halts when the count reaches the limit, unlike the others
 
     record = snap.record
     if record is not None and record.state is IN_PROGRESS and not snap.claimed:
