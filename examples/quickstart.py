@@ -39,9 +39,9 @@ def main() -> None:
         try:
             result = task.call(tool, args)
         except tg.Halt as halt:
-            print(f"halt   {tool}{args}  {halt.reason}")
+            print(f"halt   {tool} {args}  {halt.reason}")
             break
-        print(f"{result.decision!s:6} {tool}{args}  {result.reason}".rstrip())
+        print(f"{result.decision!s:6} {tool} {args}  {result.reason}".rstrip())
 
 
 if __name__ == "__main__":
