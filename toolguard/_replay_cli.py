@@ -107,8 +107,10 @@ def replay(
                                        "(block: a block or a halt)."),
     ] = FailOn.NEVER,
 ) -> None:
-    """Replay recorded agent runs through a policy without executing any tool, and report
-    every decision it would have taken (warn, cached, block, review, invalid, halt)."""
+    """Replay recorded agent runs through a policy, executing no tool.
+
+    Reports every decision the policy would have taken (warn, cached, block, review, invalid,
+    halt)."""
     if policy is not None and env is not None:
         _fail("give --policy FILE or --env NAME, not both")
     guard_policy = _load_policy(policy, env)
