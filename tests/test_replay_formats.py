@@ -540,3 +540,15 @@ def test_a_bad_element_in_a_list_of_runs_is_skipped(tmp_path: Path) -> None:
     assert len(runs) == 2
     assert [str(p) for p in problems] == [
         f"{path}: run 1 of the list: expected an object with 'messages' or 'traj', got number"]
+
+
+def test_a_byte_order_mark_and_a_lone_surrogate_escape_are_read(tmp_path: Path) -> None:
+    """Both are what Python's json reads; orjson refuses them, and the whole file was lost."""
+    path = tmp_path / "t.jsonl"
+    lines = [json.dumps({"case": "c"}), json.dumps(call("grep", {"q": "x"})),
+             '{"tool": "grep", "args": {"q": "y"}, "result": "bad \\ud800 byte"}']
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode())
+    runs, problems = read_file(path)
+    assert problems == []
+    assert [(r.id, len(r.calls)) for r in runs] == [("c", 2)]
+    assert runs[0].calls[1].result == "bad \ud800 byte"

@@ -149,9 +149,26 @@ def load_json(data: str | bytes) -> Any:
     else:
         text = data
         raw = data.encode("utf-8", "surrogatepass")
+    if text.startswith("\ufeff"):  # a byte order mark, as some Windows tools write
+        text = text[1:]
     if _LONG_RUN in raw.translate(_DIGITS_TO_1):
+        return _std_loads(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate" not in exc.msg:
+            raise
+        return _std_loads(text)  # a lone surrogate escape ("\ud800"): valid JSON text
+
+
+def _std_loads(text: str) -> Any:
+    """The standard library's parser, with NaN/Infinity refused as a decode error."""
+    try:
         return json.loads(text, parse_constant=_reject_constant)
-    return orjson.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # from _reject_constant
+        raise json.JSONDecodeError(str(exc), text, 0) from None
 
 
 def parse_arguments(text: str | bytes) -> dict[str, Any]:
