@@ -472,3 +472,16 @@ def test_extra_property_is_allowed_unless_the_schema_forbids_it(
     assert ArgsValidator(strict).validate(args) == (
         "args: Additional properties are not allowed ('reason' was unexpected)"
     )
+
+
+def test_an_integral_float_reaches_an_int_parameter_as_an_int() -> None:
+    """JSON Schema's "integer" accepts 5.0 and a model may send it; the tool gets 5, as
+    pydantic-validating frameworks would pass it (range(5.0) would raise)."""
+    @tg.readonly
+    def page(limit: int, offset: int | None = None, ratio: float = 1.0) -> str:
+        return " ".join(type(v).__name__ for v in (limit, offset, ratio))
+
+    task = tg.Guard(tools=[page]).task("t")
+    assert task.call("page", '{"limit": 5.0, "offset": 2.0, "ratio": 3.0}').value == (
+        "int int float")
+    assert task.call("page", {"limit": 5.5}).decision is tg.Decision.INVALID

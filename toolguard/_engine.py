@@ -53,7 +53,7 @@ from ._errors import (
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
-from ._schema import ArgsValidator, coercing_call, schema_from_signature
+from ._schema import ArgsValidator, coercing_call, int_parameters, schema_from_signature
 from ._types import (
     ALLOW,
     CACHED,
@@ -142,6 +142,7 @@ class _Entry:
     call: Callable[..., Any]  # what dispatch runs: the function, coercing JSON if it must
     in_thread: bool = False  # not ``async def``: acall runs it in a worker thread
     unknown: bool = False  # a name no registered tool has: judged (counted, halted), never run
+    int_params: tuple[str, ...] = ()  # typed int: an integral float (5.0) is passed as 5
 
     def bound(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
         """``args`` with the tool's defaults filled in: an omitted argument, an explicit null
@@ -368,8 +369,10 @@ class Guard:
             schema_from_signature(spec.func)
         )
         maybe_async = spec.is_async or not inspect.isfunction(spec.func)
+        call = coercing_call(spec.func)
+        ints = int_parameters(spec.func) if call is spec.func else ()  # else pydantic does it
         return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema,
-                      maybe_async, coercing_call(spec.func), not spec.is_async)
+                      maybe_async, call, not spec.is_async, False, ints)
 
     @property
     def policy(self) -> Policy:
@@ -708,11 +711,16 @@ class Task:
         elif unusable:
             text = raw if isinstance(raw, str) else _safe_repr(raw)
             sig = digest(b"invalid:" + text.strip().encode("utf-8", "replace"))
-        elif entry.validator is not None:
-            invalid = entry.validator.validate(args)
-            if invalid is not None:
-                audit = cfg.policy.audit
-                invalid = scrub(invalid, args, audit.redact_pattern)
+        else:
+            if entry.validator is not None:
+                invalid = entry.validator.validate(args)
+                if invalid is not None:
+                    audit = cfg.policy.audit
+                    invalid = scrub(invalid, args, audit.redact_pattern)
+            for name in entry.int_params:  # usually none or one or two names
+                value = args.get(name)
+                if type(value) is float and value.is_integer():
+                    args[name] = int(value)
         mutating = effect is MUTATING
         scope = settings.idempotency_scope
         return _Prepared(  # positional, in _Prepared's order (hot path)

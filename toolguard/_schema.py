@@ -114,6 +114,20 @@ def coercing_call(func: Callable[..., Any]) -> Callable[..., Any]:
         return func
 
 
+def int_parameters(func: Callable[..., Any]) -> tuple[str, ...]:
+    """The top-level parameters of ``func`` typed ``int`` (or ``int | None``). JSON Schema's
+    "integer" accepts ``5.0``, and a model may send it: such a value is passed on as ``5``,
+    as pydantic (and the agent frameworks that validate with it) would."""
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # noqa: BLE001 - unresolvable forward references: nothing to convert
+        return ()
+    hints.pop("return", None)
+    return tuple(name for name, hint in hints.items()
+                 if hint is int or (typing.get_origin(hint) in (typing.Union, types.UnionType)
+                                    and set(typing.get_args(hint)) == {int, type(None)}))
+
+
 def _path(error: ValidationError) -> str:
     out = "args"
     for part in error.absolute_path:
