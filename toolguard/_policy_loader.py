@@ -538,13 +538,22 @@ def _ladder_problems(
         for effect in ["", *_tool_effects(tool)]:  # "": the override's own values alone
             inherited = ladder.get(effect) if effect and isinstance(ladder, dict) else None
             values = {**(inherited if isinstance(inherited, dict) else {}), **given}
-            for low, low_v, high, high_v in _out_of_order(values):
-                if high in given:
-                    where = "" if low in given else f", from ladder.{effect}"
-                    report((*base, high), f"must be ≥ {low} ({low_v}{where})")
-                elif low in given:
-                    report((*base, low), f"must be ≤ {high} ({high_v}, from ladder.{effect})")
+            for key, message in override_order_problems(given, values, effect):
+                report((*base, key), message)
     return problems
+
+
+def override_order_problems(given: Mapping[str, Any], values: Mapping[str, Any], effect: str
+                            ) -> Iterator[tuple[str, str]]:
+    """A tool's ladder override out of order: ``given`` are the thresholds the tool sets,
+    ``values`` those merged onto the ``effect`` ladder (``""``: the override alone). Yields
+    the blamed key (one the tool sets) and what it must be."""
+    for low, low_v, high, high_v in _out_of_order(values):
+        if high in given:
+            where = "" if low in given else f", from ladder.{effect}"
+            yield high, f"must be ≥ {low} ({low_v}{where})"
+        elif low in given:
+            yield low, f"must be ≤ {high} ({high_v}, from ladder.{effect})"
 
 
 def _out_of_order(thresholds: Mapping[str, Any]) -> Iterator[tuple[str, int, str, int]]:

@@ -15,6 +15,7 @@ from typing import Literal
 from ._decorators import NOT_GIVEN, ToolSpec
 from ._errors import PolicyError, PolicyProblem
 from ._policy import ArgOptions, LadderThresholds, Policy, ToolPolicy, ToolRule
+from ._policy_loader import override_order_problems
 from ._types import Effect, IdempotencyScope
 
 __all__ = ["ToolSettings", "resolve_tool", "spell_env_tools"]
@@ -169,25 +170,17 @@ def _check_ladders(tp: ToolPolicy, effect: Effect,
     Raises:
         PolicyError: a threshold the tool's own ladder sets is out of order.
     """
-    given = tp.ladder.model_fields_set if tp.ladder is not None else set()
-    if not given:
+    if tp.ladder is None or not tp.ladder.model_fields_set:
         return
+    given = {key: getattr(tp.ladder, key) for key in tp.ladder.model_fields_set}
     effects = {effect, *(rule.effect for rule in tp.rules)}
     problems: list[PolicyProblem] = []
     for kind in ("readonly", "mutating"):
         if Effect(kind) not in effects:
             continue
-        ladder = ladders[kind]
-        for low, high in (("warn_at", "block_at"), ("block_at", "halt_at")):
-            low_v, high_v = getattr(ladder, low), getattr(ladder, high)
-            if low_v <= high_v:
-                continue
-            blamed, other = (high, low) if high in given else (low, high)
-            where = "" if other in given else f", from ladder.{kind}"
-            message = (f"must be ≥ {low} ({low_v}{where})" if blamed == high
-                       else f"must be ≤ {high} ({high_v}{where})")
-            problems.append(PolicyProblem(from_tool(f"ladder.{blamed}"),
-                                          f"{tool_key}.ladder.{blamed}",
+        values = ladders[kind].model_dump()  # the effect's ladder with the override on top
+        for key, message in override_order_problems(given, values, kind):
+            problems.append(PolicyProblem(from_tool(f"ladder.{key}"), f"{tool_key}.ladder.{key}",
                                           f"{message}: {tool_key.split('.', 1)[1]} is {kind}"))
     if problems:
         raise PolicyError(problems)
