@@ -1178,8 +1178,7 @@ class Task:
                             try:
                                 answer = await answer
                             except Exception as exc:  # noqa: BLE001 - the approver is user code
-                                answer = defer(f"the approver failed ({type(exc).__name__}: "
-                                               f"{_safe_str(exc)})")
+                                answer = _approver_failed(exc)
                         answer = _answer(answer)
                     else:
                         await self._wait_async(io.cfg, io.p)
@@ -1315,7 +1314,11 @@ def _ask(approver: Approver, request: ApprovalRequest) -> Any:
         return approver(request)
     except Exception as exc:  # the approver is user code: any failure
         log.warning("toolguard: the approver failed for %s", request.tool, exc_info=True)
-        return defer(f"the approver failed ({type(exc).__name__}: {_safe_str(exc)})")
+        return _approver_failed(exc)
+
+
+def _approver_failed(exc: Exception) -> ApprovalDecision:
+    return defer(f"the approver failed ({type(exc).__name__}: {_safe_str(exc)})")
 
 
 def _answer(answer: Any) -> ApprovalDecision:
