@@ -382,7 +382,13 @@ def canonical_args(
         out = orjson.dumps(args, default=_refuse, option=_OPTS)
     except (_Unserializable, TypeError, orjson.JSONEncodeError):
         out = b""
-    if out and _NULL.search(out) is not None and not _suspect(out):
+    if not out:
+        return _walked_bytes(args)
+    if _NULL.search(out) is None:
+        # The usual case, decided by one search for each thing to normalize (each search is
+        # ~50 µs on 100 KB, half the dump itself: none is repeated).
+        return _walked_bytes(args) if _suspect(out) else out
+    if not _suspect(out):
         # Nulls and nothing else to normalize: the common case of models that send every
         # optional argument (OpenAI strict mode sends null for each). Drop them from the
         # JSON-native value orjson just took and serialize again: 4 µs on 1 KB where the
@@ -391,14 +397,16 @@ def canonical_args(
         out = orjson.dumps(_without_nulls(args), option=orjson.OPT_SORT_KEYS)
         if _NULL.search(out) is None:
             return out
-        out = b""
-    if not out or _NULL.search(out) is not None or _suspect(out):
-        normalized = canonicalize(args)
-        try:
-            out = orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS)
-        except (TypeError, orjson.JSONEncodeError) as exc:  # orjson's depth limit (255)
-            raise CanonicalizationError("args", f"cannot serialize: {exc}") from None
-    return out
+    return _walked_bytes(args)
+
+
+def _walked_bytes(args: Mapping[str, Any]) -> bytes:
+    """The canonical bytes through the full Python walk (:func:`canonicalize`)."""
+    normalized = canonicalize(args)  # outside the try: CanonicalizationError is a TypeError
+    try:
+        return orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError) as exc:  # orjson's depth limit (255)
+        raise CanonicalizationError("args", f"cannot serialize: {exc}") from None
 
 
 _hexdigest: Final = xxhash.xxh3_128_hexdigest
