@@ -338,3 +338,48 @@ async def test_a_sync_call_on_the_loop_thread_does_not_wait_for_its_own_acall() 
             write(path="a")  # a direct call of the decorated tool: sync, on the loop thread
         assert time.monotonic() - started < 0.1
         assert (await running).value == "written"
+
+
+def test_yielding_lock_excludes_threads_that_interleave_inside_it() -> None:
+    from toolguard._lock import YieldingLock, wait_for
+
+    lock, total, rounds = YieldingLock(), [0], 300
+    barrier = threading.Barrier(8)
+
+    def worker(k: int) -> None:
+        barrier.wait()
+        for _ in range(rounds):
+            if k % 2:  # the inlined form the store's hot path uses
+                raw = lock.raw
+                if not raw.acquire(False):
+                    wait_for(raw)
+                try:
+                    seen = total[0]
+                    time.sleep(0)  # hand the GIL over mid-section: a race would lose counts
+                    total[0] = seen + 1
+                finally:
+                    raw.release()
+            else:
+                with lock:
+                    seen = total[0]
+                    time.sleep(0)
+                    total[0] = seen + 1
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert total[0] == 8 * rounds
+    assert not lock.locked()
+
+
+def test_yielding_lock_is_released_when_the_section_raises() -> None:
+    from toolguard._lock import YieldingLock
+
+    lock = YieldingLock()
+    with pytest.raises(KeyError), lock:
+        raise KeyError("x")
+    assert not lock.locked()
+    with lock:
+        assert lock.locked()

@@ -50,6 +50,7 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
+from ._lock import YieldingLock
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
@@ -288,7 +289,7 @@ class Guard:
         self._strict = strict_tools
         self._approver: Approver = approver or deny_all
         self._sinks: tuple[AuditSink, ...] = tuple(audit)
-        self._lock = threading.Lock()
+        self._lock = YieldingLock()  # held for microseconds; waiters never convoy
         self._warned_off = False
         policy = policy or Policy()
         self._config = self._build(policy)
