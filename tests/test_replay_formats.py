@@ -552,3 +552,66 @@ def test_a_byte_order_mark_and_a_lone_surrogate_escape_are_read(tmp_path: Path) 
     assert problems == []
     assert [(r.id, len(r.calls)) for r in runs] == [("c", 2)]
     assert runs[0].calls[1].result == "bad \ud800 byte"
+
+
+def test_a_usage_only_trace_line_is_a_step_of_its_run_not_a_header(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [
+        {"usage": {"input_tokens": 5, "output_tokens": 1}},  # before any call: still no header
+        {"case": "c1"},
+        call("a", {"i": 1}),
+        {"usage": {"input_tokens": 700, "output_tokens": 20}, "elapsed_s": 3},  # final answer
+        {"case": "c2"},
+        call("a", {"i": 1}),
+    ])
+    runs, problems = read_file(path)
+    assert problems == []
+    assert [r.id for r in runs] == ["t", "c1", "c2"]
+    assert runs[0].steps == [TokenUsage(5, 1, 1)]
+    assert [type(s).__name__ for s in runs[1].steps] == ["RecordedCall", "TokenUsage"]
+    assert runs[1].steps[1] == TokenUsage(700, 20, 4)
+    report = replay_runs([runs[1]], tg.Policy(budget=BudgetPolicy(max_tokens=500)))
+    assert report.runs[0].halted_at is not None  # the answer's tokens count toward the budget
+
+
+def test_a_bad_usage_only_line_is_reported_with_its_number(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [call("a", {}), {"usage": {"input_tokens": -1}}])
+    [run], [problem] = read_file(path)
+    assert problem.line == 2 and "usage.input_tokens" in problem.message
+    assert len(run.calls) == 1
+
+
+def test_openai_legacy_function_call_transcripts(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "legacy.json", [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None,
+         "function_call": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+        {"role": "function", "name": "get_weather", "content": "rain"},
+        {"role": "assistant", "content": None,
+         "function_call": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+        {"role": "function", "name": "get_weather", "content": "Error: rate limited"},
+    ])
+    [run], problems = read_file(path)
+    assert problems == []
+    assert [(c.tool, c.raw_args, c.result, c.is_error) for c in run.calls] == [
+        ("get_weather", '{"city": "Oslo"}', "rain", False),
+        ("get_weather", '{"city": "Oslo"}', "Error: rate limited", True)]
+    bad = write_json(tmp_path / "bad.json", [{"role": "assistant", "function_call": "x"}])
+    assert read_file(bad)[0] == []
+    assert "function_call without a name" in read_file(bad)[1][0].message
+
+
+def test_a_tool_result_without_its_call_is_reported_and_the_run_still_replays(
+        tmp_path: Path) -> None:
+    path = write_json(tmp_path / "cut.json", {"id": "r1", "messages": [
+        {"role": "tool", "tool_call_id": "gone", "content": "cut off from its call"},
+        {"role": "assistant", "tool_calls": [openai_call("c1", "lookup", "{}")]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "tool", "tool_call_id": "c1", "content": "a second answer"},
+    ]})
+    [run], problems = read_file(path)
+    assert [c.result for c in run.calls] == ["ok"]
+    assert [p.message for p in problems] == [
+        "the document (r1): message 0: a tool result for call id 'gone', which no earlier "
+        "call without a result has; result ignored",
+        "the document (r1): message 3: a tool result for call id 'c1', which no earlier "
+        "call without a result has; result ignored"]

@@ -12,13 +12,20 @@ Formats, detected from the content (a ``.jsonl`` suffix always means the trace f
    and starts a new run (unless it holds arguments, ``args``, ``raw_args`` or ``arguments``:
    then it is a call that lost its ``tool``, reported and skipped): its ``effects`` are kept for the
    runner, its other keys (``case``, ``run``, ``source``, ...) are the run's metadata. A line
-   holding ``messages`` or ``traj`` is a whole chat run (JSONL of chat transcripts).
+   holding ``messages`` or ``traj`` is a whole chat run (JSONL of chat transcripts). A line of
+   only ``usage`` (and ``elapsed_s``) reports the tokens of a model turn that proposed no call,
+   such as the final answer: a step of the current run, not a header.
 2. **OpenAI Chat Completions** messages: a message list, an object with ``messages`` (or
    ``traj``), or a list of such objects (the tau-bench layout, whose ``task_id``, ``trial`` and
    ``reward`` become metadata). ``tool_calls[].function.arguments`` is kept as the JSON text the
    model emitted. Results are matched by ``tool_call_id``; the Chat format has no error flag, so
    a result is an error when its message says ``"is_error": true`` or ``"status": "error"``, or
    its text starts with ``"Error:"`` (tau-bench's and many frameworks' convention).
+   The deprecated function-calling API is read too: an assistant ``function_call``
+   (``{"name", "arguments"}``) is answered by the next ``role: "function"`` message with its
+   ``name``. A result that matches no earlier call without a result is reported as a problem
+   (its call cannot be replayed, so the replay covers less than the run) and ignored; the
+   rest of the run replays.
 3. **Anthropic Messages**: ``tool_use`` blocks in assistant content, ``tool_result`` blocks
    (with ``is_error``) in user content, in the same containers as 2.
 
@@ -323,8 +330,8 @@ class _Reader:
                 self.problem(number, f"expected a JSON object, got {_json_type(value)}")
             elif any(k in value for k in _CHAT_KEYS):
                 self.chat_run(value, number, f"line {number}")
-            elif "tool" in value:
-                chunk.append((number, value))
+            elif "tool" in value or _is_usage_line(value):
+                chunk.append((number, value))  # a usage line: tokens of a turn with no call
             elif stray := sorted(_CALL_KEYS & value.keys()):  # a call that lost its tool
                 self.problem(number, "a call without 'tool' (it has "
                              f"{', '.join(repr(k) for k in stray)}); line skipped")
@@ -338,8 +345,9 @@ class _Reader:
 
     def trace_run(self, chunk: list[tuple[int, dict[str, Any]]]) -> None:
         first_line, first = chunk[0]
-        header: dict[str, Any] = {} if "tool" in first else first
-        body = chunk if "tool" in first else chunk[1:]  # may be empty: a run without calls
+        headed = not ("tool" in first or _is_usage_line(first))
+        header: dict[str, Any] = first if headed else {}
+        body = chunk[1:] if headed else chunk  # may be empty: a run without calls
         effects = header.get("effects")
         if effects is not None and not isinstance(effects, dict):
             self.problem(first_line, "header 'effects' must be an object; run skipped")
@@ -371,11 +379,14 @@ class _Reader:
         if run_id is None and "task_id" in meta:
             run_id = (f"{meta['task_id']}-{meta['trial']}" if "trial" in meta
                       else str(meta["task_id"]))
+        named = f"{where}{f' ({run_id})' if run_id else ''}"
         try:
-            steps, fmt = _chat_steps(messages, line)
+            steps, fmt, orphans = _chat_steps(messages, line)
         except _Malformed as exc:
-            self.problem(line, f"{where}{f' ({run_id})' if run_id else ''}: {exc}; run skipped")
+            self.problem(line, f"{named}: {exc}; run skipped")
             return
+        for orphan in orphans:
+            self.problem(line, f"{named}: {orphan}")
         self.runs.append(Run(run_id or self.default_id(), self.file, fmt, meta, steps,
                              line=line))
 
@@ -398,7 +409,18 @@ def _json_type(value: Any) -> str:
             float: "number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
+def _is_usage_line(value: Mapping[str, Any]) -> bool:
+    """A trace line that only reports model tokens (a turn that proposed no call, such as the
+    final answer): a step of the current run, not a header."""
+    return "tool" not in value and "usage" in value and value.keys() <= _USAGE_LINE_KEYS
+
+
+_USAGE_LINE_KEYS: Final = frozenset({"usage", "elapsed_s"})
+
+
 def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
+    if _is_usage_line(item):
+        return [_usage(item["usage"], line)]
     tool = item.get("tool")
     if not isinstance(tool, str) or not tool:
         raise _Malformed("'tool' must be a non-empty string")
@@ -451,8 +473,10 @@ def _usage(value: Any, line: int | None) -> TokenUsage:
     return TokenUsage(counts[0], counts[1], line)
 
 
-def _chat_steps(messages: list[Any], line: int | None) -> tuple[list[Step], Format]:
-    """Steps of one OpenAI or Anthropic message list (see the module docstring).
+def _chat_steps(messages: list[Any], line: int | None
+                ) -> tuple[list[Step], Format, list[str]]:
+    """Steps of one OpenAI or Anthropic message list (see the module docstring), its format,
+    and a problem for each result that matches no call (the run is still replayed).
 
     A result goes to the earliest call with its id that has none yet: ids are not always
     unique in one transcript (tau-bench reuses some), but a result always follows its call.
@@ -462,31 +486,39 @@ def _chat_steps(messages: list[Any], line: int | None) -> tuple[list[Step], Form
     """
     steps: list[Step] = []
     waiting: dict[str, list[int]] = {}  # call id -> positions in steps of calls without result
+    orphans: list[str] = []  # results that match no call
     fmt: Format = "openai"
 
-    def deliver(call_id: Any, content: Any, error: bool) -> None:
+    def deliver(call_id: Any, content: Any, error: bool, i: int) -> None:
         positions = waiting.get(str(call_id))
-        if positions:
-            position = positions.pop(0)
-            call = steps[position]
-            assert isinstance(call, RecordedCall)  # positions index calls only
-            steps[position] = replace(call, result=content, is_error=error)
+        if not positions:
+            # A result without its call: the transcript was cut, or its ids are wrong. Its
+            # call cannot be replayed, so the replay covers less than the run: say so.
+            orphans.append(f"message {i}: a tool result for call id {call_id!r}, which no "
+                           "earlier call without a result has; result ignored")
+            return
+        position = positions.pop(0)
+        call = steps[position]
+        assert isinstance(call, RecordedCall)  # positions index calls only
+        steps[position] = replace(call, result=content, is_error=error)
 
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise _Malformed(f"message {i} is not an object")
         role, content = m.get("role"), m.get("content")
-        if role == "tool":
+        if role in ("tool", "function"):  # "function": the legacy function_call API
             error = (m.get("is_error") is True or m.get("status") == "error"
                      or (isinstance(content, str) and bool(_ERROR_TEXT.match(content))))
-            deliver(m.get("tool_call_id"), content, error)
+            call_id = (m.get("tool_call_id") if role == "tool"
+                       else _LEGACY_ID.format(m.get("name")))
+            deliver(call_id, content, error, i)
         elif role == "user":
             blocks = content if isinstance(content, list) else []
             results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
             for block in results:
                 fmt = "anthropic"
                 deliver(block.get("tool_use_id"), block.get("content"),
-                        block.get("is_error") is True)
+                        block.get("is_error") is True, i)
             if not results or len(results) < len(blocks):
                 steps.append(UserTurn(line))
         elif role == "assistant":
@@ -501,7 +533,12 @@ def _chat_steps(messages: list[Any], line: int | None) -> tuple[list[Step], Form
             for call_id, call in calls:
                 waiting.setdefault(call_id, []).append(len(steps))
                 steps.append(replace(call, batch=f"message {i}") if len(calls) > 1 else call)
-    return steps, fmt
+    return steps, fmt, orphans
+
+
+# The deprecated OpenAI function-calling API has no call ids: an assistant "function_call"
+# is answered by the next "function" message with its name.
+_LEGACY_ID: Final = "function_call:{}"
 
 
 def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
@@ -519,6 +556,13 @@ def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
             raise _Malformed(f"message {i}: a tool call without function.name")
         args, raw = _arguments(function.get("arguments"), None)
         calls.append((str(tc.get("id")), RecordedCall(function["name"], args, raw, line=line)))
+    legacy = m.get("function_call")
+    if legacy is not None:  # the deprecated function-calling API: one call, no id
+        if not isinstance(legacy, dict) or not isinstance(legacy.get("name"), str):
+            raise _Malformed(f"message {i}: a function_call without a name")
+        args, raw = _arguments(legacy.get("arguments"), None)
+        calls.append((_LEGACY_ID.format(legacy["name"]),
+                      RecordedCall(legacy["name"], args, raw, line=line)))
     content = m.get("content")
     for block in content if isinstance(content, list) else []:
         if not (isinstance(block, dict) and block.get("type") == "tool_use"):
