@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import pytest
+from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12
 
 import toolguard as tg
 from toolguard._canonical import parse_arguments
@@ -485,3 +486,49 @@ def test_an_integral_float_reaches_an_int_parameter_as_an_int() -> None:
     assert task.call("page", '{"limit": 5.0, "offset": 2.0, "ratio": 3.0}').value == (
         "int int float")
     assert task.call("page", {"limit": 5.5}).decision is tg.Decision.INVALID
+
+
+class _Row(TypedDict):
+    id: int
+    score: float
+    tags: NotRequired[list[int]]
+
+
+def test_integral_floats_inside_containers_reach_int_hints_as_ints() -> None:
+    """The same rule inside list[int], tuple[int, ...], dict[str, int] and TypedDict fields;
+    floats stay floats where the hint says float, and the caller's containers are not
+    changed."""
+    seen: dict[str, Any] = {}
+
+    @tg.readonly
+    def load(ids: list[int], pair: tuple[int, float], counts: dict[str, int] | None = None,
+             rows: list[_Row] | None = None, mixed: list[int | str] | None = None) -> str:
+        seen.update(ids=ids, pair=pair, counts=counts, rows=rows, mixed=mixed)
+        return "ok"
+
+    task = tg.Guard(tools=[load]).task("t")
+    args = {"ids": [1.0, 2, 3.0], "pair": [4.0, 5.0], "counts": {"a": 6.0},
+            "rows": [{"id": 7.0, "score": 8.0, "tags": [9.0]}], "mixed": [10.0]}
+    before = json.dumps(args)
+    assert task.call("load", args).decision is tg.Decision.ALLOW
+    assert json.dumps(args) == before  # the caller's nested values are untouched
+    assert seen["ids"] == [1, 2, 3] and all(type(i) is int for i in seen["ids"])
+    assert [type(v) for v in seen["pair"]] == [int, float]
+    assert type(seen["counts"]["a"]) is int
+    row = seen["rows"][0]
+    assert (type(row["id"]), type(row["score"]), type(row["tags"][0])) == (int, float, int)
+    assert type(seen["mixed"][0]) is float  # int | str: pydantic's choice, left alone
+    assert task.call("load", {"ids": [1.5], "pair": [1, 1]}).decision is tg.Decision.INVALID
+
+
+def test_containers_without_integral_floats_are_passed_as_they_are() -> None:
+    seen: list[Any] = []
+
+    @tg.readonly
+    def load(ids: list[int]) -> str:
+        seen.append(ids)
+        return "ok"
+
+    ids = [1, 2, 3]
+    tg.Guard(tools=[load]).task("t").call("load", {"ids": ids})
+    assert seen[0] is ids  # no copy when there is nothing to convert

@@ -54,7 +54,13 @@ from ._lock import YieldingLock
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
-from ._schema import ArgsValidator, coercing_call, int_parameters, schema_from_signature
+from ._schema import (
+    ArgsValidator,
+    IntFix,
+    coercing_call,
+    int_parameters,
+    schema_from_signature,
+)
 from ._types import (
     ALLOW,
     CACHED,
@@ -143,7 +149,8 @@ class _Entry:
     call: Callable[..., Any]  # what dispatch runs: the function, coercing JSON if it must
     in_thread: bool = False  # not ``async def``: acall runs it in a worker thread
     unknown: bool = False  # a name no registered tool has: judged (counted, halted), never run
-    int_params: tuple[str, ...] = ()  # typed int: an integral float (5.0) is passed as 5
+    # typed int, at the top or inside: an integral float (5.0) is passed as 5
+    int_params: tuple[tuple[str, IntFix | None], ...] = ()
 
     def bound(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
         """``args`` with the tool's defaults filled in: an omitted argument, an explicit null
@@ -718,10 +725,13 @@ class Task:
                 if invalid is not None:
                     audit = cfg.policy.audit
                     invalid = scrub(invalid, args, audit.redact_pattern)
-            for name in entry.int_params:  # usually none or one or two names
+            for name, fix in entry.int_params:  # usually none or one or two names
                 value = args.get(name)
-                if type(value) is float and value.is_integer():
-                    args[name] = int(value)
+                if fix is None:  # a top-level int: inline, the common case
+                    if type(value) is float and value.is_integer():
+                        args[name] = int(value)
+                elif value is not None and (fixed := fix(value)) is not value:
+                    args[name] = fixed  # a new container: the caller's stays as it was
         mutating = effect is MUTATING
         scope = settings.idempotency_scope
         return _Prepared(  # positional, in _Prepared's order (hot path)

@@ -13,7 +13,7 @@ import contextlib
 import inspect
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -114,18 +114,130 @@ def coercing_call(func: Callable[..., Any]) -> Callable[..., Any]:
         return func
 
 
-def int_parameters(func: Callable[..., Any]) -> tuple[str, ...]:
-    """The top-level parameters of ``func`` typed ``int`` (or ``int | None``). JSON Schema's
-    "integer" accepts ``5.0``, and a model may send it: such a value is passed on as ``5``,
-    as pydantic (and the agent frameworks that validate with it) would."""
+IntFix = Callable[[Any], Any]
+"""Turns the integral floats a JSON value holds where the type hint says ``int`` into ints;
+returns the value itself when there is none (no copy)."""
+
+
+def int_parameters(func: Callable[..., Any]) -> tuple[tuple[str, IntFix | None], ...]:
+    """The parameters of ``func`` whose type hints hold ``int``, each with its fix: ``None``
+    for a top-level ``int`` (or ``int | None``; the caller converts inline, the common case),
+    else a function that converts inside lists, tuples, dict values and TypedDict fields
+    (``list[int]``, ``dict[str, int]``, ``Row`` with ``id: int``).
+
+    JSON Schema's "integer" accepts ``5.0`` and a model may send it: such a value reaches the
+    tool as ``5``, as pydantic (and the agent frameworks that validate with it) would pass it.
+    A union of several types other than None is left alone (pydantic's choice among them
+    depends on its mode). For tools with JSON-native hints only; pydantic converts the others.
+    """
     try:
         hints = typing.get_type_hints(func)
     except Exception:  # noqa: BLE001 - unresolvable forward references: nothing to convert
         return ()
     hints.pop("return", None)
-    return tuple(name for name, hint in hints.items()
-                 if hint is int or (typing.get_origin(hint) in (typing.Union, types.UnionType)
-                                    and set(typing.get_args(hint)) == {int, type(None)}))
+    out: list[tuple[str, IntFix | None]] = []
+    for name, hint in hints.items():
+        inner = _unwrap(hint)
+        if inner is int:
+            out.append((name, None))
+        elif (fix := _int_fix(inner, 0)) is not None:
+            out.append((name, fix))
+    return tuple(out)
+
+
+_UNWRAPPED: frozenset[Any] = frozenset(
+    {typing.Union, types.UnionType,
+     *(getattr(typing, n) for n in ("NotRequired", "Required") if hasattr(typing, n))})
+
+
+def _unwrap(hint: Any) -> Any:
+    """``X`` for ``X | None``, ``Optional[X]``, ``NotRequired[X]``; else ``hint``."""
+    origin = typing.get_origin(hint)
+    if origin in _UNWRAPPED:
+        rest = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _unwrap(rest[0]) if len(rest) == 1 else hint
+    return hint
+
+
+def _fix_int(value: Any) -> Any:
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+def _int_fix(hint: Any, depth: int) -> IntFix | None:
+    """The fix for one (unwrapped) hint, or ``None`` when no ``int`` is reachable in it."""
+    hint = _unwrap(hint)
+    if hint is int:
+        return _fix_int
+    if depth > 8:  # a recursive TypedDict: deep enough for any real argument
+        return None
+    origin, params = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list or (origin is tuple and len(params) == 2 and params[1] is Ellipsis):
+        each = _int_fix(params[0], depth + 1) if params else None
+        return None if each is None else _each(each)
+    if origin is tuple:
+        fixes = [_int_fix(p, depth + 1) for p in params]
+        return _positions(fixes) if any(fixes) else None
+    if origin is dict:
+        each = _int_fix(params[1], depth + 1) if len(params) == 2 else None
+        return None if each is None else _values(each)
+    if isinstance(hint, type) and issubclass(hint, dict) and hasattr(hint, "__total__"):
+        try:  # a TypedDict
+            fields = typing.get_type_hints(hint)
+        except Exception:  # noqa: BLE001 - unresolvable: nothing to convert
+            return None
+        named = {k: f for k, f in ((k, _int_fix(h, depth + 1)) for k, h in fields.items())
+                 if f is not None}
+        return _fields(named) if named else None
+    return None
+
+
+def _patched(value: Any, changes: Iterator[tuple[Any, Any, IntFix]],
+             copy: Callable[[Any], Any]) -> Any:
+    """``value`` with each ``(key, item, fix)`` applied at ``key``; copied (by ``copy``) only
+    when a fix changed something, so the caller's container stays as it was."""
+    out = None
+    for key, item, fix in changes:
+        fixed = fix(item)
+        if fixed is not item:
+            if out is None:
+                out = copy(value)
+            out[key] = fixed
+    return value if out is None else out
+
+
+def _each(fix: IntFix) -> IntFix:
+    def each(value: Any) -> Any:
+        if type(value) is not list:
+            return value
+        return _patched(value, ((i, item, fix) for i, item in enumerate(value)), list)
+    return each
+
+
+def _positions(fixes: list[IntFix | None]) -> IntFix:
+    def positions(value: Any) -> Any:
+        if type(value) is not list:
+            return value
+        return _patched(value, ((i, item, fix) for i, (item, fix)
+                                in enumerate(zip(value, fixes, strict=False))
+                                if fix is not None), list)
+    return positions
+
+
+def _values(fix: IntFix) -> IntFix:
+    def values(value: Any) -> Any:
+        if type(value) is not dict:
+            return value
+        return _patched(value, ((key, item, fix) for key, item in value.items()), dict)
+    return values
+
+
+def _fields(fixes: dict[str, IntFix]) -> IntFix:
+    def fields(value: Any) -> Any:
+        if type(value) is not dict:
+            return value
+        return _patched(value, ((key, value[key], fix) for key, fix in fixes.items()
+                                if value.get(key) is not None), dict)
+    return fields
 
 
 def _path(error: ValidationError) -> str:
