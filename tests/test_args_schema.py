@@ -502,13 +502,19 @@ def test_integral_floats_inside_containers_reach_int_hints_as_ints() -> None:
 
     @tg.readonly
     def load(ids: list[int], pair: tuple[int, float], counts: dict[str, int] | None = None,
-             rows: list[_Row] | None = None, mixed: list[int | str] | None = None) -> str:
-        seen.update(ids=ids, pair=pair, counts=counts, rows=rows, mixed=mixed)
+             rows: list[_Row] | None = None) -> str:
+        seen.update(ids=ids, pair=pair, counts=counts, rows=rows)
         return "ok"
 
-    task = tg.Guard(tools=[load]).task("t")
+    @tg.readonly
+    def pick(mixed: list[int | str]) -> str:
+        seen.update(mixed=mixed)
+        return "ok"
+
+    task = tg.Guard(tools=[load, pick]).task("t")
+    assert task.call("pick", {"mixed": [10.0]}).decision is tg.Decision.ALLOW
     args = {"ids": [1.0, 2, 3.0], "pair": [4.0, 5.0], "counts": {"a": 6.0},
-            "rows": [{"id": 7.0, "score": 8.0, "tags": [9.0]}], "mixed": [10.0]}
+            "rows": [{"id": 7.0, "score": 8.0, "tags": [9.0]}]}
     before = json.dumps(args)
     assert task.call("load", args).decision is tg.Decision.ALLOW
     assert json.dumps(args) == before  # the caller's nested values are untouched

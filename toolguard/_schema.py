@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
+import typing_extensions
 import xxhash
 from cachetools import LRUCache
 from jsonschema import Draft202012Validator
@@ -25,12 +26,18 @@ from pydantic import ConfigDict, create_model, validate_call
 
 __all__ = ["ArgsValidator", "coercing_call", "schema_from_signature"]
 
+# TypedDict field markers: typing's (3.11+) and typing_extensions' (what pydantic asks for
+# on Python < 3.12; the same objects on 3.11+).
+_FIELD_MARKERS: frozenset[Any] = frozenset({
+    typing_extensions.NotRequired, typing_extensions.Required,
+    *(getattr(typing, n) for n in ("NotRequired", "Required") if hasattr(typing, n)),
+})
 # Annotations whose JSON values reach the tool as they are: no coercion needed.
 _JSON_NATIVE: frozenset[Any] = frozenset({
     str, int, float, bool, type(None), list, dict, tuple, Any, object,
     typing.Union, typing.Optional, typing.Literal, typing.List, typing.Dict,  # noqa: UP006
     types.UnionType,
-    *(getattr(typing, n) for n in ("NotRequired", "Required") if hasattr(typing, n)),
+    *_FIELD_MARKERS,
 })
 
 _rs: Any
@@ -147,7 +154,7 @@ def int_parameters(func: Callable[..., Any]) -> tuple[tuple[str, IntFix | None],
 
 _UNWRAPPED: frozenset[Any] = frozenset(
     {typing.Union, types.UnionType,
-     *(getattr(typing, n) for n in ("NotRequired", "Required") if hasattr(typing, n))})
+     *_FIELD_MARKERS})
 
 
 def _unwrap(hint: Any) -> Any:
