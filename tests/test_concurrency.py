@@ -383,3 +383,27 @@ def test_yielding_lock_is_released_when_the_section_raises() -> None:
     assert not lock.locked()
     with lock:
         assert lock.locked()
+
+
+async def test_concurrent_duplicates_stay_one_call_when_another_write_ends_between() -> None:
+    """The waiting duplicate must get the first charge's result even though an unrelated
+    write finished after it and lapsed its until_change record."""
+    charges: list[str] = []
+
+    @tg.mutating
+    async def charge(order: str) -> str:
+        charges.append(order)
+        await asyncio.sleep(0.05)
+        return "charged"
+
+    @tg.mutating
+    async def log_event(msg: str) -> str:
+        await asyncio.sleep(0.051)
+        return "logged"
+
+    async with tg.Guard(tools=[charge, log_event]).task("t") as task:
+        results = await asyncio.gather(task.acall("charge", {"order": "o1"}),
+                                       task.acall("charge", {"order": "o1"}),
+                                       task.acall("log_event", {"msg": "hi"}))
+    assert charges == ["o1"]
+    assert [r.decision for r in results] == [D.ALLOW, D.CACHED, D.ALLOW]

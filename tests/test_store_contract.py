@@ -307,6 +307,22 @@ def test_until_change_record_lapses_at_any_other_write(store: Store, clock: Fake
     assert begin(store, clock, key=KEY).record is not None
 
 
+def test_a_call_that_waited_takes_the_record_a_later_write_lapsed(store: Store,
+                                                                  clock: FakeClock) -> None:
+    """Concurrent duplicates are one call: a call that waited on an identical call in
+    progress re-enters uncounted and takes its completed record, even when an unrelated write
+    finished in between (else the charge runs twice)."""
+    assert begin(store, clock, key=KEY, claim=True).claimed  # the first charge runs
+    assert begin(store, clock, key=KEY, claim=True).record.state is RecordState.IN_PROGRESS
+    finish(store, clock, key=KEY, store_result=True, content="charged")
+    finish(store, clock, "log", key=f"{TASK}:log:s", digest="logged")  # a write meanwhile
+    again = begin(store, clock, key=KEY, claim=True, count=False)  # the waiter re-enters
+    assert again.record is not None and again.record.content == "charged"
+    assert not again.claimed
+    fresh = begin(store, clock, key=KEY, claim=True)  # a new call after the write: lapsed
+    assert fresh.claimed
+
+
 def test_in_progress_and_unknown_records_survive_progress(store: Store, clock: FakeClock
                                                           ) -> None:
     begin(store, clock, key=KEY, claim=True)

@@ -88,7 +88,9 @@ class BeginRequest(NamedTuple):
             (read-only tools, scope off).
         claim: claim ``idempotency_key`` (state in_progress) if no valid record exists.
         task_scope: records of this tool survive progress (scope ``task``).
-        count: count this attempt (False when re-entering after waiting on another call).
+        count: count this attempt (False when re-entering after waiting on another call; such
+            a call also takes a completed record that an unrelated write has lapsed since:
+            it was sent together with the call it waited on).
         poll: count it as a poll of the signature instead of a ladder attempt.
         now: clock time in seconds. claim_ttl_s: TTL of the in-progress claim in seconds.
         call_id: the call's id, kept in the claim: a later release only drops its own claim.

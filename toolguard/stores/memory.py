@@ -196,7 +196,11 @@ class MemoryStore:
             record = None
             claimed = False
             if req.idempotency_key:
-                record = self._valid_record(state, task_id, req.idempotency_key, req.task_scope)
+                # A call that waited on an identical call in progress (count False) was sent
+                # together with it: that call's result is its own, even if an unrelated write
+                # finished meanwhile and lapsed the until_change record (else it ran twice).
+                record = self._valid_record(state, task_id, req.idempotency_key,
+                                            req.task_scope or not req.count)
                 if record is None and req.claim:
                     claim = IdempotencyRecord(IN_PROGRESS, state.changes, req.now,
                                               None, req.call_id)

@@ -134,8 +134,9 @@ if key ~= '' then
     local st, e, x = string.match(v, '^(%a)|(%d+)|([^|]+)|')
     if tonumber(x) <= tonumber(now) then
       v = false  -- expired on the guard's clock
-    elseif st == 'c' and not task_scope and tonumber(e) ~= changes then
-      v = false  -- until_change: lapsed at a write or turn since (kept, as in memory)
+    elseif st == 'c' and not task_scope and count and tonumber(e) ~= changes then
+      v = false  -- until_change: lapsed at a write or turn since (kept, as in memory);
+                 -- never for a call that waited on it (count false): see MemoryStore
     end
   end
   if v then
