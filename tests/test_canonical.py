@@ -617,3 +617,23 @@ def test_options_do_not_mutate_the_caller_arguments() -> None:
     canonical_args(args, {"p": ArgOptions(normalize="path", case="insensitive"),
                           "id": ArgOptions(ignore=True)})
     assert args == before
+
+
+@pytest.mark.parametrize("text", [
+    # a run of 19+ digits sends the text to the standard library's parser, which must keep
+    # orjson's rules: no RecursionError, no inf
+    '{"a": ' + "[" * 3000 + "]" * 3000 + ', "n": 1234567890123456789}',
+    '{"a": [1111111111111111111.0e999]}',
+    '{"a": -1e999, "n": 1234567890123456789}',
+])
+def test_the_exact_integer_parser_refuses_what_orjson_refuses(text: str) -> None:
+    with pytest.raises(ArgumentsError):
+        parse_arguments(text)
+
+    @tg.readonly
+    def t(a: list[Any], n: int = 0) -> str:
+        return "ok"
+
+    task = tg.Guard(tools=[t]).task("x")
+    assert task.call("t", text).decision is tg.Decision.INVALID
+    assert task.call_batch([("t", text)])[0].decision is tg.Decision.INVALID

@@ -162,13 +162,24 @@ def load_json(data: str | bytes) -> Any:
 
 
 def _std_loads(text: str) -> Any:
-    """The standard library's parser, with NaN/Infinity refused as a decode error."""
+    """The standard library's parser, held to orjson's rules: NaN/Infinity literals and
+    numbers beyond a float's range (``1e999``, which it would read as ``inf``) are refused,
+    and so is nesting too deep to parse, each as a decode error."""
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError:
         raise
-    except ValueError as exc:  # from _reject_constant
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+    except ValueError as exc:  # from _reject_constant or _finite_float
         raise json.JSONDecodeError(str(exc), text, 0) from None
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
 
 
 def parse_arguments(text: str | bytes) -> dict[str, Any]:
