@@ -538,3 +538,33 @@ def test_containers_without_integral_floats_are_passed_as_they_are() -> None:
     ids = [1, 2, 3]
     tg.Guard(tools=[load]).task("t").call("load", {"ids": ids})
     assert seen[0] is ids  # no copy when there is nothing to convert
+
+
+@pytest.mark.parametrize(("schema", "ref"), [
+    ({"type": "object", "properties": {"a": {"$ref": "#/nope"}}}, "#/nope"),
+    ({"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/x.json"}}},
+     "http://127.0.0.1:9/x.json"),  # never fetched: port 9 would refuse it anyway
+    ({"$ref": "#/$defs/Missing", "$defs": {"A": {}}}, "#/$defs/Missing"),
+])
+def test_a_reference_that_does_not_resolve_inside_the_schema_is_a_schema_error(
+        schema: dict[str, Any], ref: str) -> None:
+    from jsonschema.exceptions import SchemaError
+
+    with pytest.raises(SchemaError) as info:
+        ArgsValidator(schema)
+    assert f"$ref {ref!r}" in info.value.message
+    with pytest.raises(SchemaError):
+        tg.Guard(tools=[recorded_tool("t", schema)])
+
+
+def test_references_inside_the_schema_resolve_with_nested_ids() -> None:
+    schema = {
+        "$id": "https://example.com/args.json", "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/A"},
+                       "b": {"$id": "sub/b.json", "$ref": "../args.json#/$defs/A"},
+                       "c": {"enum": [{"$ref": "#/not-a-schema"}]}},
+        "$defs": {"A": {"type": "integer"}},
+    }
+    validator = ArgsValidator(schema)
+    assert validator.validate({"a": 1, "b": 2}) is None
+    assert validator.validate({"a": "x"}) == "args.a: 'x' is not of type 'integer'"

@@ -568,7 +568,7 @@ def test_a_usage_only_trace_line_is_a_step_of_its_run_not_a_header(tmp_path: Pat
     assert [r.id for r in runs] == ["t", "c1", "c2"]
     assert runs[0].steps == [TokenUsage(5, 1, 1)]
     assert [type(s).__name__ for s in runs[1].steps] == ["RecordedCall", "TokenUsage"]
-    assert runs[1].steps[1] == TokenUsage(700, 20, 4)
+    assert runs[1].steps[1] == TokenUsage(700, 20, 4, elapsed_s=3.0)
     report = replay_runs([runs[1]], tg.Policy(budget=BudgetPolicy(max_tokens=500)))
     assert report.runs[0].halted_at is not None  # the answer's tokens count toward the budget
 
@@ -615,3 +615,66 @@ def test_a_tool_result_without_its_call_is_reported_and_the_run_still_replays(
         "call without a result has; result ignored",
         "the document (r1): message 3: a tool result for call id 'c1', which no earlier "
         "call without a result has; result ignored"]
+
+
+def test_a_usage_line_with_other_keys_is_still_a_step_and_its_elapsed_moves_the_clock(
+        tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [
+        {"case": "g", "usage": {"input_tokens": 1}},  # a run id: a header, usage is metadata
+        call("pay", {"id": 1}, usage={"input_tokens": 50}),
+        {"usage": {"input_tokens": 60}, "text": "Done!", "elapsed_s": 30},
+        call("pay", {"id": 2}),
+    ])
+    [run], problems = read_file(path)
+    assert problems == [] and run.id == "g" and run.meta["usage"] == {"input_tokens": 1}
+    assert [type(s).__name__ for s in run.steps] == [
+        "TokenUsage", "RecordedCall", "TokenUsage", "RecordedCall"]
+    tokens = replay_runs([run], tg.Policy(budget=BudgetPolicy(max_tokens=100))).runs[0]
+    assert tokens.halted_at == 1 and "max_tokens" in (tokens.halt_reason or "")
+    timed = replay_runs([run], tg.Policy(budget=BudgetPolicy(timeout_s=10))).runs[0]
+    assert timed.halted_at == 1 and "timeout_s" in (timed.halt_reason or "")
+
+
+@pytest.mark.parametrize("elapsed", ['"yesterday"', "-1", "true", "1" + "0" * 400])
+def test_a_bad_elapsed_s_is_a_problem_on_call_and_usage_lines(tmp_path: Path,
+                                                              elapsed: str) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [
+        f'{{"tool": "a", "args": {{}}, "elapsed_s": {elapsed}}}',
+        f'{{"usage": {{"input_tokens": 1}}, "elapsed_s": {elapsed}}}',
+    ])
+    _, problems = read_file(path)
+    assert [(p.line, p.message) for p in problems] == [
+        (1, "'elapsed_s' must be a number of seconds ≥ 0; line skipped"),
+        (2, "'elapsed_s' must be a number of seconds ≥ 0; line skipped")]
+
+
+def test_integers_beyond_64_bits_in_metadata_and_effects_replay_and_print(
+        tmp_path: Path) -> None:
+    from toolguard.replay._report import jsonl_lines, to_json_text
+
+    big = 123456789012345678901234567890
+    path = write_jsonl(tmp_path / "t.jsonl", [
+        {"case": "b", "ticket": big, "effects": {"a": {"max_calls": big}}},
+        call("a", {"n": big}),
+    ])
+    runs, problems = read_file(path)
+    assert problems == []
+    report = replay_runs(runs, tg.Policy())
+    assert report.problems == [] and report.runs[0].replayed == 1
+    assert json.loads(to_json_text(report))["runs"][0]["id"] == "b"
+    assert str(big) in to_json_text(report)  # exact, not a float
+    assert all(json.loads(line) for line in jsonl_lines(report))
+
+
+def test_a_guard_error_inside_a_run_is_a_problem(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: Any, **__: Any) -> Any:
+        raise tg.ToolGuardError("internal error while guarding a: boom")
+
+    monkeypatch.setattr(tg.Task, "_replay_call", broken)
+    path = write_jsonl(tmp_path / "t.jsonl", [call("a", {}), call("a", {"i": 2})])
+    report = replay_runs(read_runs([path])[0], tg.Policy())
+    assert report.runs[0].error is not None
+    [problem] = report.problems
+    assert problem.message == ("run t: stopped after 0 call(s) by a guard error: "
+                               "ToolGuardError: internal error while guarding a: boom")

@@ -313,7 +313,8 @@ def test_a_call_that_waited_takes_the_record_a_later_write_lapsed(store: Store,
     progress re-enters uncounted and takes its completed record, even when an unrelated write
     finished in between (else the charge runs twice)."""
     assert begin(store, clock, key=KEY, claim=True).claimed  # the first charge runs
-    assert begin(store, clock, key=KEY, claim=True).record.state is RecordState.IN_PROGRESS
+    waiting = begin(store, clock, key=KEY, claim=True).record
+    assert waiting is not None and waiting.state is RecordState.IN_PROGRESS
     finish(store, clock, key=KEY, store_result=True, content="charged")
     finish(store, clock, "log", key=f"{TASK}:log:s", digest="logged")  # a write meanwhile
     again = begin(store, clock, key=KEY, claim=True, count=False)  # the waiter re-enters

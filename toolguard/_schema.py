@@ -15,13 +15,17 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+from urllib.parse import urljoin
 
 import orjson
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
 import typing_extensions
 import xxhash
 from cachetools import LRUCache
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+from jsonschema.exceptions import SchemaError, ValidationError
 from pydantic import ConfigDict, create_model, validate_call
 
 __all__ = ["ArgsValidator", "coercing_call", "schema_from_signature"]
@@ -247,6 +251,50 @@ def _fields(fixes: dict[str, IntFix]) -> IntFix:
     return fields
 
 
+_ROOT_URI = "urn:toolguard:arguments"
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
+
+
+def _check_refs(schema: Mapping[str, Any]) -> None:
+    """Resolve every ``$ref`` of ``schema`` within the schema itself, at build time.
+
+    jsonschema resolves references only while validating (an unresolvable one would fail
+    the first call as a guard error) and jsonschema-rs would fetch a remote one over HTTP
+    while the guard is built. A tool's schema must be self-contained (``#/$defs/...``).
+
+    Raises:
+        SchemaError: a reference that does not resolve inside the schema, naming it.
+    """
+    spec = referencing.jsonschema.specification_with(
+        str(schema.get("$schema", "")), default=referencing.jsonschema.DRAFT202012)
+    declared = schema.get("$id")
+    root: str = declared if isinstance(declared, str) else _ROOT_URI
+    registry: referencing.Registry[Any] = referencing.Registry().with_resource(
+        root, spec.create_resource(dict(schema))).crawl()
+    resolver = registry.resolver(base_uri=root)
+
+    def walk(node: Any, base: str, path: str) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("$id"), str):
+                base = urljoin(base, node["$id"])
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                try:
+                    resolver.lookup(urljoin(base, ref))
+                except referencing.exceptions.Unresolvable:
+                    raise SchemaError(f"$ref {ref!r} at {path or '/'} does not resolve inside "
+                                      "the schema (tool schemas must be self-contained; "
+                                      "remote references are not fetched)") from None
+            for key, value in node.items():
+                if key not in _DATA_KEYWORDS:
+                    walk(value, base, f"{path}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, base, f"{path}/{i}")
+
+    walk(schema, root, "")
+
+
 def _path(error: ValidationError) -> str:
     out = "args"
     for part in error.absolute_path:
@@ -274,8 +322,12 @@ class ArgsValidator:
 
             cls = validator_for(self.schema, default=Draft202012Validator)
         cls.check_schema(self.schema)
+        _check_refs(self.schema)
         self._validator = cls(self.schema)
-        self._fast = _rs.validator_for(self.schema) if _rs is not None else None
+        try:
+            self._fast = _rs.validator_for(self.schema) if _rs is not None else None
+        except Exception as exc:  # noqa: BLE001 - jsonschema-rs refuses what jsonschema took
+            raise SchemaError(f"jsonschema-rs cannot compile the schema: {exc}") from None
         self._valid: LRUCache[bytes, bool] = LRUCache(maxsize=cache_size)
 
     def validate(self, args: Mapping[str, Any]) -> str | None:

@@ -12,9 +12,10 @@ Formats, detected from the content (a ``.jsonl`` suffix always means the trace f
    and starts a new run (unless it holds arguments, ``args``, ``raw_args`` or ``arguments``:
    then it is a call that lost its ``tool``, reported and skipped): its ``effects`` are kept for the
    runner, its other keys (``case``, ``run``, ``source``, ...) are the run's metadata. A line
-   holding ``messages`` or ``traj`` is a whole chat run (JSONL of chat transcripts). A line of
-   only ``usage`` (and ``elapsed_s``) reports the tokens of a model turn that proposed no call,
-   such as the final answer: a step of the current run, not a header.
+   holding ``messages`` or ``traj`` is a whole chat run (JSONL of chat transcripts). A line with
+   ``usage`` and no ``tool`` (nor a run id or ``effects``) reports the tokens of a model turn
+   that proposed no call, such as the final answer: a step of the current run, not a header;
+   its ``elapsed_s`` moves the clock as a call's does.
 2. **OpenAI Chat Completions** messages: a message list, an object with ``messages`` (or
    ``traj``), or a list of such objects (the tau-bench layout, whose ``task_id``, ``trial`` and
    ``reward`` become metadata). ``tool_calls[].function.arguments`` is kept as the JSON text the
@@ -41,7 +42,9 @@ skipped, and the rest of the file is still read.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -138,11 +141,13 @@ class UserTurn:
 
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
-    """Model tokens spent (counted toward ``budget.max_tokens``)."""
+    """Model tokens spent (counted toward ``budget.max_tokens``); ``elapsed_s``: seconds since
+    the run started, from a trace line of usage alone (moves the clock, as a call's does)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     line: int | None = None
+    elapsed_s: float | None = None
 
 
 Step: TypeAlias = RecordedCall | UserTurn | TokenUsage
@@ -410,17 +415,19 @@ def _json_type(value: Any) -> str:
 
 
 def _is_usage_line(value: Mapping[str, Any]) -> bool:
-    """A trace line that only reports model tokens (a turn that proposed no call, such as the
-    final answer): a step of the current run, not a header."""
-    return "tool" not in value and "usage" in value and value.keys() <= _USAGE_LINE_KEYS
+    """A trace line that reports model tokens without a call (a turn that proposed none, such
+    as the final answer): ``usage`` and no ``tool``, and none of a header's keys (a run id or
+    ``effects``). A step of the current run; its other keys (the answer's text, say) are not
+    used."""
+    return "tool" not in value and "usage" in value and not (value.keys() & _HEADER_KEYS)
 
 
-_USAGE_LINE_KEYS: Final = frozenset({"usage", "elapsed_s"})
+_HEADER_KEYS: Final = frozenset({"effects", *_RUN_ID_KEYS})
 
 
 def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
     if _is_usage_line(item):
-        return [_usage(item["usage"], line)]
+        return [replace(_usage(item["usage"], line), elapsed_s=_seconds(item.get("elapsed_s")))]
     tool = item.get("tool")
     if not isinstance(tool, str) or not tool:
         raise _Malformed("'tool' must be a non-empty string")
@@ -434,19 +441,28 @@ def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
     batch = item.get("batch")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (str, int))):
         raise _Malformed("'batch' must be a number or a string")
-    elapsed = item.get("elapsed_s")
-    if elapsed is not None and (isinstance(elapsed, bool) or not isinstance(elapsed, (int, float))
-                                or elapsed < 0):
-        raise _Malformed("'elapsed_s' must be a number of seconds ≥ 0")
+    elapsed = _seconds(item.get("elapsed_s"))
     steps: list[Step] = []
     if "usage" in item:
         steps.append(_usage(item["usage"], line))
     steps.append(RecordedCall(
         tool=tool, args=args, raw_args=raw, result=item.get("result"), is_error=is_error,
-        timeout=item.get("error_type") == "timeout", batch=batch,
-        elapsed_s=None if elapsed is None else float(elapsed), line=line,
+        timeout=item.get("error_type") == "timeout", batch=batch, elapsed_s=elapsed, line=line,
     ))
     return steps
+
+
+def _seconds(value: Any) -> float | None:
+    """An ``elapsed_s`` value as float seconds (``None`` if absent)."""
+    if value is None:
+        return None
+    seconds = math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # an integer beyond a float's range
+            seconds = float(value)
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise _Malformed("'elapsed_s' must be a number of seconds ≥ 0")
+    return seconds
 
 
 def _arguments(args: Any, raw: str | None) -> tuple[Mapping[str, Any] | None, str | None]:

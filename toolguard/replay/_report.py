@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -48,14 +49,25 @@ def to_json(report: ReplayReport) -> dict[str, Any]:
 
 def to_json_text(report: ReplayReport) -> str:
     """:func:`to_json` as indented JSON text."""
-    return orjson.dumps(to_json(report), option=orjson.OPT_INDENT_2, default=str).decode()
+    return _dumps(to_json(report), indent=True)
 
 
 def jsonl_lines(report: ReplayReport) -> Iterator[str]:
     """One JSON object per step, in run order, each with a ``"run"`` key (no newline)."""
     for run in report.runs:
         for step in run.steps:
-            yield orjson.dumps({"run": run.id, **step.to_dict()}).decode()
+            yield _dumps({"run": run.id, **step.to_dict()}, indent=False)
+
+
+def _dumps(value: Any, indent: bool) -> str:
+    """JSON text by orjson; by the standard library for what orjson refuses (an integer beyond
+    64 bits in a transcript's metadata or arguments), which writes it exactly."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else 0,
+                            default=str).decode()
+    except TypeError:
+        return json.dumps(value, indent=2 if indent else None, default=str, ensure_ascii=False,
+                          separators=None if indent else (",", ":"))
 
 
 def render_table(report: ReplayReport, console: Console, *, verbose: bool = False) -> None:

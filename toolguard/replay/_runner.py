@@ -28,8 +28,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
-
 from toolguard._decorators import ToolSpec, recorded_tool
 from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, PolicyError, ToolGuardError
@@ -228,7 +226,7 @@ def replay_runs(
     Returns:
         The :class:`ReplayReport`. A run whose header ``effects`` are invalid is not replayed
         but listed in ``problems``; a guard failure inside a run stops that run only
-        (``RunReport.error``).
+        (``RunReport.error``) and is listed in ``problems`` too.
     """
     replayer = _Replayer(policy or Policy(), tools, {c.tool for r in runs for c in r.calls})
     report = ReplayReport()
@@ -242,6 +240,10 @@ def replay_runs(
             continue
         result = replayer.replay(guard, f"replay-{number}:{run.id}", run)
         report.runs.append(result)
+        if result.error is not None:  # a bug in the guard: the run is incomplete, say so
+            report.problems.append(ReplayInputError(
+                run.file, run.line, f"run {run.id}: stopped after {result.replayed} call(s) "
+                f"by a guard error: {result.error}"))
         if on_run is not None:
             on_run(result)
     return report
@@ -256,10 +258,12 @@ class _Replayer:
         self.known: set[str] | None = set(given) if given else None
         self.specs = list(given.values()) if given else [recorded_tool(n) for n in sorted(names)]
         self.clock = FakeClock(0.0)
-        self.guards: dict[bytes, Guard] = {}
+        self.guards: dict[str, Guard] = {}
 
     def guard_for(self, run: Run) -> Guard:
-        key = orjson.dumps(run.effects, option=orjson.OPT_SORT_KEYS) if run.effects else b""
+        # json, not orjson: header values may be integers beyond 64 bits (then refused by the
+        # policy's validation with a message, not by the serializer with a TypeError)
+        key = json.dumps(run.effects, sort_keys=True, default=repr) if run.effects else ""
         guard = self.guards.get(key)
         if guard is None:
             policy = self.policy
@@ -283,6 +287,8 @@ class _Replayer:
                 if isinstance(item, UserTurn):
                     task.new_turn()
                 elif isinstance(item, TokenUsage):
+                    if item.elapsed_s is not None:
+                        self._advance_to(start + item.elapsed_s)
                     task.record_usage(item.input_tokens, item.output_tokens)
                 else:
                     order = task._dedupe([(c.tool, c.arguments) for c in item])[0]
