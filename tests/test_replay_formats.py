@@ -678,3 +678,39 @@ def test_a_guard_error_inside_a_run_is_a_problem(tmp_path: Path,
     [problem] = report.problems
     assert problem.message == ("run t: stopped after 0 call(s) by a guard error: "
                                "ToolGuardError: internal error while guarding a: boom")
+
+
+def test_messages_the_replay_cannot_use_are_reported_not_dropped(tmp_path: Path) -> None:
+    messages = [
+        {"role": "developer", "content": "be brief"},  # instructions: quietly skipped
+        {"role": "assistant", "tool_calls": [openai_call("c1", "lookup", "{}")],
+         "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "?"}]},
+        {"tool_call_id": "c1", "content": "no role"},
+        {"role": "Tool", "tool_call_id": "c1", "content": "wrong case"},
+        {"role": "user", "content": [{"type": "tool_use", "id": "u", "name": "x", "input": {}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    for document in (messages, {"id": "r", "messages": messages}):
+        [run], problems = read_file(write_json(tmp_path / "m.json", document))
+        assert [c.result for c in run.calls] == ["ok"]
+        assert [p.message.split(": ", 1)[1] for p in problems] == [
+            "message 1: a tool_result block in an assistant message (results come from the "
+            "user); block ignored",
+            "message 2: role None is not one of user, assistant, tool, function, system or "
+            "developer; message ignored",
+            "message 3: role 'Tool' is not one of user, assistant, tool, function, system or "
+            "developer; message ignored",
+            "message 4: a tool_use block in a user message (calls come from the assistant); "
+            "block ignored"]
+
+
+def test_a_string_id_cannot_take_a_legacy_function_result(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "clash.json", [
+        {"role": "assistant", "tool_calls": [openai_call("function_call:get", "get", "{}")]},
+        {"role": "assistant", "function_call": {"name": "get", "arguments": "{}"}},
+        {"role": "function", "name": "get", "content": "legacy result"},
+        {"role": "tool", "tool_call_id": "function_call:get", "content": "tool result"},
+    ])
+    [run], problems = read_file(path)
+    assert problems == []
+    assert [c.result for c in run.calls] == ["tool result", "legacy result"]

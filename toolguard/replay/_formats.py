@@ -300,9 +300,11 @@ class _Reader:
                 raise ReplayInputError(self.file, None, "a JSON object must hold 'messages' "
                                                         "or 'traj' (a chat transcript)")
         elif isinstance(value, list):
-            if value and all(isinstance(m, dict) and "role" in m for m in value):
+            runs = any(isinstance(r, dict) and any(k in r for k in _CHAT_KEYS) for r in value)
+            if not runs and any(isinstance(m, dict) and "role" in m for m in value):
+                # messages: one without a role is reported by _chat_steps, not the whole file
                 self.chat_messages(value, {}, None, "the document")
-            elif any(isinstance(r, dict) and any(k in r for k in _CHAT_KEYS) for r in value):
+            elif runs:
                 # a list of runs: a bad element is reported and skipped, the rest replays
                 for i, item in enumerate(value):
                     where = f"run {i} of the list"
@@ -501,17 +503,22 @@ def _chat_steps(messages: list[Any], line: int | None
         _Malformed: a message is malformed (the whole run is skipped).
     """
     steps: list[Step] = []
-    waiting: dict[str, list[int]] = {}  # call id -> positions in steps of calls without result
-    orphans: list[str] = []  # results that match no call
+    # call id -> positions in steps of calls without a result; ids are strings, the legacy
+    # API's are ("function_call", name) pairs, so no string id can take their results
+    waiting: dict[CallKey, list[int]] = {}
+    orphans: list[str] = []  # what the run ignores: results without a call, unknown messages
     fmt: Format = "openai"
 
     def deliver(call_id: Any, content: Any, error: bool, i: int) -> None:
-        positions = waiting.get(str(call_id))
+        key: CallKey = call_id if isinstance(call_id, tuple) else str(call_id)
+        positions = waiting.get(key)
         if not positions:
             # A result without its call: the transcript was cut, or its ids are wrong. Its
             # call cannot be replayed, so the replay covers less than the run: say so.
-            orphans.append(f"message {i}: a tool result for call id {call_id!r}, which no "
-                           "earlier call without a result has; result ignored")
+            named = (f"function {call_id[1]!r}" if isinstance(call_id, tuple)
+                     else f"call id {call_id!r}")
+            orphans.append(f"message {i}: a tool result for {named}, which no earlier call "
+                           "without a result has; result ignored")
             return
         position = positions.pop(0)
         call = steps[position]
@@ -526,7 +533,7 @@ def _chat_steps(messages: list[Any], line: int | None
             error = (m.get("is_error") is True or m.get("status") == "error"
                      or (isinstance(content, str) and bool(_ERROR_TEXT.match(content))))
             call_id = (m.get("tool_call_id") if role == "tool"
-                       else _LEGACY_ID.format(m.get("name")))
+                       else ("function_call", str(m.get("name"))))
             deliver(call_id, content, error, i)
         elif role == "user":
             blocks = content if isinstance(content, list) else []
@@ -537,6 +544,9 @@ def _chat_steps(messages: list[Any], line: int | None
                         block.get("is_error") is True, i)
             if not results or len(results) < len(blocks):
                 steps.append(UserTurn(line))
+            if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks):
+                orphans.append(f"message {i}: a tool_use block in a user message (calls "
+                               "come from the assistant); block ignored")
         elif role == "assistant":
             if m.get("usage") is not None:
                 try:
@@ -549,20 +559,31 @@ def _chat_steps(messages: list[Any], line: int | None
             for call_id, call in calls:
                 waiting.setdefault(call_id, []).append(len(steps))
                 steps.append(replace(call, batch=f"message {i}") if len(calls) > 1 else call)
+            if isinstance(content, list) and any(
+                    isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+                orphans.append(f"message {i}: a tool_result block in an assistant message "
+                               "(results come from the user); block ignored")
+        elif role not in _QUIET_ROLES:
+            orphans.append(f"message {i}: role {_short(role)} is not one of user, assistant, "
+                           "tool, function, system or developer; message ignored")
     return steps, fmt, orphans
 
 
-# The deprecated OpenAI function-calling API has no call ids: an assistant "function_call"
-# is answered by the next "function" message with its name.
-_LEGACY_ID: Final = "function_call:{}"
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+CallKey: TypeAlias = "str | tuple[str, str]"
+_QUIET_ROLES: Final = ("system", "developer")  # instructions: nothing to replay
 
 
 def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
-                     ) -> tuple[list[tuple[str, RecordedCall]], bool]:
+                     ) -> tuple[list[tuple[CallKey, RecordedCall]], bool]:
     """The calls of one assistant message with their ids (OpenAI ``tool_calls``, then
     Anthropic ``tool_use`` blocks), and whether it held any ``tool_use`` block."""
     anthropic = False
-    calls: list[tuple[str, RecordedCall]] = []
+    calls: list[tuple[CallKey, RecordedCall]] = []
     tool_calls = m.get("tool_calls") or []
     if not isinstance(tool_calls, list):
         raise _Malformed(f"message {i}: 'tool_calls' must be a list")
@@ -573,11 +594,12 @@ def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
         args, raw = _arguments(function.get("arguments"), None)
         calls.append((str(tc.get("id")), RecordedCall(function["name"], args, raw, line=line)))
     legacy = m.get("function_call")
-    if legacy is not None:  # the deprecated function-calling API: one call, no id
+    if legacy is not None:  # the deprecated function-calling API: one call, no id; it is
+        # answered by the next "function" message with its name
         if not isinstance(legacy, dict) or not isinstance(legacy.get("name"), str):
             raise _Malformed(f"message {i}: a function_call without a name")
         args, raw = _arguments(legacy.get("arguments"), None)
-        calls.append((_LEGACY_ID.format(legacy["name"]),
+        calls.append((("function_call", legacy["name"]),
                       RecordedCall(legacy["name"], args, raw, line=line)))
     content = m.get("content")
     for block in content if isinstance(content, list) else []:
