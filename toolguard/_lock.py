@@ -13,6 +13,11 @@ Here a waiter never sleeps inside the lock: it retries ``acquire(blocking=False)
 releases. Threads then take turns a switch interval at a time, as they would with no lock:
 about 40k calls/s from two to eight threads. The uncontended path is one non-blocking
 ``acquire``, as cheap as a plain lock. Not reentrant; no timeout.
+
+Latency: with 16 threads calling flat out, the slowest calls (p99.9 ~130 ms, max ~0.7 s) are
+the GIL's round robin of 16 busy threads at 5 ms each: the same with no lock at all. The
+convoying plain lock had a shorter tail (~3 ms) only because it switched threads on every
+call, at a third of the throughput.
 """
 
 from __future__ import annotations
