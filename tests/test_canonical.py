@@ -637,3 +637,34 @@ def test_the_exact_integer_parser_refuses_what_orjson_refuses(text: str) -> None
     task = tg.Guard(tools=[t]).task("x")
     assert task.call("t", text).decision is tg.Decision.INVALID
     assert task.call_batch([("t", text)])[0].decision is tg.Decision.INVALID
+
+
+def _integral_floats(value: Any) -> bool:
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, dict):
+        return any(_integral_floats(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_integral_floats(v) for v in value)
+    return False
+
+
+@PROPS
+@given(JSON_ARGS)
+def test_no_integral_float_goes_unflagged(args: dict[str, Any]) -> None:
+    """The engine converts integral floats for int hints only when this flag is set: it may
+    be set without one, never unset with one; and its hash is args_hash."""
+    from toolguard._canonical import args_hash_and_floats
+
+    digest, floats = args_hash_and_floats(args)
+    assert digest == args_hash(args)
+    if _integral_floats(args):
+        assert floats
+
+
+def test_plain_arguments_are_not_flagged() -> None:
+    from toolguard._canonical import args_hash_and_floats
+
+    assert args_hash_and_floats({"a": [1, 2.5, "x.0"], "b": None, "c": {"d": 1e-3}})[1] is False
+    assert args_hash_and_floats({"a": [1, 2.0]})[1] is True
+    assert args_hash_and_floats({"a": 1e16})[1] is True

@@ -73,6 +73,7 @@ __all__ = [
     "CANONICAL_VERSION",
     "ArgumentsError",
     "args_hash",
+    "args_hash_and_floats",
     "canonical_args",
     "canonicalize",
     "digest",
@@ -387,6 +388,27 @@ def canonical_args(
     Raises:
         CanonicalizationError: an argument has no canonical form (the error names its path).
     """
+    return _canonical(args, options)[0]
+
+
+def args_hash_and_floats(
+    args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None = None
+) -> tuple[str, bool]:
+    """:func:`args_hash`, and whether ``args`` may hold an integral float (``5.0``) anywhere:
+    ``False`` only when the serialized arguments showed none, so the engine skips converting
+    them for ``int`` hints (a walk of every argument, 400 µs on 100 KB) on almost every call.
+
+    Raises:
+        CanonicalizationError: an argument has no canonical form.
+    """
+    out, floats = _canonical(args, options)
+    return _hexdigest(out, CANONICAL_VERSION), floats
+
+
+def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None
+               ) -> tuple[bytes, bool]:
+    """The canonical bytes, and whether an integral float may be among the values (true
+    whenever the output was not read as plain: the walk ran, or options rewrote values)."""
     if options:
         args = apply_arg_options(args, options)
     try:
@@ -394,11 +416,11 @@ def canonical_args(
     except (_Unserializable, TypeError, orjson.JSONEncodeError):
         out = b""
     if not out:
-        return _walked_bytes(args)
+        return _walked_bytes(args), True
     if _NULL.search(out) is None:
         # The usual case, decided by one search for each thing to normalize (each search is
         # ~50 µs on 100 KB, half the dump itself: none is repeated).
-        return _walked_bytes(args) if _suspect(out) else out
+        return (_walked_bytes(args), True) if _suspect(out) else (out, bool(options))
     if not _suspect(out):
         # Nulls and nothing else to normalize: the common case of models that send every
         # optional argument (OpenAI strict mode sends null for each). Drop them from the
@@ -407,8 +429,8 @@ def canonical_args(
         # take the walk.
         out = orjson.dumps(_without_nulls(args), option=orjson.OPT_SORT_KEYS)
         if _NULL.search(out) is None:
-            return out
-    return _walked_bytes(args)
+            return out, bool(options)
+    return _walked_bytes(args), True
 
 
 def _walked_bytes(args: Mapping[str, Any]) -> bytes:

@@ -36,7 +36,14 @@ from ._approval import (
     deny_all,
 )
 from ._audit import AuditEvent, AuditSink, redact, scrub
-from ._canonical import ArgumentsError, args_hash, digest, parse_arguments, value_digest
+from ._canonical import (
+    ArgumentsError,
+    args_hash,
+    args_hash_and_floats,
+    digest,
+    parse_arguments,
+    value_digest,
+)
 from ._core import CallContext, Verdict, decide, halt_kind
 from ._decorators import ToolSpec, is_recorded, recorded_tool, spec_of
 from ._errors import (
@@ -703,13 +710,13 @@ class Task:
         else:
             args, invalid = {}, f"arguments must be a JSON object, got {type(raw).__name__}"
         settings = entry.settings
-        effect, sig = settings.effect, ""
+        effect, sig, floats = settings.effect, "", False
         if invalid is None:
             bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
             if settings.rules:
                 effect = entry.effect_for(bound)
             try:
-                sig = args_hash(bound, settings.args)
+                sig, floats = args_hash_and_floats(bound, settings.args)
             except CanonicalizationError as exc:
                 invalid = f"argument has no canonical form: {exc}"
         unusable = invalid is not None  # no arguments object at all: never executable
@@ -725,7 +732,8 @@ class Task:
                 if invalid is not None:
                     audit = cfg.policy.audit
                     invalid = scrub(invalid, args, audit.redact_pattern)
-            for name, fix in entry.int_params:  # usually none or one or two names
+            # the serialized arguments showed an integral float (rare): convert for int hints
+            for name, fix in entry.int_params if floats else ():
                 value = args.get(name)
                 if fix is None:  # a top-level int: inline, the common case
                     if type(value) is float and value.is_integer():
