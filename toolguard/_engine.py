@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple, TypeVar, cast
@@ -663,7 +663,12 @@ class Task:
         order: list[tuple[int, bool]] = []
         unique: list[tuple[str, Any]] = []
         entries = self.guard._config.entries
+        per_tool = Counter(tool for tool, _ in calls)
         for tool, args in calls:
+            if per_tool[tool] == 1:  # the only call of its tool: nothing to merge, no hash
+                order.append((len(unique), False))
+                unique.append((tool, args))
+                continue
             try:
                 parsed = (parse_arguments(args) if isinstance(args, (str, bytes))
                           else dict(args or {}))
