@@ -276,24 +276,29 @@ def canonicalize(value: Any, path: str = "args") -> Any:
         CanonicalizationError: a value with no canonical form, naming its ``path``.
     """
     try:
-        return _walk(value, path)
+        try:
+            return _walk(value, None)  # no path strings: only an error needs them
+        except CanonicalizationError:
+            return _walk(value, path)  # again, naming the path (raises the same error)
     except RecursionError:
         raise CanonicalizationError(path, "nested too deeply (recursive structure?)") from None
 
 
-def _walk(value: Any, path: str) -> Any:
+def _walk(value: Any, path: str | None) -> Any:
+    """The walk of :func:`canonicalize`. ``path`` names ``value`` in errors; ``None`` skips
+    building the path strings (a formatted string per element, a third of the walk)."""
+    kind = type(value)
+    if kind is dict or kind is list:  # exact JSON types first: the ABC checks below are slow
+        return _walk_container(value, path)
+    if kind is str:
+        return _walk_str(value, path)
     # Order matters: bool before int, Enum before str/int.
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, enum.Enum):
         return _walk(value.value, path)
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise CanonicalizationError(path, "string is not valid Unicode (lone surrogate)"
-                                        ) from None
-        return str(value)
+        return _walk_str(value, path)
     if isinstance(value, int):
         value = int(value)
         if _I64_MIN <= value <= _U64_MAX:
@@ -301,42 +306,29 @@ def _walk(value: Any, path: str) -> Any:
         return {"$int": str(value)}
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise CanonicalizationError(path, f"{value!r} is not a finite number (NaN and "
-                                              "Infinity have no JSON form)")
+            raise CanonicalizationError(path or "args", f"{value!r} is not a finite number "
+                                        "(NaN and Infinity have no JSON form)")
         if value.is_integer():
             return _walk(int(value), path)
         return float(value)
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str) or isinstance(key, enum.Enum):
-                raise CanonicalizationError(
-                    f"{path}[{key!r}]", f"object keys must be strings, got {type(key).__name__}"
-                )
-            if item is not None:
-                walked = _walk(item, f"{path}.{key}")
-                if walked is not None:  # e.g. an Enum member whose value is None
-                    name = str(key)
-                    out["$" + name if name.startswith("$") else name] = walked
-        return out
-    if isinstance(value, (list, tuple)):
-        return [_walk(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, (Mapping, list, tuple)):
+        return _walk_container(value, path)
     if isinstance(value, (set, frozenset)):
-        items = [_walk(item, f"{path}{{}}") for item in value]
+        items = [_walk(item, None if path is None else f"{path}{{}}") for item in value]
         return sorted(items, key=lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS))
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, decimal.Decimal):
         if not value.is_finite():
-            raise CanonicalizationError(path, f"Decimal {value} is not finite")
+            raise CanonicalizationError(path or "args", f"Decimal {value} is not finite")
         return {"$decimal": _decimal_text(value)}
     if isinstance(value, dt.datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
         try:
             return {"$datetime": aware.astimezone(dt.timezone.utc).isoformat()}
         except OverflowError:
-            raise CanonicalizationError(path, f"{value.isoformat()} is out of range in UTC"
-                                        ) from None
+            raise CanonicalizationError(path or "args",
+                                        f"{value.isoformat()} is out of range in UTC") from None
     if isinstance(value, dt.date):
         return {"$date": value.isoformat()}
     if isinstance(value, dt.time):
@@ -353,9 +345,39 @@ def _walk(value: Any, path: str) -> Any:
         fields = {name: getattr(value, name) for name in model_fields}
         return {"$model": _qualname(value), "fields": _walk(fields, path)}
     raise CanonicalizationError(
-        path, f"no canonical form for {type(value).__module__}.{type(value).__qualname__} "
-              "(pass JSON-like values, or a dataclass / pydantic model)"
+        path or "args",
+        f"no canonical form for {type(value).__module__}.{type(value).__qualname__} "
+        "(pass JSON-like values, or a dataclass / pydantic model)",
     )
+
+
+def _walk_str(value: str, path: str | None) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CanonicalizationError(path or "args", "string is not valid Unicode (lone "
+                                                    "surrogate)") from None
+    return str(value)
+
+
+def _walk_container(value: Any, path: str | None) -> Any:
+    """A mapping (keys checked, nulls dropped, ``$`` keys escaped) or a list/tuple."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str) or isinstance(key, enum.Enum):
+                raise CanonicalizationError(
+                    f"{path}[{key!r}]", f"object keys must be strings, got {type(key).__name__}"
+                )
+            if item is not None:
+                walked = _walk(item, None if path is None else f"{path}.{key}")
+                if walked is not None:  # e.g. an Enum member whose value is None
+                    name = str(key)
+                    out["$" + name if name.startswith("$") else name] = walked
+        return out
+    if path is None:
+        return [_walk(item, None) for item in value]
+    return [_walk(item, f"{path}[{i}]") for i, item in enumerate(value)]
 
 
 def _decimal_text(value: decimal.Decimal) -> str:
