@@ -84,7 +84,8 @@ def test_explain_shows_values_and_sources(runner: CliRunner) -> None:
     assert rows["effect"] == ["mutating", base]
     assert rows["max_calls"] == ["1", child]
     assert rows["idempotency_ttl_s"] == ["3600.0", "built-in"]
-    assert rows["mutating_ladder"] == ["warn_at 2, block_at 3, halt_at 6", child]
+    assert rows["mutating_ladder"] == ["warn_at 2, block_at 3, halt_at 6",
+                                       f"warn_at, block_at: {base}; halt_at: {child}"]
     assert rows["budget.max_tool_calls"] == ["20", child]
     assert rows["budget.max_tokens"] == ["999", "env TOOLGUARD_BUDGET__MAX_TOKENS"]
     assert rows["budget.timeout_s"] == ["none (no limit)", "built-in"]

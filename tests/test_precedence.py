@@ -136,7 +136,11 @@ def test_ladder(tmp_path: Path) -> None:
     var = "TOOLGUARD_TOOLS__PLAIN_SEND__LADDER__HALT_AT"
     env = _settings(plain_send, tmp_path, per_tool, {var: "9"})
     assert env.mutating_ladder == LadderThresholds(warn_at=3, block_at=4, halt_at=9)
-    assert env.sources["mutating_ladder"] == f"env {var}"
+    # each threshold is credited to where it was set
+    assert env.sources["mutating_ladder"] == f"warn_at, block_at: {file}; halt_at: env {var}"
+    partial = _settings(plain_send, tmp_path, "[ladder.mutating]\nblock_at = 3\n")
+    assert partial.sources["mutating_ladder"] == (
+        f"warn_at, halt_at: built-in; block_at: {file}")
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ here a value set in the policy (file or env) beats the decorator, which beats bu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -132,11 +132,13 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     for kind in ("readonly", "mutating"):
         base: LadderThresholds = getattr(policy.ladder, kind)
         over = tp.ladder
-        if over is not None and over.model_fields_set:
-            base = base.model_copy(update={k: getattr(over, k) for k in over.model_fields_set})
-            src[f"{kind}_ladder"] = from_tool("ladder")
-        else:
-            src[f"{kind}_ladder"] = policy.source_of(f"ladder.{kind}")
+        given = over.model_fields_set if over is not None else set()
+        if over is not None and given:
+            base = base.model_copy(update={k: getattr(over, k) for k in given})
+        # each threshold from where it was set: the tool's table, else the global ladder
+        src[f"{kind}_ladder"] = _joined_sources({
+            k: from_tool(f"ladder.{k}") if k in given else policy.source_of(f"ladder.{kind}.{k}")
+            for k in LadderThresholds.model_fields})
         ladders[kind] = base
 
     _check_ladders(tp, effect, ladders, from_tool, tool_key)
@@ -158,6 +160,17 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         rules=tp.rules,
         sources=src,
     )
+
+
+def _joined_sources(sources: Mapping[str, str]) -> str:
+    """One source when every key has it, else each source after its keys, sources in the
+    order their first key comes: ``"warn_at, block_at: base.toml; halt_at: child.toml"``."""
+    by_source: dict[str, list[str]] = {}
+    for key, source in sources.items():
+        by_source.setdefault(source, []).append(key)
+    if len(by_source) == 1:
+        return next(iter(by_source))
+    return "; ".join(f"{', '.join(keys)}: {source}" for source, keys in by_source.items())
 
 
 def _check_ladders(tp: ToolPolicy, effect: Effect,
