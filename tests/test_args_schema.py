@@ -5,10 +5,11 @@ and all 1164 calls gpt-4o made with them."""
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, cast
 
 import pytest
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12
@@ -540,31 +541,161 @@ def test_containers_without_integral_floats_are_passed_as_they_are() -> None:
     assert seen[0] is ids  # no copy when there is nothing to convert
 
 
-@pytest.mark.parametrize(("schema", "ref"), [
-    ({"type": "object", "properties": {"a": {"$ref": "#/nope"}}}, "#/nope"),
-    ({"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/x.json"}}},
-     "http://127.0.0.1:9/x.json"),  # never fetched: port 9 would refuse it anyway
-    ({"$ref": "#/$defs/Missing", "$defs": {"A": {}}}, "#/$defs/Missing"),
-])
-def test_a_reference_that_does_not_resolve_inside_the_schema_is_a_schema_error(
-        schema: dict[str, Any], ref: str) -> None:
+class _Fetches:
+    """A local HTTP server that answers every GET with an integer schema, counting them."""
+
+    def __enter__(self) -> _Fetches:
+        import http.server
+        import threading
+
+        hits: list[str] = []
+        self.hits = hits
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                hits.append(self.path)
+                body = b'{"type": "integer"}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/remote.json"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+BROKEN_REFS = [
+    {"type": "object", "properties": {"a": {"$ref": "#/nope"}}},
+    {"$ref": "#/$defs/Missing", "$defs": {"A": {}}},
+    # a property named like a data keyword is still a schema
+    {"type": "object", "properties": {"default": {"$ref": "#/nope"}}},
+    {"type": "object", "properties": {"a": {"$ref": "http://[::1"}}},  # not a URI
+]
+
+
+@pytest.mark.parametrize("schema", BROKEN_REFS)
+def test_a_reference_that_does_not_resolve_is_a_schema_error_at_build(
+        schema: dict[str, Any]) -> None:
     from jsonschema.exceptions import SchemaError
 
-    with pytest.raises(SchemaError) as info:
+    with pytest.raises(SchemaError, match="the schema does not compile"):
         ArgsValidator(schema)
-    assert f"$ref {ref!r}" in info.value.message
     with pytest.raises(SchemaError):
         tg.Guard(tools=[recorded_tool("t", schema)])
 
 
-def test_references_inside_the_schema_resolve_with_nested_ids() -> None:
-    schema = {
-        "$id": "https://example.com/args.json", "type": "object",
-        "properties": {"a": {"$ref": "#/$defs/A"},
-                       "b": {"$id": "sub/b.json", "$ref": "../args.json#/$defs/A"},
-                       "c": {"enum": [{"$ref": "#/not-a-schema"}]}},
-        "$defs": {"A": {"type": "integer"}},
-    }
+@pytest.mark.parametrize("name", ["a", "default", "enum"])
+def test_a_remote_reference_is_never_fetched(name: str, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    from jsonschema.exceptions import SchemaError
+
+    with _Fetches() as remote:
+        schema = {"type": "object", "properties": {name: {"$ref": remote.url}}}
+        with pytest.raises(SchemaError, match="is not fetched"):
+            ArgsValidator(schema)
+        monkeypatch.setattr("toolguard._schema._rs", None)  # jsonschema alone: at validation
+        message = ArgsValidator(schema).validate({name: "x"})
+        assert message is not None and message.startswith(
+            "the tool's argument schema cannot be applied:")
+        assert remote.hits == []
+
+
+@pytest.mark.parametrize("schema", BROKEN_REFS[:3])
+def test_without_jsonschema_rs_a_broken_reference_refuses_the_call_not_the_guard(
+        schema: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("toolguard._schema._rs", None)
+    task = tg.Guard(tools=[recorded_tool("t", schema)]).task("x")
+    result = task.call("t", {"a": 1, "default": 1})
+    assert result.decision is tg.Decision.INVALID
+    assert "the tool's argument schema cannot be applied" in result.content
+
+
+@pytest.mark.parametrize("schema", [
+    {"$id": "https://example.com/args.json", "type": "object",
+     "properties": {"a": {"$ref": "#/$defs/A"},
+                    "b": {"$id": "sub/b.json", "$ref": "../args.json#/$defs/A"},
+                    "c": {"enum": [{"$ref": "#/not-a-schema"}]}},
+     "$defs": {"A": {"type": "integer"}}},
+    {"$id": "urn:ex:root", "type": "object",  # a nested urn: scope
+     "properties": {"b": {"$id": "urn:ex:b", "$defs": {"A": {"type": "integer"}},
+                          "$ref": "#/$defs/A"},
+                    "a": {"$ref": "#/$defs/A"}},
+     "$defs": {"A": {"type": "integer"}}},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+     "definitions": {"A": {"type": "integer"}},  # draft 7: $id beside $ref is ignored
+     "properties": {"a": {"$ref": "#/definitions/A"},
+                    "b": {"$id": "other.json", "$ref": "#/definitions/A"}}},
+    {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object",
+     "id": "http://example.com/root.json", "definitions": {"A": {"type": "integer"}},
+     "properties": {"a": {"$ref": "#/definitions/A"}, "b": {"$ref": "#/definitions/A"}}},
+    {"type": "object", "$defs": {"a/b": {"type": "integer"}, "c%d": {"type": "integer"}},
+     "properties": {"a": {"$ref": "#/$defs/a~1b"}, "b": {"$ref": "#/$defs/c%25d"}}},
+])
+@pytest.mark.parametrize("fast", [True, False])
+def test_self_contained_references_resolve_in_every_dialect(
+        schema: dict[str, Any], fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not fast:
+        monkeypatch.setattr("toolguard._schema._rs", None)
     validator = ArgsValidator(schema)
     assert validator.validate({"a": 1, "b": 2}) is None
     assert validator.validate({"a": "x"}) == "args.a: 'x' is not of type 'integer'"
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "$schema": 5},
+    {"type": "object", "$schema": []},
+    functools.reduce(lambda inner, _: {"type": "object", "properties": {"a": inner}},
+                     range(2000), cast(dict[str, Any], {"type": "integer"})),
+])
+def test_an_unusable_schema_is_a_schema_error(schema: dict[str, Any]) -> None:
+    from jsonschema.exceptions import SchemaError
+
+    with pytest.raises(SchemaError):
+        ArgsValidator(schema)
+
+
+class _Tree(TypedDict):
+    value: int
+    children: NotRequired[list[_Tree] | None]
+
+
+def test_a_recursive_typed_dict_builds_at_any_stack_depth_and_converts() -> None:
+    seen: list[Any] = []
+
+    @tg.readonly
+    def walk(tree: _Tree) -> str:
+        seen.append(tree)
+        return "ok"
+
+    def deep(n: int) -> tg.Guard:  # build with most of the stack already used
+        return deep(n - 1) if n else tg.Guard(tools=[walk])
+
+    import sys
+    guard = deep(sys.getrecursionlimit() - 200)
+    tree = {"value": 1.0, "children": [{"value": 2.0, "children": None}]}
+    assert guard.task("t").call("walk", {"tree": tree}).decision is tg.Decision.ALLOW
+    assert seen[0]["value"] == 1 and type(seen[0]["value"]) is int
+    assert type(seen[0]["children"][0]["value"]) is int
+
+
+def test_a_tuple_in_a_direct_call_is_converted_like_a_list() -> None:
+    seen: list[Any] = []
+
+    @tg.readonly
+    def load(xs: list[int], pair: tuple[int, float]) -> str:
+        seen.append((xs, pair))
+        return "ok"
+
+    tg.Guard(tools=[load]).task("t").call("load", {"xs": (1.0, 2), "pair": (3.0, 4.0)})
+    assert seen == [([1, 2], [3, 4.0])]
+    assert [type(v) for v in seen[0][0]] == [int, int]
+    assert [type(v) for v in seen[0][1]] == [int, float]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -254,3 +255,33 @@ def test_brackets_in_the_data_are_printed_as_written_not_as_markup(tmp_path: Pat
     assert result.exit_code == 0, result.output
     assert "[red]colored[/red]" in result.output
     assert "[/INST]" in result.output and "[bold]src" in result.output
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "jsonl"])
+def test_text_the_terminal_cannot_encode_is_printed_escaped(tmp_path: Path, fmt: str) -> None:
+    """A lone surrogate escape is valid JSON; the installed script prints it escaped."""
+    import subprocess
+    import sys
+
+    trace = tmp_path / "s.jsonl"
+    trace.write_text('{"run": "r\\ud800"}\n'
+                     '{"tool": "f\\ud800", "args": {"q": "\\ud800"}, "result": "x"}\n')
+    done = subprocess.run([sys.executable, "-m", "toolguard.cli", "replay", str(trace), "-v",
+                           "--format", fmt], capture_output=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"ud800" in done.stdout and b"Traceback" not in done.stderr
+
+
+def test_deeply_nested_values_are_reported_not_a_traceback(tmp_path: Path) -> None:
+    deep_args = "[" * 1000 + "]" * 1000
+    trace = tmp_path / "deep.jsonl"
+    trace.write_text(
+        '{"run": "d", "meta": ' + deep_args + "}\n"
+        '{"tool": "f", "args": {"a": ' + deep_args + '}, "result": "ok"}\n'
+        '{"run": "e", "effects": {"f": {"args": ' + deep_args + "}}}\n"
+        '{"tool": "f", "args": {}, "result": "ok"}\n')
+    for fmt in ("table", "json", "jsonl"):
+        result = CliRunner().invoke(make_app(), ["replay", str(trace), "-v", "--format", fmt])
+        assert result.exception is None or isinstance(result.exception, SystemExit), fmt
+        assert result.exit_code == 2, (fmt, result.output)  # the effects of run e: a problem

@@ -714,3 +714,14 @@ def test_a_string_id_cannot_take_a_legacy_function_result(tmp_path: Path) -> Non
     [run], problems = read_file(path)
     assert problems == []
     assert [c.result for c in run.calls] == ["tool result", "legacy result"]
+
+
+def test_a_line_with_usage_and_arguments_but_no_tool_is_a_broken_call(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [
+        {"run": "r"}, call("f", {"a": 1}),
+        {"usage": {"input_tokens": 5}, "args": {"a": 2}, "result": "lost"},
+    ])
+    [run], [problem] = read_file(path)
+    assert (problem.line, problem.message) == (
+        3, "a call without 'tool' (it has 'args'); line skipped")
+    assert len(run.calls) == 1

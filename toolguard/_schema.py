@@ -15,12 +15,10 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-from urllib.parse import urljoin
 
 import orjson
 import referencing
 import referencing.exceptions
-import referencing.jsonschema
 import typing_extensions
 import xxhash
 from cachetools import LRUCache
@@ -91,19 +89,23 @@ def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
     return schema
 
 
-def _json_native(annotation: Any) -> bool:
+def _json_native(annotation: Any, seen: frozenset[type] = frozenset()) -> bool:
     if annotation in _JSON_NATIVE or isinstance(annotation, str | int | bool | type(None)):
         return True  # Literal values land here too
     if isinstance(annotation, type) and issubclass(annotation, dict) and hasattr(
             annotation, "__total__"):  # a TypedDict (typing's or typing_extensions'): a dict
+        if annotation in seen:  # a recursive TypedDict: its fields are being checked already
+            return True
         try:
             fields = typing.get_type_hints(annotation)
         except Exception:  # noqa: BLE001 - unresolvable: let pydantic decide
             return False
-        return all(_json_native(f) for f in fields.values())
+        inner = seen | {annotation}
+        return all(_json_native(f, inner) for f in fields.values())
     origin = typing.get_origin(annotation)
     if origin is not None:
-        return _json_native(origin) and all(_json_native(a) for a in typing.get_args(annotation))
+        return _json_native(origin, seen) and all(_json_native(a, seen)
+                                                  for a in typing.get_args(annotation))
     return False
 
 
@@ -218,6 +220,10 @@ def _patched(value: Any, changes: Iterator[tuple[Any, Any, IntFix]],
 
 def _each(fix: IntFix) -> IntFix:
     def each(value: Any) -> Any:
+        if type(value) is tuple:  # a direct call's tuple: a list when converted
+            items = list(value)
+            fixed = each(items)
+            return value if fixed is items else fixed
         if type(value) is not list:
             return value
         return _patched(value, ((i, item, fix) for i, item in enumerate(value)), list)
@@ -226,6 +232,10 @@ def _each(fix: IntFix) -> IntFix:
 
 def _positions(fixes: list[IntFix | None]) -> IntFix:
     def positions(value: Any) -> Any:
+        if type(value) is tuple:  # a direct call's tuple: a list when converted
+            items = list(value)
+            fixed = positions(items)
+            return value if fixed is items else fixed
         if type(value) is not list:
             return value
         return _patched(value, ((i, item, fix) for i, (item, fix)
@@ -251,48 +261,20 @@ def _fields(fixes: dict[str, IntFix]) -> IntFix:
     return fields
 
 
-_ROOT_URI = "urn:toolguard:arguments"
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})  # values, not schemas
+def _refuse_retrieval(uri: str) -> Any:
+    """jsonschema-rs's retriever: a tool's schema is self-contained, nothing is fetched."""
+    raise ValueError(f"{uri} is not fetched: a tool's argument schema must be "
+                     "self-contained (#/$defs/...)")
 
 
-def _check_refs(schema: Mapping[str, Any]) -> None:
-    """Resolve every ``$ref`` of ``schema`` within the schema itself, at build time.
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().split("\n", 1)[0]
 
-    jsonschema resolves references only while validating (an unresolvable one would fail
-    the first call as a guard error) and jsonschema-rs would fetch a remote one over HTTP
-    while the guard is built. A tool's schema must be self-contained (``#/$defs/...``).
 
-    Raises:
-        SchemaError: a reference that does not resolve inside the schema, naming it.
-    """
-    spec = referencing.jsonschema.specification_with(
-        str(schema.get("$schema", "")), default=referencing.jsonschema.DRAFT202012)
-    declared = schema.get("$id")
-    root: str = declared if isinstance(declared, str) else _ROOT_URI
-    registry: referencing.Registry[Any] = referencing.Registry().with_resource(
-        root, spec.create_resource(dict(schema))).crawl()
-    resolver = registry.resolver(base_uri=root)
-
-    def walk(node: Any, base: str, path: str) -> None:
-        if isinstance(node, dict):
-            if isinstance(node.get("$id"), str):
-                base = urljoin(base, node["$id"])
-            ref = node.get("$ref")
-            if isinstance(ref, str):
-                try:
-                    resolver.lookup(urljoin(base, ref))
-                except referencing.exceptions.Unresolvable:
-                    raise SchemaError(f"$ref {ref!r} at {path or '/'} does not resolve inside "
-                                      "the schema (tool schemas must be self-contained; "
-                                      "remote references are not fetched)") from None
-            for key, value in node.items():
-                if key not in _DATA_KEYWORDS:
-                    walk(value, base, f"{path}/{key}")
-        elif isinstance(node, list):
-            for i, value in enumerate(node):
-                walk(value, base, f"{path}/{i}")
-
-    walk(schema, root, "")
+def _unresolvable(exc: Exception) -> str:
+    # Without jsonschema-rs, jsonschema resolves a $ref only when validation reaches it (and
+    # fetches nothing): the call is refused with the reason instead of failing in the guard.
+    return f"the tool's argument schema cannot be applied: {_first_line(exc)}"
 
 
 def _path(error: ValidationError) -> str:
@@ -316,19 +298,32 @@ class ArgsValidator:
 
     def __init__(self, schema: Mapping[str, Any], cache_size: int = 1024) -> None:
         self.schema = dict(schema)
+        try:
+            self._compile()
+        except SchemaError:
+            raise
+        except RecursionError:
+            raise SchemaError("the schema is nested too deeply") from None
+        except Exception as exc:  # noqa: BLE001 - e.g. "$schema": 5 (AttributeError)
+            raise SchemaError(f"not a usable schema: {type(exc).__name__}: "
+                              f"{_first_line(exc)}") from None
+        self._valid: LRUCache[bytes, bool] = LRUCache(maxsize=cache_size)
+
+    def _compile(self) -> None:
         cls: Any = Draft202012Validator
         if "$schema" in self.schema:
             from jsonschema.validators import validator_for
 
             cls = validator_for(self.schema, default=Draft202012Validator)
         cls.check_schema(self.schema)
-        _check_refs(self.schema)
-        self._validator = cls(self.schema)
-        try:
-            self._fast = _rs.validator_for(self.schema) if _rs is not None else None
+        # An empty registry: jsonschema would otherwise fetch a remote $ref over HTTP (its
+        # deprecated default); a tool's schema is self-contained.
+        self._validator = cls(self.schema, registry=referencing.Registry())
+        try:  # compiles every $ref now: one that does not resolve is refused here
+            self._fast = (_rs.validator_for(self.schema, retriever=_refuse_retrieval)
+                          if _rs is not None else None)
         except Exception as exc:  # noqa: BLE001 - jsonschema-rs refuses what jsonschema took
-            raise SchemaError(f"jsonschema-rs cannot compile the schema: {exc}") from None
-        self._valid: LRUCache[bytes, bool] = LRUCache(maxsize=cache_size)
+            raise SchemaError(f"the schema does not compile: {_first_line(exc)}") from None
 
     def validate(self, args: Mapping[str, Any]) -> str | None:
         """Validate ``args``; ``None`` if valid, else a short message listing each failing
@@ -353,12 +348,19 @@ class ArgsValidator:
             except (ValueError, TypeError):
                 ok = False
         else:
-            ok = self._validator.is_valid(args)
+            try:
+                ok = self._validator.is_valid(args)
+            except referencing.exceptions.Unresolvable as exc:
+                return _unresolvable(exc)
         if ok:
             if signature:
                 self._valid[signature] = True
             return None
-        errors = sorted(self._validator.iter_errors(args), key=lambda e: list(e.absolute_path))
+        try:
+            errors = sorted(self._validator.iter_errors(args),
+                            key=lambda e: list(e.absolute_path))
+        except referencing.exceptions.Unresolvable as exc:
+            return _unresolvable(exc)
         if not errors:  # the fast validator disagreed (e.g. non-JSON values): trust jsonschema
             return None
         lines = [f"{_path(e)}: {e.message}" for e in errors[:_MAX_ERRORS]]

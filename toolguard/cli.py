@@ -21,8 +21,10 @@ another module adds itself to the same app (``@app.command()`` on import, or a
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -148,6 +150,11 @@ _register_commands()
 
 def main() -> None:
     """Entry point of the ``toolguard`` script (and of ``python -m toolguard.cli``)."""
+    for stream in (sys.stdout, sys.stderr):
+        # A transcript may hold text the terminal cannot encode (a lone surrogate escape,
+        # "\ud800", is valid JSON): print it escaped instead of failing mid-report.
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     app()
 
 

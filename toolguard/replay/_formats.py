@@ -418,10 +418,11 @@ def _json_type(value: Any) -> str:
 
 def _is_usage_line(value: Mapping[str, Any]) -> bool:
     """A trace line that reports model tokens without a call (a turn that proposed none, such
-    as the final answer): ``usage`` and no ``tool``, and none of a header's keys (a run id or
-    ``effects``). A step of the current run; its other keys (the answer's text, say) are not
-    used."""
-    return "tool" not in value and "usage" in value and not (value.keys() & _HEADER_KEYS)
+    as the final answer): ``usage`` and no ``tool``, none of a header's keys (a run id or
+    ``effects``) and no arguments (then it is a call that lost its tool). A step of the
+    current run; its other keys (the answer's text, say) are not used."""
+    return ("tool" not in value and "usage" in value
+            and not (value.keys() & _HEADER_KEYS) and not (value.keys() & _CALL_KEYS))
 
 
 _HEADER_KEYS: Final = frozenset({"effects", *_RUN_ID_KEYS})

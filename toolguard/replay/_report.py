@@ -61,13 +61,35 @@ def jsonl_lines(report: ReplayReport) -> Iterator[str]:
 
 def _dumps(value: Any, indent: bool) -> str:
     """JSON text by orjson; by the standard library for what orjson refuses (an integer beyond
-    64 bits in a transcript's metadata or arguments), which writes it exactly."""
+    64 bits, a lone surrogate, nesting past 255 levels), which writes integers exactly and
+    escapes everything beyond ASCII; values nested past 64 levels are cut off there."""
     try:
         return orjson.dumps(value, option=orjson.OPT_INDENT_2 if indent else 0,
                             default=str).decode()
     except TypeError:
-        return json.dumps(value, indent=2 if indent else None, default=str, ensure_ascii=False,
-                          separators=None if indent else (",", ":"))
+        pass
+    options: dict[str, Any] = {"indent": 2 if indent else None, "default": str,
+                               "separators": None if indent else (",", ":")}
+    try:
+        return json.dumps(value, **options)
+    except RecursionError:
+        return json.dumps(_cut(value, _MAX_DEPTH), **options)
+
+
+_MAX_DEPTH: Final = 64
+
+
+def _cut(value: Any, depth: int) -> Any:
+    """``value`` with the containers below ``depth`` levels replaced by a note."""
+    if isinstance(value, dict):
+        if depth <= 0:
+            return "(nested too deeply to show)"
+        return {k: _cut(v, depth - 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if depth <= 0:
+            return "(nested too deeply to show)"
+        return [_cut(v, depth - 1) for v in value]
+    return value
 
 
 def render_table(report: ReplayReport, console: Console, *, verbose: bool = False) -> None:

@@ -238,6 +238,10 @@ def replay_runs(
                 run.file, run.line, f"run {run.id}: invalid header effects: "
                 + "; ".join(f"{p.path}: {p.message}" for p in exc.problems)))
             continue
+        except RecursionError:
+            report.problems.append(ReplayInputError(
+                run.file, run.line, f"run {run.id}: header effects nested too deeply"))
+            continue
         result = replayer.replay(guard, f"replay-{number}:{run.id}", run)
         report.runs.append(result)
         if result.error is not None:  # a bug in the guard: the run is incomplete, say so
@@ -370,6 +374,9 @@ def excerpt(call: RecordedCall, limit: int = _EXCERPT_CHARS) -> str:
         text = str(next(iter(call.args.values())))
     else:
         # the standard library writes integers of any size (orjson stops at 64 bits)
-        text = json.dumps(call.args or {}, default=repr, ensure_ascii=False)
+        try:
+            text = json.dumps(call.args or {}, default=repr, ensure_ascii=False)
+        except RecursionError:
+            text = "(arguments nested too deeply to show)"
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
