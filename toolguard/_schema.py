@@ -218,30 +218,28 @@ def _patched(value: Any, changes: Iterator[tuple[Any, Any, IntFix]],
     return value if out is None else out
 
 
-def _each(fix: IntFix) -> IntFix:
-    def each(value: Any) -> Any:
-        if type(value) is tuple:  # a direct call's tuple: a list when converted
+def _sequence(changes: Callable[[list[Any]], Iterator[tuple[Any, Any, IntFix]]]) -> IntFix:
+    """The fix of a JSON array: ``changes`` names each item's fix. A direct call's tuple is
+    fixed as a list (and becomes one when something changed, as pydantic would pass it)."""
+    def fix(value: Any) -> Any:
+        if type(value) is tuple:
             items = list(value)
-            fixed = each(items)
+            fixed = fix(items)
             return value if fixed is items else fixed
         if type(value) is not list:
             return value
-        return _patched(value, ((i, item, fix) for i, item in enumerate(value)), list)
-    return each
+        return _patched(value, changes(value), list)
+    return fix
+
+
+def _each(fix: IntFix) -> IntFix:
+    return _sequence(lambda items: ((i, item, fix) for i, item in enumerate(items)))
 
 
 def _positions(fixes: list[IntFix | None]) -> IntFix:
-    def positions(value: Any) -> Any:
-        if type(value) is tuple:  # a direct call's tuple: a list when converted
-            items = list(value)
-            fixed = positions(items)
-            return value if fixed is items else fixed
-        if type(value) is not list:
-            return value
-        return _patched(value, ((i, item, fix) for i, (item, fix)
-                                in enumerate(zip(value, fixes, strict=False))
-                                if fix is not None), list)
-    return positions
+    return _sequence(lambda items: ((i, item, fix) for i, (item, fix)
+                                    in enumerate(zip(items, fixes, strict=False))
+                                    if fix is not None))
 
 
 def _values(fix: IntFix) -> IntFix:
