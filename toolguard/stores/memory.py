@@ -3,8 +3,8 @@
 Thread-safe: every operation holds one lock, so ``begin`` and ``finish`` are atomic across
 threads (and trivially across asyncio tasks, which never interleave inside them). The lock's
 waiters poll rather than queue (``toolguard._lock``): a queued ``threading.Lock`` convoyed
-threads to a quarter of one thread's throughput. State is
-per process: several worker processes serving one task need :class:`RedisStore`.
+threads to a quarter of one thread's throughput. State is per process: several worker
+processes serving one task need :class:`RedisStore`.
 
 Bounded: idempotency records have a per-record TTL, at most ``max_entries`` are kept (least
 recently used evicted first); per-task signature history is an LRU of ``max_entries``
