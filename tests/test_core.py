@@ -22,7 +22,7 @@ def ctx(effect: tg.Effect = tg.Effect.READONLY, *, policy: tg.Policy | None = No
     return CallContext(task_id="task", tool=tool, settings=settings, effect=effect,
                        args_hash="h", idempotency_key=f"task:{tool}:h", invalid=invalid,
                        budget=policy.budget, approval_timeout_s=policy.approval.timeout_s,
-                       now=now)
+                       now=now, denied=settings.deny)
 
 
 SNAP = Snapshot(halted=None, epoch=0, calls=1, tool_calls=1, consecutive_failures=0, tokens=0,

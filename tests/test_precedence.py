@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+import toolguard as tg
+import toolguard.testing
 from toolguard._decorators import mutating, readonly, spec_of
 from toolguard._policy import LadderThresholds, Policy
 from toolguard._policy_loader import load_policy
@@ -156,3 +158,43 @@ def test_each_layer_wins_over_the_ones_below(
     tmp_path: Path, toml: str | None, env: dict[str, str], expected: int
 ) -> None:
     assert _settings(send_email, tmp_path, toml, env).max_calls == expected
+
+
+def test_deny_spares_calls_a_rule_or_an_approval_classifies() -> None:
+    def bash(command: str) -> str:
+        return "ok"
+
+    def refund(order: str) -> str:
+        return "refunded"
+
+    def other(x: int = 0) -> str:
+        return "ok"
+
+    policy = tg.load_policy_dict({
+        "default_effect": "deny",
+        "tools": {"bash": {"rules": [{"match": {"command": "^ls$"}, "effect": "readonly"}]},
+                  "refund": {"requires_approval": True},
+                  "other": {"max_calls": 3}},  # limits alone do not classify it
+    })
+    task = tg.Guard(policy, [bash, refund, other], approver=tg.testing.auto_approve).task("t")
+    listed = task.call("bash", {"command": "ls"})
+    assert (listed.decision, listed.effect) == (tg.Decision.ALLOW, tg.Effect.READONLY)
+    removed = task.call("bash", {"command": "rm -rf x"})
+    assert removed.decision is tg.Decision.BLOCK and "does not classify" in removed.reason
+    assert task.call("refund", {"order": "o1"}).decision is tg.Decision.ALLOW
+    assert task.call("other", {}).decision is tg.Decision.BLOCK
+
+
+def test_a_rule_sees_one_text_however_the_model_writes_the_value() -> None:
+    def f(n: int = 0, flag: bool = False, ids: list[int] | None = None) -> str:
+        return "ok"
+
+    policy = tg.load_policy_dict({"tools": {"f": {"effect": "readonly", "rules": [
+        {"match": {"n": "^5$"}, "effect": "mutating"},
+        {"match": {"flag": "^true$"}, "effect": "mutating"},
+        {"match": {"ids": r'^\[1,2\]$'}, "effect": "mutating"},
+    ]}}})
+    task = tg.Guard(policy, [f]).task("t")
+    for text in ('{"n": 5}', '{"n": 5.0}', '{"flag": true}', '{"ids": [1.0, 2]}'):
+        assert task.call("f", text).effect is tg.Effect.MUTATING, text
+    assert task.call("f", '{"n": 6}').effect is tg.Effect.READONLY

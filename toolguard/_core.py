@@ -63,6 +63,8 @@ class CallContext(NamedTuple):
         invalid: why the arguments are invalid, or None.
         budget: the policy's budgets. approval_timeout_s: seconds a pending approval may wait.
         now: clock time in seconds.
+        denied: nothing classifies this call under ``default_effect = "deny"``: no decorator,
+            no ``[tools.X]`` effect or approval, no matching rule.
     """
 
     task_id: str
@@ -75,6 +77,7 @@ class CallContext(NamedTuple):
     budget: BudgetPolicy
     approval_timeout_s: float
     now: float
+    denied: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +184,7 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
                 halt=RepeatedToolCalls,
             )
 
-    if s.deny:
+    if ctx.denied:
         return Verdict(
             BLOCK,
             reason=f"{ctx.tool} is not allowed: the policy refuses tools it does not classify "

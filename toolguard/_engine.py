@@ -40,6 +40,7 @@ from ._canonical import (
     ArgumentsError,
     args_hash,
     args_hash_and_floats,
+    canonicalize,
     digest,
     parse_arguments,
     value_digest,
@@ -179,17 +180,27 @@ class _Entry:
         """
         return args_hash(self.bound(args), self.settings.args)
 
-    def effect_for(self, args: Mapping[str, Any]) -> Effect:
+    def effect_for(self, args: Mapping[str, Any]) -> Effect | None:
+        """The effect of the first rule whose patterns all match, or None."""
         for rule in self.settings.rules:
             if all(pattern.search(_rule_text(args.get(arg))) for arg, pattern in rule.compiled):
                 return rule.effect
-        return self.settings.effect
+        return None
 
 
 def _rule_text(value: Any) -> str:
+    """What a rule's pattern is searched in: a string as it is, "" for a missing or null
+    argument, anything else as its canonical JSON text (``true``, ``5`` for ``5.0``, arrays
+    and objects compact with sorted keys): one text per signature, however the model wrote it,
+    so a rule cannot be dodged by writing ``5.0`` for ``5``."""
     if value is None:
         return ""
-    return value if isinstance(value, str) else str(value)
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(canonicalize(value), option=orjson.OPT_SORT_KEYS).decode()
+    except (CanonicalizationError, TypeError, orjson.JSONEncodeError):
+        return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +238,7 @@ class _Prepared:
     unusable: bool  # the arguments could not be read at all: not even observe mode runs it
     claim: bool
     task_scope: bool
+    denied: bool  # default_effect deny and nothing classifies this call
     redacted: dict[str, Any] | None = None
 
 
@@ -715,11 +727,11 @@ class Task:
         else:
             args, invalid = {}, f"arguments must be a JSON object, got {type(raw).__name__}"
         settings = entry.settings
-        effect, sig, floats = settings.effect, "", False
+        effect, sig, floats, denied = settings.effect, "", False, settings.deny
         if invalid is None:
             bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
-            if settings.rules:
-                effect = entry.effect_for(bound)
+            if settings.rules and (ruled := entry.effect_for(bound)) is not None:
+                effect, denied = ruled, False  # a matching rule classifies the call
             try:
                 sig, floats = args_hash_and_floats(bound, settings.args)
             except CanonicalizationError as exc:
@@ -754,6 +766,7 @@ class Task:
             invalid, unusable,
             mutating and scope is not SCOPE_OFF and invalid is None,  # claim
             scope is SCOPE_TASK,  # task_scope
+            denied,
         )
 
     def _unknown_entry(self, cfg: _Config, tool: str) -> _Entry:
@@ -829,7 +842,7 @@ class Task:
         policy = cfg.policy
         return decide(CallContext(  # positional, in CallContext's order (hot path)
             self.task_id, p.entry.spec.name, p.entry.settings, p.effect, p.sig, p.key,
-            p.invalid, policy.budget, policy.approval.timeout_s, self.guard._clock(),
+            p.invalid, policy.budget, policy.approval.timeout_s, self.guard._clock(), p.denied,
         ), snap)
 
     def _approval_request(self, cfg: _Config, p: _Prepared, snap: Snapshot,

@@ -29,7 +29,8 @@ class ToolSettings:
 
     ``effect`` is the tool's base effect; ``rules`` may give a single call another one.
     ``deny`` is true when nothing classifies the tool and the policy's ``default_effect`` is
-    ``"deny"``. ``sources`` maps each field name to where its value came from.
+    ``"deny"``; a call that matches one of its ``rules`` is still classified (and allowed).
+    ``sources`` maps each field name to where its value came from.
     """
 
     name: str
@@ -75,6 +76,8 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         effect, src["effect"] = tp.effect, from_tool("effect")
     elif spec.effect is not NOT_GIVEN:
         effect, src["effect"] = spec.effect, "decorator"
+    elif tp.requires_approval:  # gated by a human: classified, as @requires_approval is
+        effect, src["effect"] = Effect.MUTATING, from_tool("requires_approval")
     elif policy.default_effect == "deny":
         effect, deny, src["effect"] = Effect.MUTATING, True, policy.source_of("default_effect")
     else:
