@@ -207,3 +207,59 @@ def test_console_approver(clock: FakeClock, answer: str, expected: tg.Decision) 
     r = guard.task("t").call("refund", {"order_id": "o", "amount_cents": 1})
     assert r.decision is expected
     assert "refund needs approval" in out.getvalue() and '"order_id": "o"' in out.getvalue()
+
+
+@pytest.mark.parametrize("scope", ["task", "until_change", "off"])
+def test_one_approval_buys_one_execution(scope: str) -> None:
+    from toolguard.testing import FakeClock
+
+    answers = [tg.approve(), tg.approve()]
+    asked: list[str] = []
+
+    def approver(request: tg.ApprovalRequest) -> tg.ApprovalDecision:
+        asked.append(request.idempotency_key)
+        return answers.pop(0) if answers else tg.reject("no more")
+
+    refunds: list[str] = []
+
+    @tg.requires_approval(idempotency_scope=scope)
+    def refund(order_id: str) -> str:
+        refunds.append(order_id)
+        return "refunded"
+
+    @tg.mutating
+    def add_note(text: str) -> str:
+        return "ok"
+
+    clock = FakeClock()
+    task = tg.Guard(tools=[refund, add_note], approver=approver, clock=clock).task("t")
+    decisions = []
+    for i in range(3):
+        decisions.append(task.call("refund", {"order_id": "o1"}).decision)
+        task.call("add_note", {"text": f"n{i}"})  # a write: until_change records lapse
+    clock.advance(3601)  # past the cached result's TTL
+    decisions.append(task.call("refund", {"order_id": "o1"}).decision)
+    D = tg.Decision
+    if scope == "task":  # the stored result answers repeats; after its TTL, a new approval
+        assert decisions == [D.ALLOW, D.CACHED, D.CACHED, D.ALLOW]
+        assert len(refunds) == 2 and len(asked) == 2
+    else:  # every execution was asked for: two approvals, two refunds, then rejected
+        assert decisions == [D.ALLOW, D.ALLOW, D.BLOCK, D.BLOCK]
+        assert len(refunds) == 2 and len(asked) == 3
+
+
+def test_a_pre_approval_is_spent_by_the_call_it_approves() -> None:
+    refunds: list[str] = []
+
+    @tg.requires_approval(idempotency_scope="off")
+    def refund(order_id: str) -> str:
+        refunds.append(order_id)
+        return "refunded"
+
+    task = tg.Guard(tools=[refund]).task("t")  # approver: deny_all
+    first = task.call("refund", {"order_id": "o1"})
+    assert first.decision is tg.Decision.BLOCK and refunds == []
+    task.approve(first.idempotency_key)
+    assert task.call("refund", {"order_id": "o1"}).decision is tg.Decision.ALLOW
+    assert task.call("refund", {"order_id": "o1"}).decision is tg.Decision.BLOCK  # deny_all
+    assert refunds == ["o1"]

@@ -199,6 +199,8 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
     approved = False
     if (s.requires_approval and not completed) or unknown:
         approval = snap.approval
+        if approval is not None and approval.state == ApprovalState.USED:
+            approval = None  # spent by the call it approved: ask afresh
         if approval is None or approval.state == ApprovalState.PENDING:
             if (approval is not None
                     and ctx.now - approval.requested_at > ctx.approval_timeout_s):

@@ -978,6 +978,14 @@ class Task:
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
                 self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
+        elif (executed and snap.approval is not None
+              and snap.approval.state == ApprovalState.APPROVED):
+            # One approval, one execution ("its next identical attempt executes"): the next
+            # identical call, once no cached result answers it, asks again.
+            used = replace(snap.approval, state=ApprovalState.USED)
+            self._store_op(cfg, p, lambda: self.guard._store.set_approval(
+                self.task_id, p.key, used, p.entry.settings.idempotency_ttl_s),
+                fallback=lambda: None)
 
     def _abandon(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
         """The tool was interrupted (KeyboardInterrupt, task cancellation): record it as a

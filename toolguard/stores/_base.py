@@ -63,6 +63,7 @@ class ApprovalState:
     PENDING = "pending"
     APPROVED = "approved"
     REJECTED = "rejected"
+    USED = "used"  # an approval its call has spent: the next identical call asks again
 
 
 @dataclass(frozen=True, slots=True)
