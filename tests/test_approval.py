@@ -209,8 +209,8 @@ def test_console_approver(clock: FakeClock, answer: str, expected: tg.Decision) 
     assert "refund needs approval" in out.getvalue() and '"order_id": "o"' in out.getvalue()
 
 
-@pytest.mark.parametrize("scope", ["task", "until_change", "off"])
-def test_one_approval_buys_one_execution(scope: str) -> None:
+@pytest.mark.parametrize("scope", list(tg.IdempotencyScope))
+def test_one_approval_buys_one_execution(scope: tg.IdempotencyScope) -> None:
     from toolguard.testing import FakeClock
 
     answers = [tg.approve(), tg.approve()]
@@ -240,7 +240,8 @@ def test_one_approval_buys_one_execution(scope: str) -> None:
     clock.advance(3601)  # past the cached result's TTL
     decisions.append(task.call("refund", {"order_id": "o1"}).decision)
     D = tg.Decision
-    if scope == "task":  # the stored result answers repeats; after its TTL, a new approval
+    if scope is tg.IdempotencyScope.TASK:
+        # the stored result answers repeats; after its TTL, a new approval
         assert decisions == [D.ALLOW, D.CACHED, D.CACHED, D.ALLOW]
         assert len(refunds) == 2 and len(asked) == 2
     else:  # every execution was asked for: two approvals, two refunds, then rejected
