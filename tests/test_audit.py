@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,9 @@ def test_every_event_carries_the_call_context(clock: FakeClock) -> None:
     events = sink.events[1::2]
     first = events[0]
     assert first.task_id == "task-1"
-    assert first.call_id == result.call_id == "task-1#1"
-    assert events[1].call_id == "task-1#2"
+    assert first.call_id == result.call_id
+    assert re.fullmatch(r"task-1#1@[0-9a-f]{8}", result.call_id)
+    assert events[1].call_id == result.call_id.replace("#1@", "#2@")
     assert first.tool == "lookup"
     assert first.transition == "executing->planning"
     assert first.decision == "allow"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import toolguard as tg
-from toolguard._policy import BudgetPolicy
+from toolguard._policy import BudgetPolicy, IdempotencyPolicy
 from toolguard.testing import FakeClock, auto_approve, auto_defer
 
 D = tg.Decision
@@ -182,3 +182,33 @@ def test_a_result_nested_deeper_than_json_allows_is_returned_and_recorded(
     assert (first.decision, first.is_error) == (D.ALLOW, False)
     again = task.call("build", {"depth": 300})
     assert again.decision is D.CACHED and again.value == first.value
+
+
+def test_a_store_failure_before_the_tool_runs_gives_the_claim_back() -> None:
+    """fail_closed refuses the call when storing the approver's answer fails; the call did
+    not run, so an identical retry must not wait on its claim (CallInProgress)."""
+    from toolguard.stores import MemoryStore
+
+    class ApprovalsDown(MemoryStore):  # the real store, with one operation failing
+        failing = True
+
+        def set_approval(self, *args: Any, **kwargs: Any) -> None:
+            if self.failing:
+                raise ConnectionError("approvals table down")
+            super().set_approval(*args, **kwargs)
+
+    runs: list[str] = []
+
+    @tg.requires_approval
+    def refund(order: str) -> str:
+        runs.append(order)
+        return "refunded"
+
+    store = ApprovalsDown()
+    policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=0.2))
+    task = tg.Guard(policy, [refund], store=store, approver=auto_approve).task("t")
+    with pytest.raises(tg.StoreError):
+        task.call("refund", {"order": "o1"})
+    store.failing = False
+    assert task.call("refund", {"order": "o1"}).decision is tg.Decision.ALLOW
+    assert runs == ["o1"]

@@ -494,3 +494,26 @@ def test_missing_redis_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "toolguard.stores.redis")
     with pytest.raises(ImportError, match=r"pip install 'toolguard\[redis\]'"):
         import toolguard.stores.redis  # noqa: F401
+
+
+class _Closed:
+    def __repr__(self) -> str:
+        raise RuntimeError("session closed")
+
+
+def test_a_result_whose_repr_raises_is_stored_by_its_type(redis_prefix: str) -> None:
+    """A receipt object whose repr fails must not leave the write's claim behind: the
+    retry gets the stored result, not CallInProgress."""
+    runs: list[str] = []
+
+    @tg.mutating
+    def charge(order: str) -> Any:
+        runs.append(order)
+        return {"receipt": _Closed()}
+
+    guard = tg.Guard(tools=[charge], store=_store(redis_prefix))
+    task = guard.task("t")
+    assert task.call("charge", {"order": "o1"}).decision is tg.Decision.ALLOW
+    again = task.call("charge", {"order": "o1"})
+    assert again.decision is tg.Decision.CACHED
+    assert again.value == {"receipt": "<_Closed>"} and runs == ["o1"]

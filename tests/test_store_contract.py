@@ -324,6 +324,22 @@ def test_a_call_that_waited_takes_the_record_a_later_write_lapsed(store: Store,
     assert fresh.claimed
 
 
+def test_a_retried_begin_recognises_its_own_claim(store: Store, clock: FakeClock) -> None:
+    """Redis ran a begin whose reply was lost; redis-py sends it again. The claim is the
+    call's own (same call id), so it must not wait on itself; another call still waits."""
+    def claim(call_id: str) -> Snapshot:
+        return store.begin(TASK, BeginRequest(
+            tool="pay", signature="s1", idempotency_key=KEY, claim=True, task_scope=False,
+            count=True, poll=False, now=clock(), claim_ttl_s=30.0, call_id=call_id))
+
+    assert claim("t#1@aa").claimed
+    again = claim("t#1@aa")
+    assert again.claimed and again.record is None
+    other = claim("t#1@bb")  # the same number from another task handle
+    assert not other.claimed and other.record is not None
+    assert other.record.state is RecordState.IN_PROGRESS
+
+
 def test_in_progress_and_unknown_records_survive_progress(store: Store, clock: FakeClock
                                                           ) -> None:
     begin(store, clock, key=KEY, claim=True)

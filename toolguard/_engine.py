@@ -19,6 +19,7 @@ import inspect
 import itertools
 import logging
 import os
+import secrets
 import threading
 import time
 from collections import Counter, OrderedDict, deque
@@ -483,6 +484,10 @@ class Task:
         self._limit = guard._config.policy.idempotency.max_entries
         self.history: deque[CallRecord] = deque(maxlen=self._limit)
         self._ids = itertools.count(1)
+        # Call ids are unique across Task handles, processes and hosts, not only within this
+        # handle: a claim (Redis) is released only by the call that made it, and a web worker
+        # that opens a handle per request would otherwise reuse "task#1" for every call.
+        self._id_suffix = f"@{secrets.token_hex(4)}"
         # signature -> last result, for read-only blocks; oldest first, bounded
         self._last_content: OrderedDict[str, Any] = OrderedDict()
         self._tokens: list[contextvars.Token[Task | None]] = []
@@ -706,7 +711,7 @@ class Task:
     # -- the pipeline ------------------------------------------------------------------
     def _prepare(self, cfg: _Config, tool: str, raw: Any, virtual: bool) -> _Prepared | ToolResult:
         entry = cfg.entries.get(tool)
-        call_id = f"{self.task_id}#{next(self._ids)}"
+        call_id = f"{self.task_id}#{next(self._ids)}{self._id_suffix}"
         if entry is None:
             entry = self._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)
             if entry is None:
@@ -987,6 +992,14 @@ class Task:
                 self.task_id, p.key, used, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
 
+    def _give_back(self, cfg: _Config, claimed: tuple[_Prepared, Snapshot] | None) -> None:
+        """Release the claim of a call that will not run (best effort: the store may be the
+        reason), so identical calls need not wait for ``in_progress_ttl_s``."""
+        if claimed is not None:
+            with contextlib.suppress(Exception):
+                self._finish(cfg, *claimed, None)
+                self._notify(claimed[0])
+
     def _abandon(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
         """The tool was interrupted (KeyboardInterrupt, task cancellation): record it as a
         failure whose outcome is unknown, so the claim is not left behind and an identical
@@ -1166,6 +1179,12 @@ class Task:
                     self._notify(p)
                 return self._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
             return self._conclude(cfg, p, snap, verdict, None, None), None
+        except StoreError:
+            # e.g. fail_closed while storing an approval: the tool did not run, so give the
+            # claim back (best effort) rather than leave identical calls waiting for it
+            if not executing:
+                self._give_back(cfg, claimed)
+            raise
         except ToolGuardError:
             raise
         except Exception as exc:  # a bug in the guard: never a half-recorded call
@@ -1177,10 +1196,8 @@ class Task:
         except BaseException:  # cancelled or interrupted before the tool ran (e.g. while a
             # human was being asked): it did not happen, so give the claim back at once
             # instead of making identical calls wait for in_progress_ttl_s
-            if claimed is not None and not executing:
-                with contextlib.suppress(Exception):
-                    self._finish(cfg, *claimed, None)
-                    self._notify(claimed[0])
+            if not executing:
+                self._give_back(cfg, claimed)
             raise
 
     def _run_sync(self, tool: str, raw: Any, executor: Callable[[], Any] | None

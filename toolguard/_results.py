@@ -19,7 +19,9 @@ class ToolResult:
 
     Attributes:
         tool: the tool name.
-        call_id: unique id of this call within the guard.
+        call_id: unique id of this call: ``"<task id>#<n>@<8 hex digits>"``, the call's
+            number in its task handle and a random tag of the handle (unique across handles,
+            processes and hosts).
         decision: what the guard did (:class:`Decision`).
         content: what to send to the model as the tool result: the tool's return value, with
             the notice appended (as text) when there is one; for calls that did not run, a

@@ -201,7 +201,10 @@ class MemoryStore:
                 # finished meanwhile and lapsed the until_change record (else it ran twice).
                 record = self._valid_record(state, task_id, req.idempotency_key,
                                             req.task_scope or not req.count)
-                if record is None and req.claim:
+                if (record is not None and req.claim and req.call_id
+                        and record.state is IN_PROGRESS and record.call_id == req.call_id):
+                    record, claimed = None, True  # its own claim: a retried begin (Redis)
+                elif record is None and req.claim:
                     claim = IdempotencyRecord(IN_PROGRESS, state.changes, req.now,
                                               None, req.call_id)
                     self._records.put((task_id, req.idempotency_key), claim, req.claim_ttl_s)

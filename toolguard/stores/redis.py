@@ -139,7 +139,10 @@ if key ~= '' then
                  -- never for a call that waited on it (count false): see MemoryStore
     end
   end
-  if v then
+  if v and claim and ARGV[13] == '1' and string.sub(v, 1, 2) == 'p|'
+     and string.sub(v, -string.len(claim_tail)) == claim_tail then
+    claimed = 1  -- this call's own claim: a begin retried after its reply was lost
+  elseif v then
     record = v
   elseif claim then
     redis.call('SET', KEYS[6],
@@ -292,13 +295,13 @@ def _time(seconds: float) -> str:
 def _dumps(value: Any) -> bytes:
     """A stored result as JSON; what JSON cannot hold becomes its ``repr()``, value by value."""
     try:
-        return orjson.dumps(value, default=repr, option=_JSON_OPTS)
+        return orjson.dumps(value, default=_safe_repr, option=_JSON_OPTS)
     except TypeError:  # orjson.JSONEncodeError: an int beyond 64 bits, a cycle, too deep
         pass
     try:
-        return orjson.dumps(_jsonable(value, 0), default=repr, option=_JSON_OPTS)
+        return orjson.dumps(_jsonable(value, 0), default=_safe_repr, option=_JSON_OPTS)
     except TypeError:
-        return orjson.dumps(repr(value))
+        return orjson.dumps(_safe_repr(value))
 
 
 def _jsonable(value: Any, depth: int, active: frozenset[int] = frozenset()) -> Any:
@@ -507,6 +510,7 @@ class RedisStore:
                            now, _time(req.now + min(req.claim_ttl_s, _MAX_TTL_S)),
                            _ms(req.claim_ttl_s), self._state_ms_arg,
                            orjson.dumps([req.call_id, None]),
+                           "1" if req.call_id else "0",  # a call id to recognise its claim by
                        ])
         (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
          record, approval, claimed, halted) = r
