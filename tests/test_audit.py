@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import logging
 import re
@@ -429,3 +431,47 @@ def test_a_nested_secret_is_not_leaked_through_a_validation_message(clock: FakeC
     assert "is not of type 'object'" in result.content
     assert SECRET not in result.content and SECRET not in result.reason
     assert all(SECRET not in repr(e) for e in sink.events)
+
+
+@dataclasses.dataclass
+class _Creds:
+    user: str
+    password: str
+
+
+def test_secrets_inside_dataclass_and_model_arguments_are_redacted() -> None:
+    import pydantic
+
+    class Login(pydantic.BaseModel):
+        user: str
+        token: str
+
+    events: list[tg.AuditEvent] = []
+
+    @tg.mutating
+    def login(creds: Any, extra: Any = None) -> str:
+        return "ok"
+
+    policy = tg.load_policy_dict({"audit": {"redact": ["password", "token"]}})
+    guard = tg.Guard(policy, [login], audit=[events.append])
+    with guard.task("t"):
+        for _ in range(3):
+            login(_Creds("bob", SECRET), extra=Login(user="bob", token=SECRET))
+        with pytest.raises(tg.Halt) as info:
+            login(_Creds("bob", SECRET), extra=Login(user="bob", token=SECRET))
+    assert SECRET not in str(info.value) and SECRET not in repr(info.value.args)
+    assert events and all(SECRET not in repr(e.args) for e in events)
+    assert events[0].args["creds"] == {"$type": "_Creds", "user": "bob",
+                                       "password": "[REDACTED]"}
+
+
+def test_a_typed_direct_call_is_validated_by_its_json_form() -> None:
+    @tg.mutating
+    def login(creds: _Creds, when: dt.date) -> str:
+        return f"{type(creds).__name__} {when.year}"
+
+    with tg.Guard(tools=[login]).task("t"):
+        assert login(_Creds("bob", "x"), dt.date(2026, 1, 2)) == "_Creds 2026"
+    task = tg.Guard(tools=[login]).task("u")
+    assert task.call("login", '{"creds": {"user": "bob"}, "when": "2026-01-02"}'
+                     ).decision is tg.Decision.INVALID  # JSON still judged as it is

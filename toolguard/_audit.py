@@ -13,6 +13,7 @@ Sinks are callables taking one event. Built in: :class:`LoggingSink` (stdlib ``l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -93,8 +94,25 @@ def _redact_value(key: str, value: Any, pattern: re.Pattern[str] | None, max_cha
         return [_redact_value("", v, pattern, max_chars) for v in value]
     if value is None or isinstance(value, (bool, int, float)):
         return value
-    text = repr(value)
+    fields = _fields_of(value)
+    if fields is not None:  # a dataclass or pydantic model: its repr would show every field
+        return {"$type": type(value).__qualname__,
+                **{k: _redact_value(k, v, pattern, max_chars) for k, v in fields.items()}}
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a foreign __repr__ failed
+        text = f"<{type(value).__qualname__}>"
     return text if len(text) <= max_chars else f"{text[:max_chars]}…"
+
+
+def _fields_of(value: Any) -> dict[str, Any] | None:
+    """The fields of a dataclass instance or a pydantic model, by name; else None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    model_fields = getattr(type(value), "model_fields", None)
+    if isinstance(model_fields, dict) and hasattr(value, "model_dump"):
+        return {name: getattr(value, name, None) for name in model_fields}
+    return None
 
 
 def scrub(message: str, args: Mapping[str, Any], pattern: re.Pattern[str] | None) -> str:
@@ -123,6 +141,8 @@ def _secrets(value: Any, pattern: re.Pattern[str], depth: int) -> Iterator[Any]:
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _secrets(item, pattern, depth + 1)
+    elif (fields := _fields_of(value)) is not None:
+        yield from _secrets(fields, pattern, depth + 1)
 
 
 class MemorySink:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
 import orjson
+from pydantic_core import to_jsonable_python
 
 from ._approval import (
     ApprovalDecision,
@@ -187,6 +188,17 @@ class _Entry:
             if all(pattern.search(_rule_text(args.get(arg))) for arg, pattern in rule.compiled):
                 return rule.effect
         return None
+
+
+def _validate_typed(validator: ArgsValidator, args: Mapping[str, Any], invalid: str) -> str | None:
+    """A direct call may pass typed values (an Enum, a date, a dataclass, a pydantic model)
+    that the JSON Schema cannot judge as Python objects: judge their JSON form, the one a
+    model would send, which the tool then receives converted by pydantic."""
+    try:
+        as_json = to_jsonable_python(args)
+    except Exception:  # noqa: BLE001 - no JSON form: the first verdict stands
+        return invalid
+    return invalid if as_json == args else validator.validate(as_json)
 
 
 def _rule_text(value: Any) -> str:
@@ -717,6 +729,7 @@ class Task:
             if entry is None:
                 entry = cfg.virtual[tool] = self.guard._entry(cfg.policy, recorded_tool(tool))
         invalid: str | None = None
+        raw_json = isinstance(raw, (str, bytes))  # parsed from JSON text: JSON values only
         args: dict[str, Any]
         if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
             args = raw.copy()
@@ -751,6 +764,8 @@ class Task:
         else:
             if entry.validator is not None:
                 invalid = entry.validator.validate(args)
+                if invalid is not None and not raw_json:
+                    invalid = _validate_typed(entry.validator, args, invalid)
                 if invalid is not None:
                     audit = cfg.policy.audit
                     invalid = scrub(invalid, args, audit.redact_pattern)
