@@ -9,6 +9,8 @@ import toolguard as tg
 from toolguard._policy import BudgetPolicy, ToolPolicy
 from toolguard.testing import FakeClock, capture_audit
 
+from .redis_support import redis_prefix, redis_store  # noqa: F401
+
 
 @tg.readonly
 def lookup(key: str) -> str:
@@ -138,3 +140,36 @@ def test_unlimited_by_default(clock: FakeClock) -> None:
     clock.advance(1e6)
     task.record_usage(input_tokens=10**9)
     assert task.call("lookup", {"key": "x"}).executed
+
+
+@pytest.mark.parametrize("store_kind", ["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def test_resume_restarts_a_failure_streak_but_not_a_spent_budget(
+        store_kind: str, request: pytest.FixtureRequest) -> None:
+    up = {"registry": False}
+
+    @tg.mutating
+    def deploy(version: str) -> str:
+        if not up["registry"]:
+            raise ConnectionError("registry down")
+        return f"deployed {version}"
+
+    store = None if store_kind == "memory" else request.getfixturevalue("redis_store")
+    policy = tg.Policy(budget=BudgetPolicy(max_consecutive_failures=3, max_tool_calls=6))
+    task = tg.Guard(policy, [deploy], store=store).task("t")
+    for i in range(3):
+        task.call("deploy", {"version": f"v{i}"})
+    with pytest.raises(tg.BudgetExceeded):
+        task.call("deploy", {"version": "v3"})
+    up["registry"] = True  # the user fixed the cause
+    task.resume()
+    assert task.call("deploy", {"version": "new"}).value == "deployed new"
+    task.call("deploy", {"version": "newer"})
+    with pytest.raises(tg.BudgetExceeded) as spent:
+        task.call("deploy", {"version": "newest"})  # call 7 of 6
+    task.resume()
+    with pytest.raises(tg.BudgetExceeded) as again:  # the usage stays
+        task.call("deploy", {"version": "newest"})
+    assert spent.value.budget == again.value.budget == "max_tool_calls"
+    with pytest.raises(tg.BudgetExceeded) as halted:
+        task.call("deploy", {"version": "x"})
+    assert "raise max_tool_calls (guard.reload_policy)" in str(halted.value)

@@ -28,7 +28,7 @@ ValidateSchema, with the ladder of DESIGN.md §1):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from ._errors import ApprovalTimedOut, BudgetExceeded, Halt, RepeatedToolCalls
 from ._policy import BudgetPolicy
@@ -127,6 +127,9 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
+_USAGE_BUDGETS: Final = frozenset({"max_tool_calls", "max_calls", "max_tokens", "timeout_s"})
+
+
 def _times(n: int) -> str:
     return "once" if n == 1 else "twice" if n == 2 else f"{n} times"
 
@@ -135,12 +138,15 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
     """Decide one call. Pure: the same inputs always give the same verdict."""
     if snap.halted is not None:
         halted = snap.halted
+        budget = str(halted.get("budget", ""))
+        then = (f"raise {budget} (guard.reload_policy), then call task.resume() to continue"
+                if budget in _USAGE_BUDGETS  # the usage stays: resuming alone halts again
+                else "call task.resume() to continue")
         return Verdict(
             HALT,
-            reason=f"task is halted ({halted.get('reason', 'halted')}); "
-                   "call task.resume() to continue",
+            reason=f"task is halted ({halted.get('reason', 'halted')}); {then}",
             halt=halt_kind(str(halted.get("kind", "Halt"))),
-            budget=str(halted.get("budget", "")),  # the first halt's, for BudgetExceeded
+            budget=budget,  # the first halt's, for BudgetExceeded
             limit=_number(halted.get("limit")),
             usage=_number(halted.get("usage")),
         )

@@ -200,7 +200,9 @@ class Store(Protocol):
         ...
 
     def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
-        """Set (or with None clear) the task's halted flag."""
+        """Set (or with None clear) the task's halted flag. Clearing it (``Task.resume``)
+        restarts every tool's run of consecutive failures: a tool refused for its failures
+        could otherwise never run again to end the streak."""
         ...
 
     def new_turn(self, task_id: str) -> None:

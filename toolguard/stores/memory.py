@@ -286,7 +286,10 @@ class MemoryStore:
 
     def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
         with self._lock:
-            self._task(task_id).halted = halt
+            state = self._task(task_id)
+            state.halted = halt
+            if halt is None:  # resumed: failure streaks restart (the user fixed the cause)
+                state.failures.clear()
 
     def new_turn(self, task_id: str) -> None:
         with self._lock:

@@ -230,6 +230,9 @@ if ARGV[1] == '1' then
   redis.call('HSET', KEYS[1], 'halted', ARGV[2])
 else
   redis.call('HDEL', KEYS[1], 'halted')
+  for _, k in ipairs(redis.call('HKEYS', KEYS[1])) do  -- failure streaks restart
+    if string.sub(k, 1, 2) == 'f:' then redis.call('HDEL', KEYS[1], k) end
+  end
 end
 touch(tonumber(ARGV[3]))
 return 1
@@ -570,7 +573,8 @@ class RedisStore:
         return None if expires_at <= now else _record(raw)
 
     def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
-        """Set (or with None clear) the task's halted flag.
+        """Set (or with None clear) the task's halted flag; clearing it restarts every
+        tool's run of consecutive failures.
 
         Raises:
             StoreError: Redis failed or timed out.
