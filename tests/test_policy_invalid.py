@@ -342,3 +342,71 @@ def test_infinite_numbers_and_non_redis_urls_are_refused(tmp_path: Path) -> None
     assert got == {("budget.timeout_s", 2), ("idempotency.ttl_s", 4), ("store.url", 6)}
     messages = " ".join(p.message for p in info.value.problems)
     assert "finite number" in messages and "Redis URL" in messages
+
+
+def _messages(path: Path) -> list[str]:
+    with pytest.raises(PolicyError) as info:
+        load_policy(path, env={})
+    return [str(p) for p in info.value.problems]
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("x = " + "[" * 600 + "]" * 600 + "\n", "nested too deeply"),
+    ("[budget]\nmax_tool_calls = " + "9" * 5000 + "\n", "4300 digits"),
+])
+def test_unparseable_toml_is_a_problem_not_a_traceback(tmp_path: Path, content: str,
+                                                       message: str) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(content)
+    [problem] = _messages(path)
+    assert problem.startswith(f"{path}: ") and message in problem
+
+
+def test_a_byte_order_mark_is_read_and_bad_bytes_are_located(tmp_path: Path) -> None:
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b'\xef\xbb\xbfmode = "observe"\n')
+    assert load_policy(bom, env={}).mode is tg.Mode.OBSERVE
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'mode = "enforce"\nmode2 = "x\xff"\n')
+    [problem] = _messages(bad)
+    assert "not UTF-8 text: byte 0xff at line 2, column 11" in problem
+
+
+def test_a_deeply_nested_environment_value_is_a_policy_error() -> None:
+    with pytest.raises(PolicyError) as info:
+        load_policy(None, env={"TOOLGUARD_AUDIT__REDACT": "[" * 1000 + "]" * 1000})
+    assert "nested too deeply" in str(info.value)
+
+
+def test_a_tool_ladder_without_block_at_is_still_ordered(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[tools.t]\nladder = { warn_at = 7, halt_at = 5 }\n')
+    assert any("tools.t.ladder.halt_at: must be ≥ warn_at (7)" in p for p in _messages(path))
+
+
+def test_task_state_must_outlive_idempotency_records(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("[store]\nstate_ttl_s = 60\n\n[tools.t]\nidempotency_ttl_s = 7200\n")
+    [problem] = _messages(path)
+    assert problem == (f"{path}:2:1: store.state_ttl_s: must be ≥ "
+                       "tools.t.idempotency_ttl_s (7200 s): a task's state must outlive its "
+                       "idempotency records")
+
+
+def test_an_explicit_file_makes_a_malformed_toolguard_env_moot(tmp_path: Path) -> None:
+    path = tmp_path / "ok.toml"
+    path.write_text('mode = "observe"\n')
+    assert load_policy(path, env={"TOOLGUARD_ENV": "staging/eu"}).mode is tg.Mode.OBSERVE
+    with pytest.raises(PolicyError, match="TOOLGUARD_ENV"):
+        load_policy(None, env={"TOOLGUARD_ENV": "staging/eu"})
+
+
+def test_extends_through_a_symlink_reads_the_file_the_system_reads(tmp_path: Path) -> None:
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "real" / "base.toml").write_text('mode = "observe"\n')
+    (tmp_path / "base.toml").write_text('mode = "enforce"\n')
+    (tmp_path / "link").symlink_to(tmp_path / "real" / "sub")
+    child = tmp_path / "link" / "child.toml"
+    child.write_text('extends = "../base.toml"\n')
+    # the system reads link/../base.toml as real/base.toml (".." of the link's target)
+    assert load_policy(child, env={}).mode is tg.Mode.OBSERVE

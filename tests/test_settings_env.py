@@ -325,3 +325,24 @@ def test_guard_from_env_builds_the_guard_from_the_selected_file(tmp_path: Path) 
     task.call("lookup", {"key": "a"})
     with pytest.raises(tg.BudgetExceeded):
         task.call("lookup", {"key": "b"})
+
+
+def test_a_redis_url_with_an_explicit_memory_backend_is_refused() -> None:
+    policy = tg.load_policy_dict({"store": {"backend": "memory",
+                                            "url": "redis://127.0.0.1:6379/15"}})
+    with pytest.raises(tg.PolicyError, match=r"a Redis URL is set, but store.backend"):
+        tg.Guard(policy)
+
+
+def test_reload_cannot_change_the_store_a_guard_built() -> None:
+    guard = tg.Guard(tg.load_policy_dict({}))
+    with pytest.raises(tg.PolicyError, match="cannot change on reload"):
+        guard.reload_policy(tg.load_policy_dict({"store": {
+            "backend": "redis", "url": "redis://127.0.0.1:6379/15"}}))
+    with pytest.raises(tg.PolicyError, match="cannot change on reload"):
+        guard.reload_policy(tg.load_policy_dict({"idempotency": {"max_entries": 10}}))
+    assert guard.policy.store.backend == "memory"  # nothing swapped
+    guard.reload_policy(tg.load_policy_dict({"budget": {"max_tool_calls": 5}}))
+    assert guard.policy.budget.max_tool_calls == 5
+    injected = tg.Guard(tg.load_policy_dict({}), store=tg.stores.MemoryStore())
+    injected.reload_policy(tg.load_policy_dict({"idempotency": {"max_entries": 10}}))

@@ -332,6 +332,7 @@ class Guard:
         self._warned_off = False
         policy = policy or Policy()
         self._config = self._build(policy)
+        self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
         self._inflight: dict[str, threading.Event] = {}
 
@@ -357,6 +358,12 @@ class Guard:
     def _default_store(self, policy: Policy) -> Store:
         # A URL alone (e.g. TOOLGUARD_STORE__URL) selects Redis unless a backend is named.
         chosen = policy.source_of("store.backend") != "built-in"
+        if policy.store.url and chosen and policy.store.backend == "memory":
+            raise PolicyError([PolicyProblem(
+                policy.source_of("store.url"), "store.url",
+                f"a Redis URL is set, but store.backend = \"memory\" "
+                f"({policy.source_of('store.backend')}): set store.backend = \"redis\" "
+                "(TOOLGUARD_STORE__BACKEND=redis) or drop the URL")])
         if policy.store.backend == "redis" or (policy.store.url and not chosen):
             from .stores.redis import RedisStore
 
@@ -440,13 +447,23 @@ class Guard:
             policy: a :class:`Policy`, or the path of a policy file to load.
 
         Raises:
-            PolicyError: the new policy is invalid or names unregistered tools (nothing is
-                swapped).
+            PolicyError: the new policy is invalid, names unregistered tools, or changes the
+                store settings of a guard whose store it built (nothing is swapped).
         """
         if not isinstance(policy, Policy):
             from ._policy_loader import load_policy
 
             policy = load_policy(policy)
+        current = self._config.policy
+        if self._own_store and (
+                policy.store != current.store
+                or policy.idempotency.max_entries != current.idempotency.max_entries):
+            # The store was built from the old [store] section; swapping it would lose the
+            # state, and keeping it would make the new policy report a store not in use.
+            raise PolicyError([PolicyProblem(
+                "<reload>", "store",
+                "the store settings ([store], idempotency.max_entries) cannot change on "
+                "reload: build a new Guard with the new policy")])
         config = self._build(policy)
         with self._lock:
             self._config = config

@@ -93,17 +93,28 @@ def load_policy(
     Raises:
         PolicyError: listing every problem in every file and variable.
     """
-    environment = read_environment(env)
+    try:
+        environment = read_environment(env)
+    except RecursionError:  # a variable holding JSON nested hundreds of levels deep
+        raise PolicyError([PolicyProblem(
+            "env", "", "a TOOLGUARD_ variable's value is nested too deeply")]) from None
     problems = list(environment.problems)
+    if path is None:  # a file given here makes TOOLGUARD_ENV moot, even a malformed one
+        problems.extend(environment.selection_problems)
     layers: list[_Layer] = []
     complete = True
-    if path is not None:
-        layers, complete = _read_chain(Path(path), problems)
-    elif environment.policy_file is not None:
-        layers, complete = _read_chain(
-            environment.policy_file, problems, selected_by=environment.selected_by
-        )
-    return _build(layers, complete, problems, environment)
+    source = os.fspath(path) if path is not None else os.fspath(environment.policy_file or "")
+    try:
+        if path is not None:
+            layers, complete = _read_chain(Path(path), problems)
+        elif environment.policy_file is not None:
+            layers, complete = _read_chain(
+                environment.policy_file, problems, selected_by=environment.selected_by
+            )
+        return _build(layers, complete, problems, environment)
+    except RecursionError:  # a value nested hundreds of levels deep, in a file or a variable
+        raise PolicyError([*problems, PolicyProblem(
+            source or "env", "", "a value is nested too deeply (hundreds of levels)")]) from None
 
 
 def load_policy_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Policy:
@@ -221,9 +232,9 @@ def _read_chain(
             if Path(display).exists() and not Path(display).is_file():
                 # a directory, a FIFO or a device: reading would fail or block forever
                 raise IsADirectoryError(0, "not a regular file")
-            text = Path(display).read_text(encoding="utf-8")
+            text = _decoded(Path(display).read_bytes())
         except (OSError, UnicodeDecodeError) as error:
-            reason = error.strerror if isinstance(error, OSError) else str(error)
+            reason = error.strerror if isinstance(error, OSError) else _where(error)
             if extending is not None:
                 message = f"cannot read {display}: {reason or error}"
                 problems.append(extending.problem(("extends",), message))
@@ -237,13 +248,36 @@ def _read_chain(
         except tomllib.TOMLDecodeError as error:
             problems.append(_syntax_problem(display, text, error))
             return chain[::-1], False
+        except (ValueError, RecursionError) as error:  # e.g. an integer of 5,000 digits
+            why = (str(error).split(";")[0] if isinstance(error, ValueError)
+                   else "nested too deeply")
+            problems.append(PolicyProblem(display, "", f"cannot be read as TOML: {why}"))
+            return chain[::-1], False
         layer = _Layer(data, display, _KeyLines(text))
         chain.append(layer)
         extends = data.get("extends")
         if not isinstance(extends, str):  # absent, or a type error the schema reports
             return chain[::-1], True
         extending = layer
-        display = os.path.normpath(Path(display).parent / extends)
+        target = Path(display).parent / extends
+        # Shown tidied ("a/../b.toml" as "b.toml") only where that is the same file: through
+        # a symbolic link, ".." goes up from the link's target, as the system reads it.
+        tidy = os.path.normpath(target)
+        display = tidy if Path(tidy).resolve() == target.resolve() else os.fspath(target)
+
+
+def _decoded(data: bytes) -> str:
+    """A policy file's text: UTF-8, without the byte order mark some Windows editors write."""
+    text = data.decode("utf-8")
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _where(error: UnicodeDecodeError) -> str:
+    """A decoding error with the line and column of the offending byte."""
+    before = error.object[: error.start]
+    line = before.count(b"\n") + 1
+    column = error.start - (before.rfind(b"\n") + 1) + 1
+    return f"not UTF-8 text: byte 0x{error.object[error.start]:02x} at line {line}, column {column}"
 
 
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
@@ -294,6 +328,8 @@ def _build(
     merged.pop("extends", None)
     if complete:
         problems.extend(_ladder_problems(merged, applied, layers))
+        if not problems:
+            problems.extend(_lifetime_problems(merged, applied, layers))
     if problems:
         raise PolicyError(_unique(problems))
 
@@ -543,6 +579,29 @@ def _ladder_problems(
     return problems
 
 
+def _lifetime_problems(merged: Mapping[str, Any], applied: Mapping[KeyPath, int],
+                       layers: list[_Layer]) -> list[PolicyProblem]:
+    """``store.state_ttl_s`` ≥ every idempotency TTL. A task's state that expires before its
+    records restarts its change counter, and an until_change record it had lapsed becomes
+    valid again: a write that should run is answered from the cache."""
+    state_ttl = merged["store"]["state_ttl_s"]
+    ttls: list[tuple[KeyPath, float]] = [(("idempotency", "ttl_s"),
+                                          merged["idempotency"]["ttl_s"])]
+    for name, tool in merged.get("tools", {}).items():
+        if isinstance(tool, dict) and tool.get("idempotency_ttl_s") is not None:
+            ttls.append((("tools", name, "idempotency_ttl_s"), tool["idempotency_ttl_s"]))
+    longest_path, longest = max(ttls, key=lambda item: item[1])
+    if state_ttl >= longest:
+        return []
+    path: KeyPath = ("store", "state_ttl_s")
+    index = applied.get(path, applied.get(longest_path, _BUILT_IN))
+    message = (f"must be ≥ {_display(longest_path)} ({longest:g} s): a task's state must "
+               "outlive its idempotency records")
+    if index == _BUILT_IN:  # pragma: no cover - the built-in defaults are consistent
+        return [PolicyProblem("built-in", _display(path), message)]
+    return [layers[index].problem(path, message)]
+
+
 def override_order_problems(given: Mapping[str, Any], values: Mapping[str, Any], effect: str
                             ) -> Iterator[tuple[str, str]]:
     """A tool's ladder override out of order: ``given`` are the thresholds the tool sets,
@@ -557,10 +616,12 @@ def override_order_problems(given: Mapping[str, Any], values: Mapping[str, Any],
 
 
 def _out_of_order(thresholds: Mapping[str, Any]) -> Iterator[tuple[str, int, str, int]]:
-    """Adjacent thresholds (``warn_at``/``block_at``, ``block_at``/``halt_at``) out of order."""
-    for low, high in itertools.pairwise(_LADDER_KEYS):
-        low_v, high_v = thresholds.get(low), thresholds.get(high)
-        if type(low_v) is int and type(high_v) is int and low_v > high_v:  # not bool
+    """Neighbouring thresholds out of order, among those given as integers: ``warn_at`` and
+    ``halt_at`` are neighbours when ``block_at`` is absent (or not an integer)."""
+    given = [(k, v) for k in _LADDER_KEYS
+             if type(v := thresholds.get(k)) is int]  # not bool
+    for (low, low_v), (high, high_v) in itertools.pairwise(given):
+        if low_v > high_v:
             yield low, low_v, high, high_v
 
 

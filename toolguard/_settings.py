@@ -161,6 +161,7 @@ class EnvironmentOverrides:
     data: dict[str, Any] = field(default_factory=dict)
     variables: dict[tuple[str, ...], str] = field(default_factory=dict)
     problems: tuple[PolicyProblem, ...] = ()
+    selection_problems: tuple[PolicyProblem, ...] = ()  # of TOOLGUARD_ENV: moot given a file
 
 
 def read_environment(env: Mapping[str, str] | None = None) -> EnvironmentOverrides:
@@ -177,6 +178,7 @@ def read_environment(env: Mapping[str, str] | None = None) -> EnvironmentOverrid
     names = _variable_names(environ)
     settings = ToolguardSettings(**_MappingEnvSource(ToolguardSettings, environ)())
     problems: list[PolicyProblem] = []
+    selection: list[PolicyProblem] = []
 
     policy_file: Path | None = None
     selected_by: str | None = None
@@ -189,7 +191,7 @@ def read_environment(env: Mapping[str, str] | None = None) -> EnvironmentOverrid
             policy_file = settings.policy_dir / f"{settings.env}.toml"
             selected_by = f"{var}={settings.env}"
         else:
-            problems.append(
+            selection.append(
                 PolicyProblem(
                     source=f"env {var}",
                     path="",
@@ -224,6 +226,7 @@ def read_environment(env: Mapping[str, str] | None = None) -> EnvironmentOverrid
         data=_parsed(raw),
         variables=variables,
         problems=tuple(problems),
+        selection_problems=tuple(selection),
     )
 
 
