@@ -264,3 +264,54 @@ def test_a_pre_approval_is_spent_by_the_call_it_approves() -> None:
     assert task.call("refund", {"order_id": "o1"}).decision is tg.Decision.ALLOW
     assert task.call("refund", {"order_id": "o1"}).decision is tg.Decision.BLOCK  # deny_all
     assert refunds == ["o1"]
+
+
+async def test_a_plain_approver_under_acall_does_not_block_the_event_loop() -> None:
+    import asyncio
+    import threading
+    import time
+
+    threads: list[str] = []
+
+    def slow_human(request: tg.ApprovalRequest) -> tg.ApprovalDecision:
+        threads.append(threading.current_thread().name)
+        time.sleep(0.3)
+        return tg.approve()
+
+    @tg.requires_approval
+    async def refund(order_id: str) -> str:
+        return "refunded"
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = tg.Guard(tools=[refund], approver=slow_human).task("t")
+    beat = asyncio.create_task(ticker())
+    result = await task.acall("refund", {"order_id": "o1"})
+    beat.cancel()
+    assert result.decision is tg.Decision.ALLOW
+    assert threads and threads[0] != threading.main_thread().name
+    assert ticks >= 10  # the loop kept running while the human was asked
+
+
+async def test_an_approver_that_never_answers_is_a_defer_after_the_approval_timeout() -> None:
+    import asyncio
+
+    async def gone(request: tg.ApprovalRequest) -> tg.ApprovalDecision:
+        await asyncio.Event().wait()  # never answers
+        raise AssertionError
+
+    @tg.requires_approval
+    async def refund(order_id: str) -> str:
+        return "refunded"
+
+    policy = tg.load_policy_dict({"approval": {"timeout_s": 0.2}})
+    task = tg.Guard(policy, [refund], approver=gone).task("t")
+    result = await asyncio.wait_for(task.acall("refund", {"order_id": "o1"}), 5)
+    assert result.decision is tg.Decision.REVIEW
+    assert "did not answer within approval.timeout_s (0.2 s)" in result.reason

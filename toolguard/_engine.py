@@ -1267,13 +1267,7 @@ class Task:
                         except _Outlived as outlived:  # record what happened, then cancel
                             answer, cancelled = outlived.outcome, outlived.cancel
                     elif isinstance(io, _Approve):
-                        answer = _ask(self.guard._approver, io.request)
-                        if inspect.isawaitable(answer):
-                            try:
-                                answer = await answer
-                            except Exception as exc:  # noqa: BLE001 - the approver is user code
-                                answer = _approver_failed(exc)
-                        answer = _answer(answer)
+                        answer = await self._ask_async(io)
                     else:
                         await self._wait_async(io.cfg, io.p)
                         answer = None
@@ -1285,6 +1279,31 @@ class Task:
             if cancelled is not None:
                 raise cancelled from None
             return done.value  # type: ignore[no-any-return]
+
+    async def _ask_async(self, io: _Approve) -> ApprovalDecision:
+        """The approver's answer under ``acall``. A plain approver (``ConsoleApprover``, a
+        blocking HTTP call) runs in a worker thread, as a sync tool does, so the event loop
+        goes on; any approver that has not answered after ``approval.timeout_s`` counts as a
+        ``defer`` (the call waits in review, and halts once that timeout passes)."""
+        approver = self.guard._approver
+        limit = self.guard._config.policy.approval.timeout_s
+        call = getattr(approver, "__call__", approver)  # noqa: B004 - instances too
+        try:
+            if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(call):
+                answer = await asyncio.wait_for(_ask_awaited(approver, io.request), limit)
+            else:
+                loop = asyncio.get_running_loop()
+                context = contextvars.copy_context()
+                answer = await asyncio.wait_for(loop.run_in_executor(
+                    None, context.run, _ask, approver, io.request), limit)
+                if inspect.isawaitable(answer):  # a plain function returning an awaitable
+                    answer = await asyncio.wait_for(answer, limit)
+        except asyncio.TimeoutError:
+            return defer(f"the approver did not answer within approval.timeout_s "
+                         f"({limit:g} s)")
+        except Exception as exc:  # noqa: BLE001 - the approver is user code
+            return _approver_failed(exc)
+        return _answer(answer)
 
     def _plain(self, p: _Prepared, outcome: _Outcome) -> ToolResult:
         result = new_result(p.entry.spec.name, p.call_id, ALLOW, outcome.content,
@@ -1409,6 +1428,11 @@ def _ask(approver: Approver, request: ApprovalRequest) -> Any:
     except Exception as exc:  # the approver is user code: any failure
         log.warning("toolguard: the approver failed for %s", request.tool, exc_info=True)
         return _approver_failed(exc)
+
+
+async def _ask_awaited(approver: Approver, request: ApprovalRequest) -> Any:
+    answer = _ask(approver, request)
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 def _approver_failed(exc: Exception) -> ApprovalDecision:
