@@ -475,3 +475,51 @@ def test_a_typed_direct_call_is_validated_by_its_json_form() -> None:
     task = tg.Guard(tools=[login]).task("u")
     assert task.call("login", '{"creds": {"user": "bob"}, "when": "2026-01-02"}'
                      ).decision is tg.Decision.INVALID  # JSON still judged as it is
+
+
+def test_host_decisions_refusals_in_progress_and_interruptions_are_audited() -> None:
+    import asyncio
+    import time
+
+    events: list[tg.AuditEvent] = []
+
+    @tg.requires_approval
+    def refund(order: str) -> str:
+        return "refunded"
+
+    @tg.mutating
+    def slow(order: str) -> str:
+        time.sleep(0.3)
+        return "done"
+
+    @tg.mutating
+    async def hang(order: str) -> str:
+        await asyncio.sleep(10)
+        return "never"
+
+    policy = tg.load_policy_dict({"idempotency": {"wait_timeout_s": 0.05}})
+    guard = tg.Guard(policy, [refund, slow, hang], audit=[events.append])
+    task = guard.task("t")
+    key = task.call("refund", {"order": "o1"}).idempotency_key
+    task.approve(key)
+    task.reject(key, "changed my mind")
+    assert [(e.transition, e.decision) for e in events[-2:]] == [
+        ("needs_review->executing", "allow"), ("needs_review->failed", "block")]
+    assert "changed my mind" in events[-1].reason and events[-1].tool == "refund"
+
+    import threading
+    runner = threading.Thread(target=task.call, args=("slow", {"order": "o2"}))
+    runner.start()
+    time.sleep(0.05)
+    with pytest.raises(tg.CallInProgress):
+        task.call("slow", {"order": "o2"})
+    runner.join()
+    refused = [e for e in events if e.transition == "validating->failed" and e.tool == "slow"]
+    assert len(refused) == 1 and refused[0].decision == "block"
+
+    async def cancel_one() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(task.acall("hang", {"order": "o3"}), 0.05)
+
+    asyncio.run(cancel_one())
+    assert any(e.transition == "executing->failed" and e.tool == "hang" for e in events)

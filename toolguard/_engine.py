@@ -73,6 +73,7 @@ from ._schema import (
 )
 from ._types import (
     ALLOW,
+    BLOCK,
     CACHED,
     ENFORCE,
     HALT,
@@ -618,10 +619,18 @@ class Task:
         if not isinstance(key, str) or not key.startswith(prefix):
             raise ValueError(f"key {key!r} does not belong to task {self.task_id!r}")
         pending = self.pending_approvals.get(key)
+        tool = pending.tool if pending else key[len(prefix):].rpartition(":")[0]  # task:tool:h
         record = ApprovalRecord(state, pending.requested_at if pending else 0.0, reason,
-                                pending.tool if pending else "", pending.args if pending else {})
+                                tool, pending.args if pending else {})
         self.guard._store.set_approval(self.task_id, key, record,
                                        self.guard._config.policy.idempotency.ttl_s)
+        approved = state == ApprovalState.APPROVED
+        # a human decided (DESIGN.md §2): needs_review -> executing (its next attempt runs)
+        # or -> failed; the key names the call, whose attempts carry the same args_hash
+        self._event("needs_review->executing" if approved else "needs_review->failed",
+                    record.tool, ALLOW if approved else BLOCK,
+                    f"{'approved' if approved else 'rejected'} by the host: {key}"
+                    + (f" ({reason})" if reason else ""))
 
     # -- calls -------------------------------------------------------------------------
     def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None) -> ToolResult:
@@ -857,7 +866,7 @@ class Task:
         return fallback()
 
     def _store_failed(self, cfg: _Config, p: _Prepared, exc: Exception, *,
-                      fallback: bool) -> None:
+                      fallback: bool, transition: str = "validating->executing") -> None:
         """Handle a failed store operation: re-raise a guard error; otherwise raise
         :class:`StoreError` (chained) unless the operation has a ``fallback`` and the policy
         fails open, in which case log, emit a warning audit event and return (the caller
@@ -873,7 +882,7 @@ class Task:
             raise error from exc
         reason = f"state store unavailable, running unguarded (store.on_error = fail_open): {error}"
         log.warning("toolguard: %s", reason)
-        self._event("validating->executing", p.entry.spec.name, ALLOW, reason, p, cfg)
+        self._event(transition, p.entry.spec.name, ALLOW, reason, p, cfg)
 
     def _decide(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Verdict:
         policy = cfg.policy
@@ -1000,7 +1009,8 @@ class Task:
             # The tool already ran: a store failure now must not lose its result. Record
             # what we can, warn, and return the result (the claim expires by its TTL).
             try:
-                self._store_failed(cfg, p, exc, fallback=True)
+                self._store_failed(cfg, p, exc, fallback=True,
+                                   transition="executing->planning")
             except StoreError as error:
                 log.warning("toolguard: %s: the result is returned but not recorded", error)
                 self._event("executing->planning", p.entry.spec.name, ALLOW,
@@ -1039,6 +1049,8 @@ class Task:
         outcome = _Outcome(content="interrupted", success=False, unknown=True)
         self._finish(cfg, p, snap, outcome)
         self._notify(p)
+        self._event("executing->failed", p.entry.spec.name, ALLOW,
+                    "interrupted while running: its outcome is unknown", p, cfg)
 
     def _halt_exc(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
         kind = verdict.halt or halt_kind("Halt")
@@ -1337,9 +1349,10 @@ class Task:
         if _loop_running():
             # Blocking here would block the event loop, which the identical call (an acall
             # on this loop) needs in order to finish: a deadlock until the timeout.
-            raise CallInProgress(p.entry.spec.name, p.key, 0.0,
-                                 "a synchronous call on an event loop's thread cannot wait "
-                                 "for it; await task.acall(...) instead")
+            raise self._in_progress(cfg, p, CallInProgress(
+                p.entry.spec.name, p.key, 0.0,
+                "a synchronous call on an event loop's thread cannot wait for it; await "
+                "task.acall(...) instead"))
         limit = cfg.policy.idempotency.wait_timeout_s
         start = time.monotonic()
         pause = _WAIT_POLL_S[0]
@@ -1347,9 +1360,16 @@ class Task:
         while not self._settled(cfg, p):
             waited = time.monotonic() - start
             if waited >= limit:
-                raise CallInProgress(p.entry.spec.name, p.key, waited)
+                raise self._in_progress(cfg, p, CallInProgress(p.entry.spec.name, p.key,
+                                                               waited))
             event.wait(min(pause, limit - waited))
             pause = min(pause * 2, _WAIT_POLL_S[1])
+
+    def _in_progress(self, cfg: _Config, p: _Prepared, exc: CallInProgress) -> CallInProgress:
+        """Audit a call refused because its identical twin is still running (it was counted
+        by begin, so its refusal is on record too)."""
+        self._event("validating->failed", p.entry.spec.name, BLOCK, str(exc), p, cfg)
+        return exc
 
     async def _wait_async(self, cfg: _Config, p: _Prepared) -> None:
         limit = cfg.policy.idempotency.wait_timeout_s
@@ -1358,7 +1378,8 @@ class Task:
         while not self._settled(cfg, p):
             waited = time.monotonic() - start
             if waited >= limit:
-                raise CallInProgress(p.entry.spec.name, p.key, waited)
+                raise self._in_progress(cfg, p, CallInProgress(p.entry.spec.name, p.key,
+                                                               waited))
             await asyncio.sleep(min(pause, limit - waited))
             pause = min(pause * 2, _WAIT_POLL_S[1])
 
