@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -346,3 +347,36 @@ def test_reload_cannot_change_the_store_a_guard_built() -> None:
     assert guard.policy.budget.max_tool_calls == 5
     injected = tg.Guard(tg.load_policy_dict({}), store=tg.stores.MemoryStore())
     injected.reload_policy(tg.load_policy_dict({"idempotency": {"max_entries": 10}}))
+
+
+def test_argument_options_must_name_an_argument_and_env_spelling_ignores_case() -> None:
+    @tg.readonly
+    def searchDocs(query: str, requestId: str = "") -> str:  # noqa: N802, N803 - camelCase tool
+        return "ok"
+
+    var = "TOOLGUARD_TOOLS__SEARCHDOCS__ARGS__REQUESTID__IGNORE"
+    guard = tg.Guard.from_env([searchDocs], env={var: "true"})
+    task = guard.task("t")
+    first = task.call("searchDocs", {"query": "q", "requestId": "1"})
+    second = task.call("searchDocs", {"query": "q", "requestId": "2"})
+    assert first.args_hash == second.args_hash  # requestId is ignored: one signature
+
+    typo = tg.load_policy_dict({"tools": {"searchDocs": {"args": {"requestid": {
+        "ignore": True}}}}})
+    with pytest.raises(PolicyError) as info:
+        tg.Guard(typo, [searchDocs])
+    [problem] = info.value.problems
+    assert problem.path == "tools.searchDocs.args.requestid"
+    assert "no argument 'requestid'" in problem.message and "'requestId'" in problem.message
+
+    rule = tg.load_policy_dict({"tools": {"searchDocs": {"rules": [
+        {"match": {"qurey": "x"}, "effect": "mutating"}]}}})
+    with pytest.raises(PolicyError, match=r"rules\[0\].match.qurey"):
+        tg.Guard(rule, [searchDocs])
+
+    @tg.readonly
+    def anything(**kwargs: Any) -> str:
+        return "ok"
+
+    tg.Guard(tg.load_policy_dict({"tools": {"anything": {"args": {"x": {"ignore": True}}}}}),
+             [anything])

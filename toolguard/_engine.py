@@ -416,6 +416,7 @@ class Guard:
         schema = dict(spec.args_schema) if spec.args_schema is not None else (
             schema_from_signature(spec.func)
         )
+        settings = _check_argument_names(settings, schema)
         maybe_async = spec.is_async or not inspect.isfunction(spec.func)
         call = coercing_call(spec.func)
         ints = int_parameters(spec.func) if call is spec.func else ()  # else pydantic does it
@@ -1382,6 +1383,52 @@ class Task:
                                                                waited))
             await asyncio.sleep(min(pause, limit - waited))
             pause = min(pause * 2, _WAIT_POLL_S[1])
+
+
+def _check_argument_names(settings: ToolSettings, schema: Mapping[str, Any]) -> ToolSettings:
+    """The policy's per-argument options and rules must name arguments the tool has: one
+    that names none would silently do nothing (an ``ignore`` that ignores nothing splits one
+    call into many signatures). An environment variable spells names in any case
+    (``..._ARGS__REQUESTID__IGNORE``): it is matched to the argument without regard to case.
+
+    Raises:
+        PolicyError: a name the tool's arguments do not have (unless it takes ``**kwargs``).
+    """
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or schema.get("additionalProperties", True) is not False:
+        return settings  # **kwargs (or a schema that allows more): any name may come
+    known = list(properties)
+    by_case: dict[str, list[str]] = {}
+    for name in known:
+        by_case.setdefault(name.casefold(), []).append(name)
+    problems: list[PolicyProblem] = []
+    options = dict(settings.args)
+    for name in list(options):
+        if name in properties:
+            continue
+        source = settings.sources.get("args", "")
+        spelled = by_case.get(name.casefold(), [])
+        if source.startswith("env ") and len(spelled) == 1:
+            options[spelled[0]] = options.pop(name)
+            continue
+        problems.append(PolicyProblem(source or "<policy>", f"tools.{settings.name}.args.{name}",
+                                      _no_such_argument(name, known)))
+    for i, rule in enumerate(settings.rules):
+        for name, _ in rule.compiled:
+            if name not in properties:
+                problems.append(PolicyProblem(
+                    settings.sources.get("rules", "<policy>"),
+                    f"tools.{settings.name}.rules[{i}].match.{name}",
+                    _no_such_argument(name, known)))
+    if problems:
+        raise PolicyError(problems)
+    return settings if options == settings.args else replace(settings, args=options)
+
+
+def _no_such_argument(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"the tool has no argument {name!r} (its arguments: {', '.join(known)}){hint}"
 
 
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
