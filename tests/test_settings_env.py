@@ -380,3 +380,13 @@ def test_argument_options_must_name_an_argument_and_env_spelling_ignores_case() 
 
     tg.Guard(tg.load_policy_dict({"tools": {"anything": {"args": {"x": {"ignore": True}}}}}),
              [anything])
+
+
+def test_environment_problems_name_the_variables_that_caused_them() -> None:
+    with pytest.raises(PolicyError) as deeper:
+        load_policy(None, env={"TOOLGUARD_TOOLS__BASH__RULES__0__EFFECT": "readonly"})
+    assert deeper.value.problems[0].source == "env TOOLGUARD_TOOLS__BASH__RULES__0__EFFECT"
+    with pytest.raises(PolicyError) as cased:
+        load_policy(None, env={"TOOLGUARD_MODE": "observe", "toolguard_mode": "off"})
+    [problem] = cased.value.problems
+    assert (problem.source, problem.path) == ("env TOOLGUARD_MODE, toolguard_mode", "mode")

@@ -186,7 +186,11 @@ class _Layer:
             var = self.variables.get(lowered[:n])
             if var is not None:
                 return f"env {var}"
-        return self.source
+        # set by variables deeper than the problem (TOOLGUARD_TOOLS__BASH__RULES__0__EFFECT
+        # when tools.bash.rules must be an array): name them
+        deeper = sorted(var for key, var in self.variables.items()
+                        if key[:len(lowered)] == lowered)
+        return f"env {', '.join(deeper)}" if deeper else self.source
 
     def position(self, path: KeyPath) -> tuple[int, int] | tuple[None, None]:
         """Line and column where ``path`` (or its nearest written parent) is set, if known."""

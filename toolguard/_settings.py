@@ -177,7 +177,10 @@ def read_environment(env: Mapping[str, str] | None = None) -> EnvironmentOverrid
     environ: Mapping[str, str] = os.environ if env is None else env
     names = _variable_names(environ)
     settings = ToolguardSettings(**_MappingEnvSource(ToolguardSettings, environ)())
-    problems: list[PolicyProblem] = []
+    problems: list[PolicyProblem] = [
+        PolicyProblem(source=f"env {', '.join(spellings)}", path=".".join(parts),
+                      message="set by several variables that differ only in case; keep one")
+        for parts, spellings in _case_conflicts(environ).items()]
     selection: list[PolicyProblem] = []
 
     policy_file: Path | None = None
@@ -273,11 +276,24 @@ def _parsed(value: Any) -> Any:
 
 def _variable_names(environ: Mapping[str, str]) -> dict[tuple[str, ...], str]:
     """Lower-case key path → the variable's name as spelled, for every ``TOOLGUARD_*``."""
-    names: dict[tuple[str, ...], str] = {}
+    return {parts: spelled[-1] for parts, spelled in _spellings(environ).items()}
+
+
+def _spellings(environ: Mapping[str, str]) -> dict[tuple[str, ...], list[str]]:
+    """Lower-case key path → every ``TOOLGUARD_*`` variable naming it, in environment order."""
+    spellings: dict[tuple[str, ...], list[str]] = {}
     for name in environ:
         if name.upper().startswith(PREFIX) and len(name) > len(PREFIX):
-            names[tuple(name[len(PREFIX) :].lower().split(NESTED_DELIMITER))] = name
-    return names
+            parts = tuple(name[len(PREFIX):].lower().split(NESTED_DELIMITER))
+            spellings.setdefault(parts, []).append(name)
+    return spellings
+
+
+def _case_conflicts(environ: Mapping[str, str]) -> dict[tuple[str, ...], list[str]]:
+    """Key paths set by two or more ``TOOLGUARD_*`` variables spelled in different cases
+    (``TOOLGUARD_MODE`` and ``toolguard_mode``): which one wins would depend on their order."""
+    return {parts: sorted(names) for parts, names in _spellings(environ).items()
+            if len(names) > 1}
 
 
 def _shadowing_prefix(raw: Mapping[str, Any], parts: tuple[str, ...]) -> tuple[str, ...] | None:
