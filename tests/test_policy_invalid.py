@@ -410,3 +410,26 @@ def test_extends_through_a_symlink_reads_the_file_the_system_reads(tmp_path: Pat
     child.write_text('extends = "../base.toml"\n')
     # the system reads link/../base.toml as real/base.toml (".." of the link's target)
     assert load_policy(child, env={}).mode is tg.Mode.OBSERVE
+
+
+def test_numbers_out_of_range_say_what_was_expected(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("[budget]\nmax_tool_calls = 1e300\ntimeout_s = 1" + "0" * 400 + "\n")
+    problems = _messages(path)
+    assert problems[0] == f"{path}:2:1: budget.max_tool_calls: must be an integer below 2**63, " \
+                          "got 1e+300"
+    assert problems[1].startswith(f"{path}:3:1: budget.timeout_s: must be a finite number "
+                                  "below 1.8e308")
+
+
+def test_a_policy_dict_may_hold_tuples_and_its_own_dump_loads_back() -> None:
+    policy = load_policy_dict({"idempotency": {"timeout_exceptions": ("TimeoutError",)}})
+    assert list(policy.idempotency.timeout_exceptions) == ["TimeoutError"]
+    dumped = policy.model_dump(exclude={"sources"})
+    assert load_policy_dict(dumped).model_dump(exclude={"sources"}) == dumped
+
+
+def test_reload_policy_without_a_policy_is_a_type_error() -> None:
+    guard = tg.Guard()
+    with pytest.raises(TypeError, match="policy_from_env"):
+        guard.reload_policy(None)  # type: ignore[arg-type]

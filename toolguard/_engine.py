@@ -452,6 +452,9 @@ class Guard:
             PolicyError: the new policy is invalid, names unregistered tools, or changes the
                 store settings of a guard whose store it built (nothing is swapped).
         """
+        if policy is None:  # load_policy(None) would read the environment: say so instead
+            raise TypeError("reload_policy takes a Policy or a policy file's path; to reload "
+                            "from the environment, pass toolguard.policy_from_env()")
         if not isinstance(policy, Policy):
             from ._policy_loader import load_policy
 

@@ -133,7 +133,7 @@ def load_policy_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Poli
     Raises:
         PolicyError: listing every problem.
     """
-    layer = _Layer(dict(data), source)
+    layer = _Layer(_as_document(data), source)
     problems: list[PolicyProblem] = []
     layers, complete = [layer], True
     extends = data.get("extends")
@@ -141,6 +141,16 @@ def load_policy_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Poli
         parents, complete = _read_chain(Path(extends), problems, extending=layer)
         layers = [*parents, layer]
     return _build(layers, complete, problems, None)
+
+
+def _as_document(value: Any) -> Any:
+    """Python values as a TOML document holds them: tuples as arrays, mappings as tables
+    (``Policy.model_dump()`` and hand-written dicts use both)."""
+    if isinstance(value, Mapping):
+        return {k: _as_document(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_document(v) for v in value]
+    return value
 
 
 def check_policy_files(paths: Iterable[str | os.PathLike[str]]) -> list[PolicyProblem]:
@@ -342,7 +352,8 @@ def _build(
         policy = Policy.model_validate({**merged, "sources": sources})
     except ModelValidationError as error:  # the schema let through what the models refuse
         raise PolicyError(
-            [_model_problem(err["loc"], err["msg"], applied, layers) for err in error.errors()]
+            [_model_problem(err["loc"], _model_message(err), applied, layers)
+             for err in error.errors()]
         ) from error
     return policy.with_provenance(provenance)
 
@@ -640,6 +651,18 @@ def _tool_effects(tool: Mapping[str, Any]) -> list[str]:
         if isinstance(rule, dict):
             effects.append(rule.get("effect"))
     return [e for e in dict.fromkeys(effects) if e in _LADDER_EFFECTS]
+
+
+def _model_message(err: Mapping[str, Any]) -> str:
+    """What was expected, for the few values the schema admits and the models refuse: a
+    number out of the range of the type that holds it (``max_tool_calls = 1e300``)."""
+    kind = str(err.get("type", ""))
+    shown = _show(err.get("input"))
+    if kind.startswith("int"):
+        return f"must be an integer below 2**63, got {shown}"
+    if kind.startswith("float"):
+        return f"must be a finite number below 1.8e308, got {shown}"
+    return str(err.get("msg", "invalid value"))
 
 
 def _model_problem(
