@@ -156,3 +156,17 @@ def test_explain_prints_rule_patterns_as_written(runner: CliRunner, tmp_path: Pa
     result = runner.invoke(app, ["explain", str(path), "--tool", "bash"], env=WIDE)
     assert result.exit_code == 0, result.output
     assert "^ls [/]tmp [a-z]+" in result.output
+
+
+def test_check_prints_a_parents_problem_once_and_marks_each_child(runner: CliRunner,
+                                                                  tmp_path: Path) -> None:
+    (tmp_path / "base.toml").write_text('mode = "bogus"\n')
+    (tmp_path / "a.toml").write_text('extends = "base.toml"\n')
+    (tmp_path / "b.toml").write_text('extends = "base.toml"\n')
+    files = [str(tmp_path / n) for n in ("base.toml", "a.toml", "b.toml")]
+    result = runner.invoke(app, ["check", *files])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert sum("must be one of" in line for line in lines) == 1
+    assert f"{files[1]}: invalid (a file it extends has problems)" in lines
+    assert f"{files[2]}: invalid (a file it extends has problems)" in lines

@@ -76,6 +76,7 @@ def check(
     """Validate policy files; exit 1 listing every problem if any is invalid."""
     out = _stdout()
     failed = False
+    shown: set[str] = set()  # a parent's problem is printed once, however many extend it
     for file in files:
         problems = check_policy_files([file])
         if not problems:
@@ -83,7 +84,12 @@ def check(
             continue
         failed = True
         for problem in problems:
-            out.print(Text(str(problem), style="red"))
+            if str(problem) not in shown:
+                shown.add(str(problem))
+                out.print(Text(str(problem), style="red"))
+        if all(Path(p.source) != file for p in problems):  # only its extends chain failed
+            out.print(Text.assemble((str(file), "bold"), ": ",
+                                    ("invalid (a file it extends has problems)", "red")))
     if failed:
         raise typer.Exit(INVALID)
 
