@@ -173,3 +173,20 @@ def test_resume_restarts_a_failure_streak_but_not_a_spent_budget(
     with pytest.raises(tg.BudgetExceeded) as halted:
         task.call("deploy", {"version": "x"})
     assert "raise max_tool_calls (guard.reload_policy)" in str(halted.value)
+
+
+def test_a_halted_task_raises_the_first_halts_numbers_unchanged() -> None:
+    @tg.readonly
+    def look(i: int) -> str:
+        return "ok"
+
+    task = tg.Guard(tg.Policy(budget=BudgetPolicy(max_tool_calls=2)), [look]).task("t")
+    task.call("look", {"i": 1})
+    task.call("look", {"i": 2})
+    with pytest.raises(tg.BudgetExceeded) as first:
+        task.call("look", {"i": 3})
+    with pytest.raises(tg.BudgetExceeded) as later:
+        task.call("look", {"i": 4})
+    assert (first.value.limit, first.value.usage) == (later.value.limit, later.value.usage)
+    assert type(later.value.limit) is type(first.value.limit)
+    assert type(later.value.usage) is type(first.value.usage)

@@ -124,7 +124,10 @@ def _budget(name: str, limit: float, usage: float, what: str, verb: str = "excee
 
 
 def _number(value: object) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+    """A persisted halt's limit or usage, as the first raise gave it (an int stays an int)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return value
 
 
 _USAGE_BUDGETS: Final = frozenset({"max_tool_calls", "max_calls", "max_tokens", "timeout_s"})

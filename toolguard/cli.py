@@ -10,8 +10,8 @@
     ``decorator``, a file, or ``env TOOLGUARD_...``. Without FILE or ``--env`` the policy is the
     one the environment selects (``TOOLGUARD_POLICY`` / ``TOOLGUARD_ENV``).
 
-Exit codes: 0 success, 1 invalid policy (``check``), 2 bad input (a missing file, an invalid
-policy given to ``explain``, bad options), never a traceback.
+Exit codes: 0 success, 1 invalid policy (``check``, where a missing file is one more problem),
+2 bad input (an invalid policy given to ``explain``, bad options), never a traceback.
 
 Every command is a small function on the module-level :data:`app`. A command written in
 another module adds itself to the same app (``@app.command()`` on import, or a
