@@ -373,9 +373,11 @@ def test_a_byte_order_mark_is_read_and_bad_bytes_are_located(tmp_path: Path) -> 
 
 
 def test_a_deeply_nested_environment_value_is_a_policy_error() -> None:
+    # "nested too deeply" where the parser recurses (Python < 3.13); on 3.13 it parses, and
+    # the value is refused for what it is: either way a PolicyError naming the variable
     with pytest.raises(PolicyError) as info:
         load_policy(None, env={"TOOLGUARD_AUDIT__REDACT": "[" * 1000 + "]" * 1000})
-    assert "nested too deeply" in str(info.value)
+    assert "nested too deeply" in str(info.value) or "TOOLGUARD_AUDIT__REDACT" in str(info.value)
 
 
 def test_a_tool_ladder_without_block_at_is_still_ordered(tmp_path: Path) -> None:
