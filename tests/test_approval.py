@@ -11,6 +11,8 @@ import pytest
 import toolguard as tg
 from toolguard.testing import FakeClock, auto_approve, auto_defer, auto_reject
 
+from .loop_support import heartbeat
+
 D = tg.Decision
 
 
@@ -267,7 +269,6 @@ def test_a_pre_approval_is_spent_by_the_call_it_approves() -> None:
 
 
 async def test_a_plain_approver_under_acall_does_not_block_the_event_loop() -> None:
-    import asyncio
     import threading
     import time
 
@@ -282,21 +283,12 @@ async def test_a_plain_approver_under_acall_does_not_block_the_event_loop() -> N
     async def refund(order_id: str) -> str:
         return "refunded"
 
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
     task = tg.Guard(tools=[refund], approver=slow_human).task("t")
-    beat = asyncio.create_task(ticker())
-    result = await task.acall("refund", {"order_id": "o1"})
-    beat.cancel()
+    async with heartbeat() as beats:
+        result = await task.acall("refund", {"order_id": "o1"})
     assert result.decision is tg.Decision.ALLOW
     assert threads and threads[0] != threading.main_thread().name
-    assert ticks >= 10  # the loop kept running while the human was asked
+    assert beats.count >= 10  # the loop kept running while the human was asked
 
 
 async def test_an_approver_that_never_answers_is_a_defer_after_the_approval_timeout() -> None:

@@ -14,6 +14,8 @@ import toolguard as tg
 from toolguard._policy import BudgetPolicy, IdempotencyPolicy, LadderPolicy, LadderThresholds
 from toolguard.testing import auto_defer
 
+from .loop_support import heartbeat
+
 D = tg.Decision
 N = 16
 
@@ -111,24 +113,13 @@ async def test_acall_runs_a_sync_tool_off_the_event_loop() -> None:
         time.sleep(0.2)
         return "written"
 
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
     task = tg.Guard(tools=[write]).task("t")
-    ticking = asyncio.create_task(ticker())
-    try:
+    async with heartbeat() as beats:
         results = await asyncio.gather(*(task.acall("write", {"path": "a"}) for _ in range(6)))
-    finally:
-        ticking.cancel()
     assert started.is_set() and len(runs) == 1
     assert runs[0] is not None and runs[0].startswith("t:write:")  # the context came along
     assert sorted(r.decision for r in results) == sorted([D.ALLOW] + [D.CACHED] * 5)
-    assert ticks >= 5  # the loop ran while the tool slept
+    assert beats.count >= 5  # the loop ran while the tool slept
 
 
 def test_waiting_call_times_out_with_call_in_progress() -> None:
