@@ -429,30 +429,30 @@ class _Big:
     n: int
 
 
-def test_non_json_results_are_stored_as_repr(redis_prefix: str) -> None:
-    store = _store(redis_prefix)
-    content = {"when": (1, 2), 3: b"raw", "big": 2**70}
+def _round_trip(store: RedisStore, content: Any) -> Any:
+    """Store ``content`` as a completed record's result and read it back."""
     store.finish("t", FinishRequest(
         tool="w", signature="s", idempotency_key="k", executed=False, success=False,
         unknown=False, mutating=True, result_digest="", store_result=True, content=content,
         release=False, ttl_s=60.0, now=0.0))
     record = store.get_record("t", "k", 0.0)
     assert record is not None
+    return record.content
+
+
+def test_non_json_results_are_stored_as_repr(redis_prefix: str) -> None:
+    store = _store(redis_prefix)
+    content = {"when": (1, 2), 3: b"raw", "big": 2**70}
+    stored = _round_trip(store, content)
     # value by value: the int beyond 64 bits and the bytes as their repr, the rest as JSON
-    assert record.content == {"when": [1, 2], "3": "b'raw'", "big": repr(2**70)}
+    assert stored == {"when": [1, 2], "3": "b'raw'", "big": repr(2**70)}
     branching: list[Any] = ["x"]
     branching += [branching, branching]  # cycles: each cut at its first repeat, in linear time
     deep: list[Any] = []
     for _ in range(300):  # deeper than orjson's limit: cut at depth 200
         deep = [deep]
     content = {"graph": branching, "obj": _Big(n=2**70), (1, 2): "tuple key", "deep": deep}
-    store.finish("t", FinishRequest(
-        tool="w", signature="s", idempotency_key="k", executed=False, success=False,
-        unknown=False, mutating=True, result_digest="", store_result=True, content=content,
-        release=False, ttl_s=60.0, now=0.0))
-    record = store.get_record("t", "k", 0.0)
-    assert record is not None
-    stored = record.content
+    stored = _round_trip(store, content)
     cut = "['x', [...], [...]]"
     assert (stored["graph"], stored["obj"], stored["(1, 2)"]) == (
         ["x", cut, cut], {"n": repr(2**70)}, "tuple key")
