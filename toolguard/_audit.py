@@ -13,7 +13,6 @@ Sinks are callables taking one event. Built in: :class:`LoggingSink` (stdlib ``l
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import threading
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from ._canonical import fields_of
 
 __all__ = [
     "AuditEvent",
@@ -107,12 +108,8 @@ def _redact_value(key: str, value: Any, pattern: re.Pattern[str] | None, max_cha
 
 def _fields_of(value: Any) -> dict[str, Any] | None:
     """The fields of a dataclass instance or a pydantic model, by name; else None."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    model_fields = getattr(type(value), "model_fields", None)
-    if isinstance(model_fields, dict) and hasattr(value, "model_dump"):
-        return {name: getattr(value, name, None) for name in model_fields}
-    return None
+    structured = fields_of(value)
+    return None if structured is None else structured[1]
 
 
 def scrub(message: str, args: Mapping[str, Any], pattern: re.Pattern[str] | None) -> str:

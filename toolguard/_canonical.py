@@ -337,18 +337,27 @@ def _walk(value: Any, path: str | None) -> Any:
         return str(value)
     if isinstance(value, PurePath):
         return {"$path": value.as_posix()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        return {"$dataclass": _qualname(value), "fields": _walk(fields, path)}
-    model_fields = getattr(type(value), "model_fields", None)
-    if isinstance(model_fields, dict) and hasattr(value, "model_dump"):
-        fields = {name: getattr(value, name) for name in model_fields}
-        return {"$model": _qualname(value), "fields": _walk(fields, path)}
+    structured = fields_of(value)
+    if structured is not None:
+        tag, fields = structured
+        return {tag: _qualname(value), "fields": _walk(fields, path)}
     raise CanonicalizationError(
         path or "args",
         f"no canonical form for {type(value).__module__}.{type(value).__qualname__} "
         "(pass JSON-like values, or a dataclass / pydantic model)",
     )
+
+
+def fields_of(value: Any) -> tuple[str, dict[str, Any]] | None:
+    """A dataclass instance's or a pydantic model's fields by name, with the tag of its
+    canonical form (``"$dataclass"`` / ``"$model"``); ``None`` for anything else. Also what
+    the audit redacts field by field."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return "$dataclass", {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    model_fields = getattr(type(value), "model_fields", None)
+    if isinstance(model_fields, dict) and hasattr(value, "model_dump"):
+        return "$model", {name: getattr(value, name, None) for name in model_fields}
+    return None
 
 
 def _walk_str(value: str, path: str | None) -> str:

@@ -759,7 +759,6 @@ class Task:
             if entry is None:
                 entry = cfg.virtual[tool] = self.guard._entry(cfg.policy, recorded_tool(tool))
         invalid: str | None = None
-        raw_json = isinstance(raw, (str, bytes))  # parsed from JSON text: JSON values only
         args: dict[str, Any]
         if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
             args = raw.copy()
@@ -794,7 +793,8 @@ class Task:
         else:
             if entry.validator is not None:
                 invalid = entry.validator.validate(args)
-                if invalid is not None and not raw_json:
+                # a direct call's typed values (not parsed JSON text): judge their JSON form
+                if invalid is not None and not isinstance(raw, (str, bytes)):
                     invalid = _validate_typed(entry.validator, args, invalid)
                 if invalid is not None:
                     audit = cfg.policy.audit
@@ -1429,9 +1429,9 @@ def _check_argument_names(settings: ToolSettings, schema: Mapping[str, Any]) -> 
 
 
 def _no_such_argument(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"the tool has no argument {name!r} (its arguments: {', '.join(known)}){hint}"
+    hint = _close_names(name, dict.fromkeys(known)).rstrip()
+    return (f"the tool has no argument {name!r} (its arguments: {', '.join(known)})"
+            + (f"; {hint}" if hint else ""))
 
 
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
@@ -1455,7 +1455,8 @@ def _source(policy: Policy, path: str) -> str:
 
 
 def _close_names(name: str, entries: Mapping[str, Any]) -> str:
-    """``"did you mean 'x'? "`` when a registered tool name is close to ``name``, else ``""``."""
+    """``"did you mean 'x'? "`` when one of ``entries`` (tool or argument names) is close to
+    ``name``, else ``""``."""
     close = difflib.get_close_matches(name, list(entries), n=1)
     return f"did you mean {close[0]!r}? " if close else ""
 
