@@ -211,6 +211,7 @@ def test_a_signature_validated_once_is_not_validated_again(
     # the memo serves the jsonschema path (with jsonschema-rs, validity is decided faster
     # than a memo key is computed, so there is no memo)
     monkeypatch.setattr(validator, "_fast", None)
+    validator._py()  # jsonschema's validator, built on first use
     counters = []
     for attr in ("_fast", "_validator"):
         if getattr(validator, attr) is not None:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
 
+from ._direct import direct_call, direct_call_async
 from ._types import Effect, IdempotencyScope
 
 __all__ = [
@@ -144,9 +145,6 @@ def _describe(func: Callable[..., Any]) -> str:
 
 
 def _mark(func: Callable[P, R], spec: ToolSpec) -> Callable[P, R]:
-    # Deferred import: the engine imports this module.
-    from ._engine import direct_call, direct_call_async
-
     if inspect.iscoroutinefunction(func):
         afunc = cast(Callable[..., Awaitable[Any]], func)
 

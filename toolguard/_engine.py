@@ -10,22 +10,20 @@ helpers; only tool execution, the approver and waiting differ between them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
-import difflib
 import functools
 import inspect
 import itertools
 import logging
 import os
-import secrets
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 
 import orjson
 from pydantic_core import to_jsonable_python
@@ -49,6 +47,7 @@ from ._canonical import (
 )
 from ._core import CallContext, Verdict, decide, halt_kind
 from ._decorators import ToolSpec, is_recorded, recorded_tool, spec_of
+from ._direct import CURRENT_TASK as _CURRENT_TASK
 from ._errors import (
     BudgetExceeded,
     CallInProgress,
@@ -57,7 +56,6 @@ from ._errors import (
     PolicyError,
     PolicyProblem,
     StoreError,
-    ToolBlocked,
     ToolGuardError,
 )
 from ._lock import YieldingLock
@@ -100,14 +98,14 @@ from .stores._base import (
 )
 from .stores.memory import MemoryStore
 
+if TYPE_CHECKING:
+    import asyncio
+
 __all__ = ["CallRecord", "Guard", "Task", "current_idempotency_key"]
 
 log = logging.getLogger("toolguard")
 T = TypeVar("T")
 
-_CURRENT_TASK: contextvars.ContextVar[Task | None] = contextvars.ContextVar(
-    "toolguard_task", default=None
-)
 _CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "toolguard_idempotency_key", default=None
 )
@@ -133,6 +131,8 @@ class _Outlived(BaseException):  # a control-flow signal, not an error
 
 async def _until_done(future: asyncio.Future[Any]) -> None:
     """Wait for ``future`` whatever cancellations arrive meanwhile."""
+    import asyncio
+
     while not future.done():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait([future])
@@ -521,7 +521,7 @@ class Task:
         # Call ids are unique across Task handles, processes and hosts, not only within this
         # handle: a claim (Redis) is released only by the call that made it, and a web worker
         # that opens a handle per request would otherwise reuse "task#1" for every call.
-        self._id_suffix = f"@{secrets.token_hex(4)}"
+        self._id_suffix = f"@{os.urandom(4).hex()}"  # what secrets.token_hex(4) does
         # signature -> last result, for read-only blocks; oldest first, bounded
         self._last_content: OrderedDict[str, Any] = OrderedDict()
         self._tokens: list[contextvars.Token[Task | None]] = []
@@ -701,6 +701,8 @@ class Task:
         """:meth:`call_batch` for asyncio: distinct calls run concurrently. A halt (or any
         other error) raises once every call of the batch has finished, the first in call
         order, so no call is left running, unrecorded, behind it."""
+        import asyncio
+
         order, unique = self._dedupe(calls)
         outcomes = await asyncio.gather(*(self.acall(t, a) for t, a in unique),
                                         return_exceptions=True)
@@ -936,6 +938,8 @@ class Task:
             if executor is not None:
                 value = executor()
             elif p.entry.in_thread:
+                import asyncio
+
                 # A plain function would block the event loop, and concurrent identical
                 # acalls would then run one after another and count as repeats instead of
                 # sharing one execution. As LangChain and pydantic-ai do for sync tools, run
@@ -1301,6 +1305,8 @@ class Task:
         blocking HTTP call) runs in a worker thread, as a sync tool does, so the event loop
         goes on; any approver that has not answered after ``approval.timeout_s`` counts as a
         ``defer`` (the call waits in review, and halts once that timeout passes)."""
+        import asyncio
+
         approver = self.guard._approver
         limit = self.guard._config.policy.approval.timeout_s
         call = getattr(approver, "__call__", approver)  # noqa: B004 - instances too
@@ -1376,6 +1382,8 @@ class Task:
         return exc
 
     async def _wait_async(self, cfg: _Config, p: _Prepared) -> None:
+        import asyncio
+
         limit = cfg.policy.idempotency.wait_timeout_s
         start = time.monotonic()
         pause = _WAIT_POLL_S[0]
@@ -1439,6 +1447,9 @@ def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is ne
 
 
 def _loop_running() -> bool:
+    asyncio = sys.modules.get("asyncio")  # not imported: no event loop can be running
+    if asyncio is None:
+        return False
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -1457,6 +1468,8 @@ def _source(policy: Policy, path: str) -> str:
 def _close_names(name: str, entries: Mapping[str, Any]) -> str:
     """``"did you mean 'x'? "`` when one of ``entries`` (tool or argument names) is close to
     ``name``, else ``""``."""
+    import difflib
+
     close = difflib.get_close_matches(name, list(entries), n=1)
     return f"did you mean {close[0]!r}? " if close else ""
 
@@ -1538,59 +1551,3 @@ def _discard(awaitable: Awaitable[Any]) -> None:
 def _close_awaitable(value: Awaitable[Any], p: _Prepared) -> Any:
     _discard(value)
     raise TypeError(f"{p.entry.spec.name} is async: call it with task.acall()")
-
-
-# -- direct calls of decorated tools ------------------------------------------------------
-def _bind(task: Task, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
-          ) -> tuple[_Entry | None, dict[str, Any]]:
-    entry = task.guard._config.entries.get(spec.name)
-    if entry is None or entry.signature is None:
-        return None, {}
-    if entry.spec is not spec:
-        # a method registered bound (tools=[obj.method]): guarded only for that object
-        func = entry.spec.func
-        if getattr(func, "__func__", None) is not spec.func or not args \
-                or args[0] is not getattr(func, "__self__", None):
-            return None, {}
-        args = args[1:]
-    bound = entry.signature.bind(*args, **kwargs)
-    return entry, dict(bound.arguments)
-
-
-def _direct_result(result: ToolResult, exc: BaseException | None) -> Any:
-    if exc is not None:
-        raise exc
-    if result.decision in (ALLOW, WARN, CACHED):
-        return result.value
-    raise ToolBlocked(result)
-
-
-def direct_call(spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> Any:
-    """Run a decorated sync tool called directly: guarded inside an active task that has it
-    registered, plain otherwise. Returns the tool's value (also for ``cached``).
-
-    Raises:
-        ToolBlocked: block / review / invalid. Halt: the task halts. Whatever the tool raised.
-    """
-    task = _CURRENT_TASK.get()
-    if task is None:
-        return func(*args, **kwargs)
-    entry, bound = _bind(task, spec, args, kwargs)
-    if entry is None:
-        return func(*args, **kwargs)
-    result, exc = task._run_sync(spec.name, bound, lambda: func(*args, **kwargs))
-    return _direct_result(result, exc)
-
-
-async def direct_call_async(spec: ToolSpec, func: Callable[..., Awaitable[Any]],
-                            args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """:func:`direct_call` for ``async def`` tools."""
-    task = _CURRENT_TASK.get()
-    if task is None:
-        return await func(*args, **kwargs)
-    entry, bound = _bind(task, spec, args, kwargs)
-    if entry is None:
-        return await func(*args, **kwargs)
-    result, exc = await task._run_async(spec.name, bound, lambda: func(*args, **kwargs))
-    return _direct_result(result, exc)

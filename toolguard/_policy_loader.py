@@ -25,7 +25,6 @@ All problems are collected and raised as one :class:`~toolguard.PolicyError`.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import math
 import os
@@ -42,7 +41,9 @@ from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as ModelValidationError
 
 from ._errors import PolicyError, PolicyProblem
-from ._policy import Policy
+from ._policy import LADDER_KEYS as _LADDER_KEYS
+from ._policy import Policy, override_order_problems
+from ._policy import out_of_order as _out_of_order
 from ._settings import EnvironmentOverrides, read_environment
 
 if sys.version_info >= (3, 11):
@@ -55,7 +56,6 @@ __all__ = ["check_policy_files", "load_policy", "load_policy_dict", "policy_sche
 KeyPath = tuple[str | int, ...]
 
 _BUILT_IN = -1  # layer index of a built-in default
-_LADDER_KEYS = ("warn_at", "block_at", "halt_at")
 _LADDER_EFFECTS = ("readonly", "mutating")
 
 
@@ -615,29 +615,6 @@ def _lifetime_problems(merged: Mapping[str, Any], applied: Mapping[KeyPath, int]
     if index == _BUILT_IN:  # pragma: no cover - the built-in defaults are consistent
         return [PolicyProblem("built-in", _display(path), message)]
     return [layers[index].problem(path, message)]
-
-
-def override_order_problems(given: Mapping[str, Any], values: Mapping[str, Any], effect: str
-                            ) -> Iterator[tuple[str, str]]:
-    """A tool's ladder override out of order: ``given`` are the thresholds the tool sets,
-    ``values`` those merged onto the ``effect`` ladder (``""``: the override alone). Yields
-    the blamed key (one the tool sets) and what it must be."""
-    for low, low_v, high, high_v in _out_of_order(values):
-        if high in given:
-            where = "" if low in given else f", from ladder.{effect}"
-            yield high, f"must be ≥ {low} ({low_v}{where})"
-        elif low in given:
-            yield low, f"must be ≤ {high} ({high_v}, from ladder.{effect})"
-
-
-def _out_of_order(thresholds: Mapping[str, Any]) -> Iterator[tuple[str, int, str, int]]:
-    """Neighbouring thresholds out of order, among those given as integers: ``warn_at`` and
-    ``halt_at`` are neighbours when ``block_at`` is absent (or not an integer)."""
-    given = [(k, v) for k in _LADDER_KEYS
-             if type(v := thresholds.get(k)) is int]  # not bool
-    for (low, low_v), (high, high_v) in itertools.pairwise(given):
-        if low_v > high_v:
-            yield low, low_v, high, high_v
 
 
 def _tool_effects(tool: Mapping[str, Any]) -> list[str]:

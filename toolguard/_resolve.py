@@ -14,8 +14,14 @@ from typing import Literal
 
 from ._decorators import NOT_GIVEN, ToolSpec
 from ._errors import PolicyError, PolicyProblem
-from ._policy import ArgOptions, LadderThresholds, Policy, ToolPolicy, ToolRule
-from ._policy_loader import override_order_problems
+from ._policy import (
+    ArgOptions,
+    LadderThresholds,
+    Policy,
+    ToolPolicy,
+    ToolRule,
+    override_order_problems,
+)
 from ._types import Effect, IdempotencyScope
 
 __all__ = ["ToolSettings", "resolve_tool", "spell_env_tools"]

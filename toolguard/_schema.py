@@ -1,30 +1,31 @@
 """Argument schemas: derived from type hints (pydantic) or given (``args_schema=``), validated
-before execution with jsonschema.
+before execution.
 
-Validators are compiled once per tool. jsonschema writes the detailed messages; when the
-optional ``jsonschema-rs`` package is installed (extra ``toolguard[fast]``) it decides validity
-first, and jsonschema runs only for invalid arguments (see the README's benchmark table).
-Arguments that validated once are not validated again (bounded LRU per tool).
+Validators are compiled once per tool. ``jsonschema-rs`` (a dependency; a wheel exists for
+every common platform) decides validity; jsonschema writes the path-located messages of invalid
+arguments and is imported only then. Where no jsonschema-rs wheel exists, pure-Python
+jsonschema decides too, and arguments that validated once are not validated again (bounded
+LRU per tool). See benchmarks/README.md for the numbers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import referencing
-import referencing.exceptions
 import typing_extensions
 import xxhash
 from cachetools import LRUCache
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError
 from pydantic import ConfigDict, create_model, validate_call
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 __all__ = ["ArgsValidator", "coercing_call", "schema_from_signature"]
 
@@ -43,7 +44,7 @@ _JSON_NATIVE: frozenset[Any] = frozenset({
 })
 
 _rs: Any
-try:  # optional fast path
+try:  # a dependency; absent only where no wheel exists for the platform
     import jsonschema_rs as _rs
 except ImportError:  # pragma: no cover - depends on the environment
     _rs = None
@@ -275,6 +276,25 @@ def _unresolvable(exc: Exception) -> str:
     return f"the tool's argument schema cannot be applied: {_first_line(exc)}"
 
 
+def schema_error(message: str) -> Exception:
+    """A :class:`jsonschema.exceptions.SchemaError` (jsonschema is imported only here, on the
+    error path)."""
+    from jsonschema.exceptions import SchemaError
+
+    return SchemaError(message)
+
+
+def _is_schema_error(exc: BaseException) -> bool:
+    module = sys.modules.get("jsonschema.exceptions")
+    return module is not None and isinstance(exc, module.SchemaError)
+
+
+def _unresolvable_ref(exc: BaseException) -> bool:
+    from referencing.exceptions import Unresolvable
+
+    return isinstance(exc, Unresolvable)
+
+
 def _path(error: ValidationError) -> str:
     out = "args"
     for part in error.absolute_path:
@@ -296,32 +316,43 @@ class ArgsValidator:
 
     def __init__(self, schema: Mapping[str, Any], cache_size: int = 1024) -> None:
         self.schema = dict(schema)
+        self._validator: Any = None  # jsonschema's: built when a message is needed
         try:
             self._compile()
-        except SchemaError:
-            raise
         except RecursionError:
-            raise SchemaError("the schema is nested too deeply") from None
-        except Exception as exc:  # noqa: BLE001 - e.g. "$schema": 5 (AttributeError)
-            raise SchemaError(f"not a usable schema: {type(exc).__name__}: "
-                              f"{_first_line(exc)}") from None
+            raise schema_error("the schema is nested too deeply") from None
+        except Exception as exc:
+            if _is_schema_error(exc):
+                raise
+            # e.g. "$schema": 5 (AttributeError)
+            raise schema_error(f"not a usable schema: {type(exc).__name__}: "
+                               f"{_first_line(exc)}") from None
         self._valid: LRUCache[bytes, bool] = LRUCache(maxsize=cache_size)
 
     def _compile(self) -> None:
-        cls: Any = Draft202012Validator
-        if "$schema" in self.schema:
-            from jsonschema.validators import validator_for
+        if _rs is None:
+            self._fast = None
+            self._py(check=True)
+            return
+        try:  # checks the schema and compiles every $ref now: one that does not resolve fails
+            self._fast = _rs.validator_for(self.schema, retriever=_refuse_retrieval)
+        except Exception as exc:  # noqa: BLE001 - a schema jsonschema-rs cannot use
+            raise schema_error(f"the schema does not compile: {_first_line(exc)}") from None
 
-            cls = validator_for(self.schema, default=Draft202012Validator)
-        cls.check_schema(self.schema)
-        # An empty registry: jsonschema would otherwise fetch a remote $ref over HTTP (its
-        # deprecated default); a tool's schema is self-contained.
-        self._validator = cls(self.schema, registry=referencing.Registry())
-        try:  # compiles every $ref now: one that does not resolve is refused here
-            self._fast = (_rs.validator_for(self.schema, retriever=_refuse_retrieval)
-                          if _rs is not None else None)
-        except Exception as exc:  # noqa: BLE001 - jsonschema-rs refuses what jsonschema took
-            raise SchemaError(f"the schema does not compile: {_first_line(exc)}") from None
+    def _py(self, *, check: bool = False) -> Any:
+        """jsonschema's validator of the schema (built on first use: messages, fallback)."""
+        if self._validator is None:
+            from jsonschema import Draft202012Validator
+            from jsonschema.validators import validator_for
+            from referencing import Registry
+
+            cls: Any = validator_for(self.schema, default=Draft202012Validator)
+            if check:
+                cls.check_schema(self.schema)
+            # An empty registry: jsonschema would otherwise fetch a remote $ref over HTTP
+            # (its deprecated default); a tool's schema is self-contained.
+            self._validator = cls(self.schema, registry=Registry())
+        return self._validator
 
     def validate(self, args: Mapping[str, Any]) -> str | None:
         """Validate ``args``; ``None`` if valid, else a short message listing each failing
@@ -347,18 +378,21 @@ class ArgsValidator:
                 ok = False
         else:
             try:
-                ok = self._validator.is_valid(args)
-            except referencing.exceptions.Unresolvable as exc:
-                return _unresolvable(exc)
+                ok = self._py().is_valid(args)
+            except Exception as exc:
+                if _unresolvable_ref(exc):
+                    return _unresolvable(exc)
+                raise
         if ok:
             if signature:
                 self._valid[signature] = True
             return None
         try:
-            errors = sorted(self._validator.iter_errors(args),
-                            key=lambda e: list(e.absolute_path))
-        except referencing.exceptions.Unresolvable as exc:
-            return _unresolvable(exc)
+            errors = sorted(self._py().iter_errors(args), key=lambda e: list(e.absolute_path))
+        except Exception as exc:
+            if _unresolvable_ref(exc):
+                return _unresolvable(exc)
+            raise
         if not errors:  # the fast validator disagreed (e.g. non-JSON values): trust jsonschema
             return None
         lines = [f"{_path(e)}: {e.message}" for e in errors[:_MAX_ERRORS]]
