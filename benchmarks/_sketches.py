@@ -15,9 +15,8 @@ sketch" says how much of toolguard's cost is structure rather than the checks th
 
 The bookkeeping sketch repeats the minimal one inline on purpose: a shared helper would add a
 function call to the very cost being measured. Both are measured interleaved with toolguard in
-the same rounds (``benchmarks/run.py``), on
-the same arguments, the same no-op tools and the same schemas toolguard derives from their
-type hints.
+the same rounds (``benchmarks/run.py``), on the same arguments, the same no-op tools and the
+same schemas toolguard derives from their type hints.
 """
 
 from __future__ import annotations

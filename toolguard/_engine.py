@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 
 import orjson
-from pydantic_core import to_jsonable_python
 
 from ._approval import (
     ApprovalDecision,
@@ -59,7 +58,6 @@ from ._errors import (
     ToolGuardError,
 )
 from ._lock import YieldingLock
-from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
 from ._schema import (
@@ -100,6 +98,8 @@ from .stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     import asyncio
+
+    from ._policy import Policy
 
 __all__ = ["CallRecord", "Guard", "Task", "current_idempotency_key"]
 
@@ -195,6 +195,8 @@ def _validate_typed(validator: ArgsValidator, args: Mapping[str, Any], invalid: 
     """A direct call may pass typed values (an Enum, a date, a dataclass, a pydantic model)
     that the JSON Schema cannot judge as Python objects: judge their JSON form, the one a
     model would send, which the tool then receives converted by pydantic."""
+    from pydantic_core import to_jsonable_python
+
     try:
         as_json = to_jsonable_python(args)
     except Exception:  # noqa: BLE001 - no JSON form: the first verdict stands
@@ -331,7 +333,10 @@ class Guard:
         self._sinks: tuple[AuditSink, ...] = tuple(audit)
         self._lock = YieldingLock()  # held for microseconds; waiters never convoy
         self._warned_off = False
-        policy = policy or Policy()
+        if policy is None:
+            from ._policy import Policy  # pydantic loads with the first guard
+
+            policy = Policy()
         self._config = self._build(policy)
         self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
@@ -352,7 +357,7 @@ class Guard:
         Raises:
             PolicyError: the selected file or an environment value is invalid.
         """
-        from ._settings import policy_from_env
+        from ._policy_loader import policy_from_env
 
         return cls(policy_from_env(env), tools, **kwargs)
 
@@ -455,6 +460,8 @@ class Guard:
         if policy is None:  # load_policy(None) would read the environment: say so instead
             raise TypeError("reload_policy takes a Policy or a policy file's path; to reload "
                             "from the environment, pass toolguard.policy_from_env()")
+        from ._policy import Policy
+
         if not isinstance(policy, Policy):
             from ._policy_loader import load_policy
 

@@ -8,11 +8,10 @@ source for what a file may contain. Counts are calls; durations are seconds (``_
 
 from __future__ import annotations
 
-import itertools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -238,29 +237,3 @@ class Policy(_Frozen):
         """
         self._provenance = dict(provenance)
         return self
-
-
-LADDER_KEYS = ("warn_at", "block_at", "halt_at")
-
-
-def override_order_problems(given: Mapping[str, Any], values: Mapping[str, Any], effect: str
-                            ) -> Iterator[tuple[str, str]]:
-    """A tool's ladder override out of order: ``given`` are the thresholds the tool sets,
-    ``values`` those merged onto the ``effect`` ladder (``""``: the override alone). Yields
-    the blamed key (one the tool sets) and what it must be."""
-    for low, low_v, high, high_v in out_of_order(values):
-        if high in given:
-            where = "" if low in given else f", from ladder.{effect}"
-            yield high, f"must be ≥ {low} ({low_v}{where})"
-        elif low in given:
-            yield low, f"must be ≤ {high} ({high_v}, from ladder.{effect})"
-
-
-def out_of_order(thresholds: Mapping[str, Any]) -> Iterator[tuple[str, int, str, int]]:
-    """Neighbouring thresholds out of order, among those given as integers: ``warn_at`` and
-    ``halt_at`` are neighbours when ``block_at`` is absent (or not an integer)."""
-    given = [(k, v) for k in LADDER_KEYS
-             if type(v := thresholds.get(k)) is int]  # not bool
-    for (low, low_v), (high, high_v) in itertools.pairwise(given):
-        if low_v > high_v:
-            yield low, low_v, high, high_v

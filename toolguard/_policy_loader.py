@@ -41,9 +41,10 @@ from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as ModelValidationError
 
 from ._errors import PolicyError, PolicyProblem
-from ._policy import LADDER_KEYS as _LADDER_KEYS
-from ._policy import Policy, override_order_problems
-from ._policy import out_of_order as _out_of_order
+from ._ladder_order import LADDER_KEYS as _LADDER_KEYS
+from ._ladder_order import out_of_order as _out_of_order
+from ._ladder_order import override_order_problems
+from ._policy import Policy
 from ._settings import EnvironmentOverrides, read_environment
 
 if sys.version_info >= (3, 11):
@@ -51,7 +52,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
-__all__ = ["check_policy_files", "load_policy", "load_policy_dict", "policy_schema"]
+__all__ = [
+    "check_policy_files",
+    "load_policy",
+    "load_policy_dict",
+    "policy_from_env",
+    "policy_schema",
+]
 
 KeyPath = tuple[str | int, ...]
 
@@ -115,6 +122,24 @@ def load_policy(
     except RecursionError:  # a value nested hundreds of levels deep, in a file or a variable
         raise PolicyError([*problems, PolicyProblem(
             source or "env", "", "a value is nested too deeply (hundreds of levels)")]) from None
+
+
+def policy_from_env(env: Mapping[str, str] | None = None) -> Policy:
+    """The policy the environment selects, with the environment's overrides applied.
+
+    ``TOOLGUARD_POLICY`` or ``TOOLGUARD_ENV`` choose the file; with neither, the built-in
+    defaults are used (no file is searched for). See the module docstring.
+
+    Args:
+        env: the variables; ``None`` reads ``os.environ``.
+
+    Returns:
+        The frozen :class:`toolguard.Policy`, with provenance for ``explain``.
+
+    Raises:
+        PolicyError: the file or a variable is invalid; lists every problem.
+    """
+    return load_policy(None, env=env)
 
 
 def load_policy_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Policy:

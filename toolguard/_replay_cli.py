@@ -22,28 +22,19 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.text import Text
 
-from ._decorators import ToolSpec
 from ._errors import PolicyError
-from ._policy import Policy
-from ._policy_loader import load_policy
-from ._settings import policy_from_env
 from ._types import Decision
-from .replay import (
-    ReplayInputError,
-    ReplayReport,
-    Run,
-    read_runs,
-    read_tool_definitions,
-    replay_runs,
-)
-from .replay._report import jsonl_lines, render_table, to_json_text
+
+if TYPE_CHECKING:  # the replay readers and the policy loader load when the command runs
+    from rich.console import Console
+
+    from ._decorators import ToolSpec
+    from ._policy import Policy
+    from .replay import ReplayInputError, ReplayReport, Run
 
 __all__ = ["FailOn", "OutputFormat", "register", "replay"]
 
@@ -111,6 +102,9 @@ def replay(
 
     Reports every decision the policy would have taken (warn, cached, block, review, invalid,
     halt)."""
+    from .replay import read_runs
+    from .replay._report import jsonl_lines, render_table, to_json_text
+
     if policy is not None and env is not None:
         _fail("give --policy FILE or --env NAME, not both")
     guard_policy = _load_policy(policy, env)
@@ -140,6 +134,11 @@ def replay(
 
 
 def _replay(runs: Sequence[Run], policy: Policy, specs: Sequence[ToolSpec]) -> ReplayReport:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from .replay import replay_runs
+
     if len(runs) < _PROGRESS_MIN_RUNS or not sys.stderr.isatty():
         return replay_runs(runs, policy, tools=specs)
     columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn())
@@ -159,6 +158,10 @@ def _failed(report: ReplayReport, fail_on: FailOn) -> bool:
 
 def _load_policy(file: Path | None, env: str | None) -> Policy:
     """The policy to replay with; exits 2 listing every problem if it is invalid."""
+    from rich.text import Text
+
+    from ._policy_loader import load_policy, policy_from_env
+
     try:
         if file is not None:
             return load_policy(file)
@@ -173,6 +176,8 @@ def _load_policy(file: Path | None, env: str | None) -> Policy:
 
 
 def _load_tools(path: Path | None) -> list[ToolSpec]:
+    from .replay import ReplayInputError, read_tool_definitions
+
     if path is None:
         return []
     try:
@@ -183,6 +188,8 @@ def _load_tools(path: Path | None) -> list[ToolSpec]:
 
 
 def _stdout() -> Console:
+    from rich.console import Console
+
     console = Console(highlight=False, markup=False)  # data is printed as written
     # A pipe or a CI log has no width limit: do not squeeze the table into 80 columns.
     return console if console.is_terminal else Console(highlight=False, markup=False,
@@ -190,14 +197,20 @@ def _stdout() -> Console:
 
 
 def _stderr() -> Console:
+    from rich.console import Console
+
     # Built per call so that output goes to the current sys.stderr (tests swap it).
     return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
 def _error(problem: ReplayInputError) -> None:
+    from rich.text import Text
+
     _stderr().print(Text(f"toolguard replay: {problem}", style="red"))
 
 
 def _fail(message: str) -> NoReturn:
+    from rich.text import Text
+
     _stderr().print(Text(f"toolguard replay: error: {message}", style="bold red"))
     raise typer.Exit(BAD_INPUT)

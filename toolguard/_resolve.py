@@ -8,25 +8,21 @@ here a value set in the policy (file or env) beats the decorator, which beats bu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ._decorators import NOT_GIVEN, ToolSpec
 from ._errors import PolicyError, PolicyProblem
-from ._policy import (
-    ArgOptions,
-    LadderThresholds,
-    Policy,
-    ToolPolicy,
-    ToolRule,
-    override_order_problems,
-)
+from ._ladder_order import override_order_problems
 from ._types import Effect, IdempotencyScope
+
+if TYPE_CHECKING:  # pydantic loads with the first Policy, not with ``import toolguard``
+    from ._policy import ArgOptions, LadderThresholds, Policy, ToolPolicy, ToolRule
 
 __all__ = ["ToolSettings", "resolve_tool", "spell_env_tools"]
 
-_EMPTY = ToolPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +55,13 @@ class ToolSettings:
         return self.readonly_ladder if effect is Effect.READONLY else self.mutating_ladder
 
 
+@functools.cache
+def _no_tool_policy() -> ToolPolicy:
+    from ._policy import ToolPolicy
+
+    return ToolPolicy()
+
+
 def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     """Compute a tool's effective settings and where each came from.
 
@@ -69,7 +72,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     Returns:
         The frozen :class:`ToolSettings`.
     """
-    tp = policy.tools.get(spec.name, _EMPTY)
+    tp = policy.tools.get(spec.name) or _no_tool_policy()
     src: dict[str, str] = {}
     tool_key = f"tools.{spec.name}"
 
@@ -147,7 +150,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         # each threshold from where it was set: the tool's table, else the global ladder
         src[f"{kind}_ladder"] = _joined_sources({
             k: from_tool(f"ladder.{k}") if k in given else policy.source_of(f"ladder.{kind}.{k}")
-            for k in LadderThresholds.model_fields})
+            for k in type(base).model_fields})
         ladders[kind] = base
 
     _check_ladders(tp, effect, ladders, from_tool, tool_key)

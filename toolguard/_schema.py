@@ -22,7 +22,6 @@ import orjson
 import typing_extensions
 import xxhash
 from cachetools import LRUCache
-from pydantic import ConfigDict, create_model, validate_call
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -43,11 +42,28 @@ _JSON_NATIVE: frozenset[Any] = frozenset({
     *_FIELD_MARKERS,
 })
 
-_rs: Any
-try:  # a dependency; absent only where no wheel exists for the platform
-    import jsonschema_rs as _rs
-except ImportError:  # pragma: no cover - depends on the environment
-    _rs = None
+def fast_validators() -> Any:
+    """The ``jsonschema_rs`` module, or ``None`` where it is not installed (a dependency; absent
+    only where no wheel exists for the platform). Imported with the first validator, not with
+    ``import toolguard``; kept as the module global ``_rs``, which tests set to ``None`` to run
+    the pure-Python fallback."""
+    found = globals().get("_rs", _UNSET)
+    if found is _UNSET:
+        try:
+            import jsonschema_rs as found
+        except ImportError:  # pragma: no cover - depends on the environment
+            found = None
+        globals()["_rs"] = found
+    return found
+
+
+_UNSET: Any = object()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_rs":  # before the first validator: import it now
+        return fast_validators()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _MAX_ERRORS = 8
 
@@ -74,6 +90,8 @@ def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
             continue
         default = ... if p.default is p.empty else p.default
         fields[p.name] = (hints.get(p.name, Any), default)
+    from pydantic import ConfigDict, create_model
+
     config = ConfigDict(extra="allow" if extra else "forbid", arbitrary_types_allowed=True)
     try:
         model = create_model(f"{getattr(func, '__name__', 'tool')}_arguments",
@@ -122,6 +140,8 @@ def coercing_call(func: Callable[..., Any]) -> Callable[..., Any]:
     hints.pop("return", None)
     if all(_json_native(h) for h in hints.values()):
         return func
+    from pydantic import validate_call
+
     try:
         return validate_call(func)
     except Exception:  # noqa: BLE001 - pydantic cannot handle a hint: call as is
@@ -330,12 +350,13 @@ class ArgsValidator:
         self._valid: LRUCache[bytes, bool] = LRUCache(maxsize=cache_size)
 
     def _compile(self) -> None:
-        if _rs is None:
+        rs = fast_validators()
+        if rs is None:
             self._fast = None
             self._py(check=True)
             return
         try:  # checks the schema and compiles every $ref now: one that does not resolve fails
-            self._fast = _rs.validator_for(self.schema, retriever=_refuse_retrieval)
+            self._fast = rs.validator_for(self.schema, retriever=_refuse_retrieval)
         except Exception as exc:  # noqa: BLE001 - a schema jsonschema-rs cannot use
             raise schema_error(f"the schema does not compile: {_first_line(exc)}") from None
 
