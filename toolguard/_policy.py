@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from ._outcomes import DEFAULT_TIMEOUT_EXCEPTIONS
 from ._types import Effect, IdempotencyScope, Mode
 
 __all__ = [
@@ -81,8 +82,12 @@ class IdempotencyPolicy(_Frozen):
     Attributes:
         ttl_s: how long a completed call is remembered, in seconds.
         max_entries: bound on remembered calls per store (in-memory LRU eviction beyond it).
-        timeout_exceptions: exception class names (``__name__`` or ``module.qualname``) whose
-            raising means the outcome is unknown: an identical retry goes to ``review``.
+        timeout_exceptions: exception class names (``__name__``, ``module.qualname``, or
+            ``Name:STATUS`` for an RPC status) whose raising, or a subclass's, means the
+            outcome is unknown: an identical retry goes to ``review``. The default names the
+            timeouts of the standard library, requests, httpx, urllib3, aiohttp and gRPC,
+            matched by class hierarchy without importing them (``toolguard._outcomes``); a
+            list you set replaces it.
         wait_timeout_s: how long an identical concurrent call waits for the first one before
             raising :class:`toolguard.CallInProgress`, in seconds.
         in_progress_ttl_s: how long the claim of a running call is honoured, in seconds: a
@@ -92,7 +97,7 @@ class IdempotencyPolicy(_Frozen):
 
     ttl_s: float = Field(default=3600.0, gt=0)
     max_entries: int = Field(default=10_000, ge=1)
-    timeout_exceptions: tuple[str, ...] = ("TimeoutError",)
+    timeout_exceptions: tuple[str, ...] = DEFAULT_TIMEOUT_EXCEPTIONS
     wait_timeout_s: float = Field(default=30.0, gt=0)
     in_progress_ttl_s: float = Field(default=600.0, gt=0)
 
