@@ -53,7 +53,7 @@ def is_unknown_outcome(exc: BaseException, names: tuple[str, ...]) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _matches(cls: type[BaseException], names: tuple[str, ...]) -> frozenset[str] | None:
+def _matches(cls: type, names: tuple[str, ...]) -> frozenset[str] | None:
     """None if no name matches ``cls``; else the status codes the matching ``Name:CODE``
     names require (empty: some name matched without a code, so any status does)."""
     codes: set[str] = set()
