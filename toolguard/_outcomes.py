@@ -22,7 +22,6 @@ Either way subclasses match: ``requests.exceptions.ReadTimeout`` is a
 
 from __future__ import annotations
 
-import functools
 from typing import Final
 
 __all__ = ["DEFAULT_TIMEOUT_EXCEPTIONS", "is_unknown_outcome"]
@@ -39,6 +38,10 @@ DEFAULT_TIMEOUT_EXCEPTIONS: Final = (
 )
 
 
+_MISSING: Final = frozenset({"<missing>"})
+_SEEN: dict[tuple[type, tuple[str, ...]], frozenset[str] | None] = {}
+
+
 def is_unknown_outcome(exc: BaseException, names: tuple[str, ...]) -> bool:
     """True if ``exc`` is one of ``names`` (see the module docstring for the forms).
 
@@ -46,13 +49,17 @@ def is_unknown_outcome(exc: BaseException, names: tuple[str, ...]) -> bool:
         exc: the exception a tool raised.
         names: ``idempotency.timeout_exceptions``.
     """
-    coded = _matches(type(exc), names)
+    key = (type(exc), names)
+    coded = _SEEN.get(key, _MISSING)
+    if coded is _MISSING:
+        coded = _matches(type(exc), names)
+        if len(_SEEN) < 1024:  # bounded: exception classes made on the fly do not pile up
+            _SEEN[key] = coded
     if coded is None:
         return False
     return not coded or _status(exc) in coded
 
 
-@functools.lru_cache(maxsize=1024)
 def _matches(cls: type, names: tuple[str, ...]) -> frozenset[str] | None:
     """None if no name matches ``cls``; else the status codes the matching ``Name:CODE``
     names require (empty: some name matched without a code, so any status does)."""
