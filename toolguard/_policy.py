@@ -179,6 +179,7 @@ class ToolPolicy(_Frozen):
     idempotency_scope: IdempotencyScope | None = None
     idempotency_ttl_s: float | None = Field(default=None, gt=0)
     forwards_idempotency_key: bool | None = None
+    external: bool | None = None
     max_calls: int | None = Field(default=None, ge=1)
     max_polls: int | None = Field(default=None, ge=1)
     ladder: LadderOverride | None = None
