@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ._outcomes import DEFAULT_TIMEOUT_EXCEPTIONS
+from ._redact import key_pattern
 from ._types import Effect, IdempotencyScope, Mode
 
 __all__ = [
@@ -32,6 +33,16 @@ __all__ = [
     "ToolPolicy",
     "ToolRule",
 ]
+
+
+# Key names whose values are secrets (after detect-secrets' KeywordDetector denylist); each
+# plain word also matches folded, so "api_key" covers apiKey, X-Api-Key and API-KEY.
+DEFAULT_REDACT: tuple[str, ...] = (
+    "password", "passwd", "pwd", "passphrase", "secret", "token", "api_key", "access_key",
+    "private_key", "priv_key", "auth_key", "client_key", "service_key", "account_key",
+    "db_key", "database_key", "db_pass", "database_pass", "key_pass", "authorization", "cookie",
+    "credential", "session_id", "contrasena", "contraseña",
+)
 
 
 class _Frozen(BaseModel):
@@ -110,18 +121,22 @@ class ApprovalPolicy(_Frozen):
 
 class AuditPolicy(_Frozen):
     """``[audit]``: argument keys matching any ``redact`` pattern (case-insensitive substring
-    or regex search) are replaced by ``"[REDACTED]"`` before they reach a sink, a notice or an
-    exception; string values longer than ``max_value_chars`` characters are truncated."""
+    or regex search, in the key as written and folded: ``api_key`` also matches ``apiKey``
+    and ``X-Api-Key``) are replaced by ``"[REDACTED]"`` before they reach a sink, a log, a
+    notice or an exception; credentials of a well-known shape inside string values (Bearer
+    headers, ``sk-…``, ``AKIA…``, ``ghp_…``, JWTs, PEM keys) are replaced too; string
+    values longer than ``max_value_chars`` characters are truncated (``toolguard._redact``).
+    The approver sees the full arguments."""
 
-    redact: tuple[str, ...] = ("password", "token", "api_key", "secret", "authorization")
+    redact: tuple[str, ...] = DEFAULT_REDACT
     max_value_chars: int = Field(default=200, ge=8)
 
     @cached_property
     def redact_pattern(self) -> re.Pattern[str] | None:
-        """All ``redact`` patterns as one compiled case-insensitive regex (None if empty)."""
-        if not self.redact:
-            return None
-        return re.compile("|".join(f"(?:{p})" for p in self.redact), re.IGNORECASE)
+        """All ``redact`` patterns as one compiled case-insensitive regex, a plain word also
+        folded (``api_key`` → ``apikey``, see :func:`toolguard._redact.key_pattern`); None
+        if empty."""
+        return key_pattern(self.redact)
 
 
 class StorePolicy(_Frozen):
