@@ -64,6 +64,7 @@ from ._frameworks import wrapped_arguments
 from ._injected import injected_parameters
 from ._integration import named_spec, sync_runner
 from ._lock import YieldingLock
+from ._outcomes import is_unknown_outcome
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
@@ -1070,9 +1071,7 @@ class Task:
         # The error envelope (DESIGN.md §2, cause 1): a one-line structured error, no
         # traceback, so the model does not guess at its own arguments.
         name = type(exc).__name__
-        qualified = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        unknown = any(t in (name, qualified) for t in cfg.timeout_types) or any(
-            t in (c.__name__ for c in type(exc).__mro__) for t in cfg.timeout_types)
+        unknown = is_unknown_outcome(exc, cfg.timeout_types)
         if isinstance(exc, _RecordedError):
             content = exc.content
         else:
