@@ -38,7 +38,7 @@ from toolguard._types import Decision, Effect, Mode
 from toolguard.stores.memory import MemoryStore
 from toolguard.testing import FakeClock, auto_defer
 
-from ._model import RecordedCall, ReplayInputError, Run, Step, TokenUsage, UserTurn
+from ._model import RecordedCall, ReplayInputError, ReplayNote, Run, Step, TokenUsage, UserTurn
 
 __all__ = ["ReplayReport", "RunReport", "StepReport", "policy_with_effects", "replay_runs"]
 
@@ -153,10 +153,13 @@ class ReplayReport:
     Attributes:
         runs: one :class:`RunReport` per replayed run, in input order.
         problems: lines, runs or files that could not be read or replayed.
+        notes: records the readers did not use, one per kind and file (no effect on the exit
+            code).
     """
 
     runs: list[RunReport] = field(default_factory=list)
     problems: list[ReplayInputError] = field(default_factory=list)
+    notes: list[ReplayNote] = field(default_factory=list)
 
     def runs_with(self, decision: Decision) -> list[RunReport]:
         """The runs in which some call got ``decision``."""
