@@ -4,11 +4,11 @@ A JSON list of items (or a Response object, ``{"object": "response", "output": [
 ``{"input": [...], "output": [...]}``). Calls: ``function_call`` (``arguments``: the model's
 JSON text), ``custom_tool_call`` (free-form ``input``, replayed as ``{"input": text}``),
 ``local_shell_call`` (its ``action``), ``computer_call`` (its ``action``), answered by their
-``*_output`` items with the same ``call_id``; ``mcp_call`` (``name``, ``arguments``, with its
-``output``/``error`` inline) and the hosted tools ``web_search_call``, ``file_search_call``,
-``code_interpreter_call``, ``image_generation_call`` (tool named after the type, arguments from
-the item's action or query, if recorded; outcome from its ``status``). Calls one after
-another, before any output, were emitted in one response: a batch. A user message
+``*_output`` items with the same ``call_id``. Hosted tools (``web_search_call``,
+``file_search_call``, ``code_interpreter_call``, ``image_generation_call``, ``mcp_call``) run
+at the API provider, never through the agent's own tools where a guard sits: they are counted
+in a note, not replayed. Calls one after another, before any output, were emitted in one
+response: a batch. A user message
 (``role: "user"``, with or without ``"type": "message"``) is a user turn; an assistant message
 a model turn; reasoning items are skipped. :class:`ItemSteps` is shared with the Codex rollout
 reader.
@@ -43,7 +43,7 @@ _PAIRED: Final = {"function_call": "function_call_output",
                   "computer_call": "computer_call_output"}
 _OUTPUTS: Final = frozenset(_PAIRED.values())
 _HOSTED: Final = frozenset({"web_search_call", "file_search_call", "code_interpreter_call",
-                            "image_generation_call"})
+                            "image_generation_call", "mcp_call"})
 _QUIET: Final = frozenset({"reasoning", "item_reference", "compaction", "mcp_list_tools",
                            "mcp_approval_request", "mcp_approval_response"})
 _SIGNATURE: Final = re.compile(
@@ -71,8 +71,12 @@ class ItemSteps:
              where: str = "") -> None:
         """Add the steps of one item (``where`` names it when there is no line, e.g. ``item 3``)."""
         kind = item.get("type", "message" if "role" in item else None)
-        if kind in _PAIRED or kind in _HOSTED or kind == "mcp_call":
+        if kind in _PAIRED:
             self.call(str(kind), item, line, elapsed, where)
+            return
+        if kind in _HOSTED:
+            self.source.unrecognised(f"hosted tool calls ({kind}): run by the API provider, "
+                                     "not by the agent's tools; not replayed", line)
             return
         self.batch = None
         if kind in _OUTPUTS:
@@ -92,34 +96,25 @@ class ItemSteps:
         if self.batch is None:
             self.batch = f"line {line}" if line is not None else f"{where} response"
             self.source.model_turns += 1
-        result: Any = None
-        error = False
-        if kind in ("function_call", "mcp_call"):
+        if kind == "function_call":
             name = item.get("name")
             args, raw = call_arguments(item.get("arguments"), self.source, line)
-            if kind == "mcp_call":
-                result, error = item.get("output"), item.get("error") is not None
-                if isinstance(item.get("server_label"), str) and isinstance(name, str):
-                    name = f"{item['server_label']}.{name}"
         elif kind == "custom_tool_call":
             name, args, raw = item.get("name"), {"input": item.get("input")}, None
-        else:  # shell, computer and hosted tools: named by type, arguments are the action
+        else:  # the local shell and the computer: named by type, arguments are the action
             name = kind.removesuffix("_call")
-            action = item.get("action", item.get("queries", item.get("code")))
+            action = item.get("action")
             args = (unrecorded_args(self.source, line) if action is None
                     else {"action": action})
             raw = None
-            if kind in _HOSTED:
-                result, error = item.get("status"), item.get("status") in ("failed",
-                                                                            "incomplete")
         if not isinstance(name, str) or not name:
             self.source.problem(line, f"{where or 'a'} {kind} without a name; item skipped")
             return
         call_id = item.get("call_id")
         if kind in _PAIRED and isinstance(call_id, str):
             self.waiting[call_id] = len(self.steps)
-        self.steps.append(RecordedCall(name, args, raw, result, error, batch=self.batch,
-                                       elapsed_s=elapsed, line=line))
+        self.steps.append(RecordedCall(name, args, raw, batch=self.batch, elapsed_s=elapsed,
+                                       line=line))
 
     def output(self, item: Mapping[str, Any], line: int | None) -> None:
         """A ``*_output`` item: the result of the call with its ``call_id``."""
