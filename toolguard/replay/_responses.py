@@ -75,6 +75,7 @@ class ItemSteps:
             self.call(str(kind), item, line, elapsed, where)
             return
         if kind in _HOSTED:
+            self.batch = None
             self.source.unrecognised(f"hosted tool calls ({kind}): run by the API provider, "
                                      "not by the agent's tools; not replayed", line)
             return
