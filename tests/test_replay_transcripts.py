@@ -86,7 +86,7 @@ def lines(path: Path) -> Iterator[dict[str, Any]]:
 def independent_counts(name: str) -> tuple[int, int, int, int, int]:
     """(calls, batches of 2+ calls, user turns, input tokens, output tokens) of one file."""
     path = TRANSCRIPTS / name
-    folder = name.split("/")[0]
+    folder = name.split("/", maxsplit=1)[0]
     if folder == "claude-code":
         return _claude(path)
     if folder == "codex-rollout":
@@ -105,10 +105,10 @@ def independent_counts(name: str) -> tuple[int, int, int, int, int]:
                 sum(u["prompt_tokens"] for u in spent), sum(u["completion_tokens"] for u in spent))
     if folder == "openhands":
         events = json.loads(path.read_text())
-        calls = [e for e in events if e.get("action") and e.get("tool_call_metadata")]
+        actions = [e for e in events if e.get("action") and e.get("tool_call_metadata")]
         responses = {e["tool_call_metadata"]["model_response"]["id"]:
-                     e["tool_call_metadata"]["model_response"]["usage"] for e in calls}
-        return (len(calls), 0, sum(1 for e in events
+                     e["tool_call_metadata"]["model_response"]["usage"] for e in actions}
+        return (len(actions), 0, sum(1 for e in events
                                    if e.get("source") == "user" and e.get("action") == "message"),
                 sum(u["prompt_tokens"] for u in responses.values()),
                 sum(u["completion_tokens"] for u in responses.values()))
@@ -237,7 +237,7 @@ POLICY_OF = {"claude-code": "claude-code", "codex-rollout": "codex", "openhands"
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_file_replays_with_exit_0_or_1_and_its_calls_in_the_report(name: str) -> None:
     args: list[str | Path] = [TRANSCRIPTS / name, "--format", "json", "--fail-on", "halt"]
-    if (policy := POLICY_OF.get(name.split("/")[0])) is not None:
+    if (policy := POLICY_OF.get(name.split("/", maxsplit=1)[0])) is not None:
         args += ["--policy", POLICIES / f"{policy}.toml"]
     result = replay(*args)
     assert result.exit_code in (0, 1), result.output
