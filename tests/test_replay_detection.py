@@ -11,36 +11,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import typer
-from typer.testing import CliRunner, Result
-
 import toolguard as tg
-from toolguard._replay_cli import register
 from toolguard.replay import RecordedCall, TokenUsage, UserTurn, open_file, readers, replay_runs
 
 from .conftest import SHARED
+from .replay_support import replay
 
 TRANSCRIPTS = SHARED / "data" / "transcripts"
 CLAUDE = TRANSCRIPTS / "claude-code" / "fasthooks-sample_main_transcript.jsonl"
 REPRO = SHARED / "repro" / "reliability"
-
-
-def make_app() -> typer.Typer:
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-    @app.callback()
-    def root() -> None:
-        """toolguard (test app)."""
-
-    register(app)
-    return app
-
-
-def replay(*args: str | Path) -> Result:
-    result = CliRunner().invoke(make_app(), ["replay", *map(str, args)])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    assert "Traceback" not in result.output
-    return result
 
 
 def write_lines(path: Path, values: list[Any]) -> Path:

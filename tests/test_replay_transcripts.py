@@ -17,11 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
-from typer.testing import CliRunner, Result
 
 import toolguard as tg
-from toolguard._replay_cli import register
 from toolguard.replay import (
     RecordedCall,
     Run,
@@ -34,6 +31,7 @@ from toolguard.replay import (
 from toolguard.replay._runner import _grouped
 
 from .conftest import ROOT, SHARED
+from .replay_support import replay
 
 TRANSCRIPTS = SHARED / "data" / "transcripts"
 POLICIES = ROOT / "examples" / "policies"
@@ -210,24 +208,6 @@ def read_counts(name: str) -> tuple[str, int, int, int, int, int, int]:
 def test_each_file_is_read_with_the_calls_it_holds(name: str) -> None:
     assert independent_counts(name) == EXPECTED[name][2:]
     assert read_counts(name) == EXPECTED[name]
-
-
-def make_app() -> typer.Typer:
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-    @app.callback()
-    def root() -> None:
-        """toolguard (test app)."""
-
-    register(app)
-    return app
-
-
-def replay(*args: str | Path) -> Result:
-    result = CliRunner().invoke(make_app(), ["replay", *map(str, args)])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    assert "Traceback" not in result.output
-    return result
 
 
 POLICY_OF = {"claude-code": "claude-code", "codex-rollout": "codex", "openhands": "openhands",
