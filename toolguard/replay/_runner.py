@@ -31,8 +31,9 @@ from typing import Any, Final
 from toolguard._decorators import ToolSpec
 from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, PolicyError, ToolGuardError
-from toolguard._policy import Policy, ToolPolicy
+from toolguard._policy import AuditPolicy, Policy, ToolPolicy
 from toolguard._policy_loader import load_policy_dict
+from toolguard._redact import redact, redact_json_text
 from toolguard._results import ToolResult
 from toolguard._types import Decision, Effect, Mode
 from toolguard.stores.memory import MemoryStore
@@ -321,7 +322,7 @@ class _Replayer:
                         else:
                             result = self._call(task, call)
                             first.append(result)
-                        report.steps.append(_step(report.replayed, call, result))
+                        report.steps.append(_step(report.replayed, call, result, guard))
                         report.replayed += 1
                         current = None
         except Halt as exc:
@@ -365,9 +366,9 @@ def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[Rec
         yield batch
 
 
-def _step(index: int, call: RecordedCall, result: ToolResult) -> StepReport:
+def _step(index: int, call: RecordedCall, result: ToolResult, guard: Guard) -> StepReport:
     return StepReport(index, call.tool, result.args_hash, result.effect, result.decision,
-                      result.reason, result.count, excerpt(call), call.line)
+                      result.reason, result.count, excerpt(call, guard.policy.audit), call.line)
 
 
 def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> StepReport:
@@ -376,22 +377,24 @@ def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> 
     if call is not None and last is not None and last.decision is Decision.HALT:
         effect = last.effect
     return StepReport(index, call.tool if call else None, exc.args_hash, effect, Decision.HALT,
-                      exc.reason, exc.count, excerpt(call) if call else "",
+                      exc.reason, exc.count,
+                      excerpt(call, task.guard.policy.audit) if call else "",
                       call.line if call else None)
 
 
-def excerpt(call: RecordedCall, limit: int = _EXCERPT_CHARS) -> str:
-    """A one-line excerpt of a call's arguments: the value of a single argument, else compact
-    JSON; the raw text when the model's JSON text was recorded. At most ``limit`` characters."""
+def excerpt(call: RecordedCall, audit: AuditPolicy, limit: int = _EXCERPT_CHARS) -> str:
+    """A one-line excerpt of a call's arguments, redacted as the audit redacts them
+    (``audit``: the policy's ``[audit]``): the value of a single argument, else compact
+    JSON; the raw text when the model's JSON text was recorded. At most ``limit``
+    characters."""
     if call.raw_args is not None:
-        text = call.raw_args
-    elif call.args and len(call.args) == 1 and isinstance(next(iter(call.args.values())), str):
-        text = str(next(iter(call.args.values())))
+        text = redact_json_text(call.raw_args, audit.redact_pattern)
     else:
-        # the standard library writes integers of any size (orjson stops at 64 bits)
-        try:
-            text = json.dumps(call.args or {}, default=repr, ensure_ascii=False)
-        except RecursionError:
-            text = "(arguments nested too deeply to show)"
+        args = redact(call.args or {}, audit.redact_pattern, 10 * limit)
+        if len(args) == 1 and isinstance(next(iter(args.values())), str):
+            text = str(next(iter(args.values())))
+        else:
+            # the standard library writes integers of any size (orjson stops at 64 bits)
+            text = json.dumps(args, default=repr, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
