@@ -1003,8 +1003,9 @@ class Task:
         """This call's approval is pending: a resumed attempt is the one that waited."""
         if p.effect is not MUTATING and not p.entry.settings.requires_approval:
             return False  # no approval record can exist
-        return p.key in self._store_op(cfg, p, lambda: self.guard._store.pending_approvals(
-            self.task_id), fallback=dict)
+        pending: dict[str, ApprovalRecord] = self._store_op(
+            cfg, p, lambda: self.guard._store.pending_approvals(self.task_id), fallback=dict)
+        return p.key in pending
 
     def _decide(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Verdict:
         policy = cfg.policy
