@@ -55,10 +55,11 @@ def audit_events(path: Path) -> list[dict[str, Any]]:
 @asynccontextmanager
 async def stdio_session(command: Sequence[str], *, errlog: Any = None,
                         elicitation: ElicitationFnT | None = None,
-                        ) -> AsyncIterator[ClientSession]:
-    """A real ``ClientSession`` over stdio to ``command`` (the proxy), initialized."""
+                        env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+    """A real ``ClientSession`` over stdio to ``command`` (the proxy), initialized; the
+    process gets this environment plus ``env``."""
     params = StdioServerParameters(command=command[0], args=list(command[1:]),
-                                   env=dict(os.environ))
+                                   env={**os.environ, **(env or {})})
     async with stdio_client(params, errlog=errlog or sys.stderr) as (read, write), \
             ClientSession(read, write, elicitation_callback=elicitation) as session:
         await session.initialize()

@@ -1,11 +1,14 @@
 """``toolguard mcp-proxy`` end to end: the real proxy, the real MCP client and the real example
 upstream server, each a subprocess (stdio and streamable HTTP on 127.0.0.1)."""
+# ruff: noqa: F811  (the redis_prefix fixture is imported, then taken as a parameter)
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ from tests.mcp_support import (
     stdio_session,
     upstream_command,
 )
+from tests.redis_support import REDIS_URL, redis_prefix  # noqa: F401 - a fixture
 
 APPROVAL_POLICY = """\
 [tools.delete_note]
@@ -152,6 +156,40 @@ async def test_without_elicitation_a_call_needing_approval_is_a_review(
 
 def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
+async def test_review_approved_with_toolguard_approve_on_a_shared_redis_store(
+        tmp_path: Path, redis_prefix: str) -> None:
+    count_file, policy = tmp_path / "counts.json", tmp_path / "policy.toml"
+    policy.write_text(APPROVAL_POLICY)
+    env = {"TOOLGUARD_STORE__URL": REDIS_URL, "TOOLGUARD_STORE__KEY_PREFIX": redis_prefix}
+    command = proxy_command("--policy", str(policy), upstream=upstream_command(count_file))
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        async with stdio_session(command, env=env) as session:
+            review = await session.call_tool("delete_note", {"title": "todo"})
+            assert label(review) == "review"
+            found = re.search(r"toolguard approve ([^`\s]+)", str(review.content[0]))
+            assert found is not None
+            approved = await anyio.run_process(
+                [sys.executable, "-m", "toolguard.cli", "approve", found[1]],
+                env={**os.environ, **env}, check=False)
+            assert approved.returncode == 0, approved.stderr
+            assert approved.stdout.decode().startswith(f"approved {found[1]}")
+            assert await call(session, "delete_note", {"title": "todo"}) == "allow"
+            assert await call(session, "delete_note", {"title": "todo"}) == "cached"
+    assert counts(count_file) == {"delete_note": 1}
+
+
+def test_approve_needs_a_shared_store_and_a_key() -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "toolguard.cli", "approve", *args],
+                              capture_output=True, text=True, timeout=TEST_TIMEOUT_S,
+                              check=False, env={k: v for k, v in os.environ.items()
+                                                if not k.startswith("TOOLGUARD_")})
+    memory = run("mcp-1:delete_note:" + "0" * 32)
+    assert memory.returncode == 2 and "TOOLGUARD_STORE__URL" in memory.stderr
+    not_a_key = run("nonsense")
+    assert not_a_key.returncode == 2 and "not an idempotency key" in not_a_key.stderr
 
 
 def test_upstream_that_cannot_start_exits_non_zero_with_its_stderr(tmp_path: Path) -> None:

@@ -61,6 +61,11 @@ def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
+PolicyOption = Annotated[Path | None, typer.Option("--policy", help="A policy file (TOML).")]
+EnvOption = Annotated[
+    str | None, typer.Option("--env", help="Load <TOOLGUARD_POLICY_DIR or policies>/ENV.toml.")]
+
+
 def _fail(message: str, code: int = BAD_INPUT) -> NoReturn:
     _stderr().print(Text(f"error: {message}", style="bold red"))
     raise typer.Exit(code)
@@ -351,23 +356,10 @@ def _environ() -> dict[str, str]:
 
 
 def _load_policy(policy_file: Path | None, env: str | None) -> Any:
-    import os
+    """The policy, as ``toolguard explain`` loads it (exit 2 listing every problem)."""
+    from .cli import _load
 
-    from ._errors import PolicyError
-    from ._policy_loader import load_policy
-    from ._settings import PREFIX, policy_from_env
-
-    try:
-        if policy_file is not None:
-            return load_policy(policy_file)
-        if env is not None:
-            environ = {k: v for k, v in os.environ.items() if k.upper() != f"{PREFIX}POLICY"}
-            return load_policy(None, env={**environ, f"{PREFIX}ENV": env})
-        return policy_from_env()
-    except PolicyError as error:
-        for problem in error.problems:
-            _stderr().print(Text(str(problem), style="red"))
-        _fail(f"invalid policy ({len(error.problems)} problem(s))")
+    return _load(policy_file, env)
 
 
 def _build_guard(policy: Any, audit: Path | None) -> Guard:
@@ -445,12 +437,8 @@ def mcp_proxy(
     upstream_url: Annotated[
         str | None, typer.Option("--upstream-url", help="A streamable-HTTP upstream's URL.")
     ] = None,
-    policy: Annotated[
-        Path | None, typer.Option("--policy", help="A policy file (TOML).")
-    ] = None,
-    env: Annotated[
-        str | None, typer.Option("--env", help="Load <TOOLGUARD_POLICY_DIR or policies>/ENV.toml.")
-    ] = None,
+    policy: PolicyOption = None,
+    env: EnvOption = None,
     audit: Annotated[
         Path | None, typer.Option("--audit", help="Append audit events to this JSONL file.")
     ] = None,
@@ -509,6 +497,51 @@ def _find(exc: BaseException, kind: type[UpstreamFailed]) -> UpstreamFailed | No
     return None
 
 
+def approve(
+    key: Annotated[str, typer.Argument(help="The idempotency key a review result names.",
+                                       show_default=False)],
+    refuse: Annotated[
+        bool, typer.Option("--reject", help="Reject the call instead of approving it.")
+    ] = False,
+    reason: Annotated[
+        str, typer.Option("--reason", help="With --reject: the reason shown to the model.")
+    ] = "rejected by the reviewer",
+    policy: PolicyOption = None,
+    env: EnvOption = None,
+) -> None:
+    """Approve (or --reject) a call waiting in review, in a shared (Redis) store.
+
+    The store is the one the policy and environment select (``TOOLGUARD_STORE__URL``), the same
+    as the proxy's: the call's next identical attempt then runs once (or is blocked)."""
+    from ._engine import Guard
+    from ._errors import StoreError
+    from .stores import MemoryStore
+
+    if policy is not None and env is not None:
+        _fail("give --policy FILE or --env, not both")
+    task_id, sep, rest = key.rpartition(":")
+    task_id = task_id.rpartition(":")[0] if sep else ""
+    if not task_id or not rest:
+        _fail(f"{key!r} is not an idempotency key (TASK:TOOL:HASH, as a review result names it)")
+    guard = Guard(_load_policy(policy, env), strict_tools=False)
+    if isinstance(guard.store, MemoryStore):
+        _fail("no shared store is configured, so no proxy can see this approval: set "
+              "TOOLGUARD_STORE__URL=redis://... (the proxy's store) or [store] in --policy")
+    task = guard.task(task_id)
+    try:
+        waiting = key in task.pending_approvals
+        if refuse:
+            task.reject(key, reason)
+        else:
+            task.approve(key)
+    except (StoreError, ValueError) as exc:
+        _fail(str(exc))
+    verdict = "rejected" if refuse else "approved"
+    note = "" if waiting else " (no call was waiting with this key: this decides its next one)"
+    typer.echo(f"{verdict} {key}{note}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``mcp-proxy`` to the ``toolguard`` app."""
+    """Add ``mcp-proxy`` and ``approve`` (decide a review the proxy returned) to the app."""
     app.command("mcp-proxy")(mcp_proxy)
+    app.command("approve")(approve)

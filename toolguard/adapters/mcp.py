@@ -284,7 +284,9 @@ class GuardMiddleware:
         return to_call_tool_result(outcome, errors.get("result"))
 
     async def _learn(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:
-        listed = await call_next(dataclasses.replace(ctx, method="tools/list", params=None))
+        # the request's _meta stays: on 2026-07-28 connections it carries the envelope
+        meta = {k: v for k, v in (ctx.params or {}).items() if k == "_meta"}
+        listed = await call_next(dataclasses.replace(ctx, method="tools/list", params=meta))
         self.register_tools(mt.ListToolsResult.model_validate(listed).tools)
 
 
