@@ -7,6 +7,7 @@ module                                 what you add                    extra
                                        / ``guard_tools(guard, tools)``
 :mod:`toolguard.adapters.openai_agents`  ``guard_tools(guard, tools)``  ``toolguard[openai-agents]``
 :mod:`toolguard.adapters.pydantic_ai`  ``ToolGuard(guard)``            ``toolguard[pydantic-ai]``
+:mod:`toolguard.adapters.mcp`          ``guard_server(server, guard)`` ``toolguard[mcp]``
 =====================================  ==============================  ===========================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``
