@@ -71,6 +71,7 @@ from ._schema import (
     int_parameters,
     schema_from_signature,
 )
+from ._shell import classify_argv
 from ._types import (
     ALLOW,
     BLOCK,
@@ -779,6 +780,9 @@ class Task:
             bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
             if settings.rules and (ruled := entry.effect_for(bound)) is not None:
                 effect, denied = ruled, False  # a matching rule classifies the call
+            elif settings.shell is not None and (
+                    parsed := classify_argv(bound.get(settings.shell))) is not None:
+                effect, denied = parsed, False  # so does a recognised shell command
             try:
                 sig, floats = args_hash_and_floats(bound, settings.args)
             except CanonicalizationError as exc:
