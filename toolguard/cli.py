@@ -23,20 +23,20 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ._cli_common import fail as _fail
+from ._cli_common import load_cli_policy as _load
 from ._decorators import ToolSpec
 from ._errors import PolicyError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ._policy import Policy
 
 # Each command imports what it needs (the policy loader, pydantic-settings, the replay
 # readers) when it runs: ``toolguard --help`` loads typer, rich and the commands' signatures
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "main"]
 
-BAD_INPUT = 2
 INVALID = 1
 
 app = typer.Typer(
@@ -65,12 +64,6 @@ def _stdout() -> Console:
 
     # Built per call so that output goes to the current sys.stdout (tests swap it).
     return Console(soft_wrap=True, highlight=False, markup=False)  # "[a-z]" is data, not markup
-
-
-def _stderr() -> Console:
-    from rich.console import Console
-
-    return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
 @app.command()
@@ -152,7 +145,10 @@ def explain(
         if item.name in {"name", "sources"}:
             continue
         source = settings.sources.get(item.name, settings.sources.get("effect", "built-in"))
-        table.add_row(item.name, _show(getattr(settings, item.name)), source)
+        value = getattr(settings, item.name)
+        shown = ("none (the tool's effect)" if item.name == "shell" and value is None
+                 else "0 (off)" if item.name in _OFF_AT_ZERO and value == 0 else _show(value))
+        table.add_row(item.name, shown, source)
     table.add_section()
     table.add_row("mode", str(policy.mode), policy.source_of("mode"))
     for name in BudgetPolicy.model_fields:
@@ -168,9 +164,11 @@ def explain(
 
 
 def _register_commands() -> None:
+    from ._mcp_proxy import register as register_mcp_proxy
     from ._replay_cli import register
 
     register(app)
+    register_mcp_proxy(app)
 
 
 _register_commands()
@@ -186,32 +184,7 @@ def main() -> None:
     app()
 
 
-def _load(file: Path | None, env: str | None) -> Policy:
-    """The policy ``explain`` reads; exits 2 with every problem if it is invalid."""
-    from rich.text import Text
-
-    from ._policy_loader import load_policy, policy_from_env
-    from ._settings import PREFIX
-
-    try:
-        if file is not None:
-            return load_policy(file)
-        if env is not None:
-            environ = {k: v for k, v in os.environ.items() if k.upper() != f"{PREFIX}POLICY"}
-            return load_policy(None, env={**environ, f"{PREFIX}ENV": env})
-        return policy_from_env()
-    except PolicyError as error:
-        err = _stderr()
-        for problem in error.problems:
-            err.print(Text(str(problem), style="red"))
-        _fail(f"invalid policy ({len(error.problems)} problem(s))")
-
-
-def _fail(message: str) -> NoReturn:
-    from rich.text import Text
-
-    _stderr().print(Text(f"error: {message}", style="bold red"))
-    raise typer.Exit(BAD_INPUT)
+_OFF_AT_ZERO = frozenset({"stagnation_warn_at", "stagnation_block_at", "max_progress_resets"})
 
 
 def _show(value: object) -> str:
