@@ -63,7 +63,7 @@ from ._errors import (
 from ._exports import SchemaFormat, export_tools
 from ._frameworks import wrapped_arguments
 from ._injected import injected_parameters
-from ._integration import named_spec, sync_runner
+from ._integration import named_spec, refuse_outside_task, require_task_for, sync_runner
 from ._lock import YieldingLock
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
@@ -231,6 +231,7 @@ class _Config:
     timeout_types: tuple[str, ...]
     virtual: dict[str, _Entry]  # tools known only by name (replay), built on first use
     unknown: dict[str, _Entry]  # names the model called that no tool has (bounded)
+    require_task: bool = False  # a decorated tool called outside a task raises
 
 
 class CallRecord(NamedTuple):
@@ -318,6 +319,9 @@ class Guard:
         clock: returns the time in seconds (TTLs, budgets, approval timeouts); inject a fake
             clock in tests (``toolguard.testing.FakeClock``).
         strict_tools: override the policy's ``strict_tools``.
+        require_task: override the policy's ``require_task``: a registered ``@tg.*``
+            function called outside any task raises ``ToolGuardError`` (naming it) instead
+            of running unguarded.
 
     Raises:
         PolicyError: the policy names tools that are not registered (``strict_tools``), or
@@ -336,10 +340,12 @@ class Guard:
         audit: Iterable[AuditSink] = (),
         clock: Callable[[], float] = time.time,
         strict_tools: bool | None = None,
+        require_task: bool | None = None,
     ) -> None:
         self._clock = clock
         self._tools = [spec_of(t) for t in tools]
         self._strict = strict_tools
+        self._require_task = require_task
         self._approver: Approver = approver or deny_all
         self._sinks: tuple[AuditSink, ...] = tuple(audit)
         self._lock = YieldingLock()  # held for microseconds; waiters never convoy
@@ -407,7 +413,11 @@ class Guard:
                               "allow)")
                 for name in unknown
             ])
-        return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {}, {})
+        require = policy.require_task if self._require_task is None else self._require_task
+        if require:
+            require_task_for(self, self._tools)
+        return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {}, {},
+                       require)
 
 
     @staticmethod
@@ -1704,9 +1714,14 @@ def direct_call(spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
 
     Raises:
         ToolBlocked: block / review / invalid. Halt: the task halts. Whatever the tool raised.
+        ToolGuardError: called outside any task while a guard that registered it has
+            ``require_task``.
     """
     task = _CURRENT_TASK.get()
-    if task is None or _executing(task, spec):
+    if task is None:
+        refuse_outside_task(spec, func)
+        return func(*args, **kwargs)
+    if _executing(task, spec):
         return func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
@@ -1719,7 +1734,10 @@ async def direct_call_async(spec: ToolSpec, func: Callable[..., Awaitable[Any]],
                             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """:func:`direct_call` for ``async def`` tools."""
     task = _CURRENT_TASK.get()
-    if task is None or _executing(task, spec):
+    if task is None:
+        refuse_outside_task(spec, func)
+        return await func(*args, **kwargs)
+    if _executing(task, spec):
         return await func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
