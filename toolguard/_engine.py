@@ -60,9 +60,10 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
+from ._exports import SchemaFormat, export_tools
 from ._frameworks import wrapped_arguments
 from ._injected import injected_parameters
-from ._integration import named_spec, sync_runner
+from ._integration import named_spec, refuse_outside_task, require_task_for, sync_runner
 from ._lock import YieldingLock
 from ._outcomes import is_unknown_outcome
 from ._policy import Policy
@@ -232,6 +233,7 @@ class _Config:
     timeout_types: tuple[str, ...]
     virtual: dict[str, _Entry]  # tools known only by name (replay), built on first use
     unknown: dict[str, _Entry]  # names the model called that no tool has (bounded)
+    require_task: bool = False  # a decorated tool called outside a task raises
 
 
 class CallRecord(NamedTuple):
@@ -320,6 +322,9 @@ class Guard:
         clock: returns the time in seconds (TTLs, budgets, approval timeouts); inject a fake
             clock in tests (``toolguard.testing.FakeClock``).
         strict_tools: override the policy's ``strict_tools``.
+        require_task: override the policy's ``require_task``: a registered ``@tg.*``
+            function called outside any task raises ``ToolGuardError`` (naming it) instead
+            of running unguarded.
 
     Raises:
         PolicyError: the policy names tools that are not registered (``strict_tools``), or
@@ -338,10 +343,12 @@ class Guard:
         audit: Iterable[AuditSink] = (),
         clock: Callable[[], float] = time.time,
         strict_tools: bool | None = None,
+        require_task: bool | None = None,
     ) -> None:
         self._clock = clock
         self._tools = [spec_of(t) for t in tools]
         self._strict = strict_tools
+        self._require_task = require_task
         self._approver: Approver = approver or deny_all
         self._sinks: tuple[AuditSink, ...] = tuple(audit)
         self._lock = YieldingLock()  # held for microseconds; waiters never convoy
@@ -409,7 +416,11 @@ class Guard:
                               "allow)")
                 for name in unknown
             ])
-        return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {}, {})
+        require = policy.require_task if self._require_task is None else self._require_task
+        if require:
+            require_task_for(self, self._tools)
+        return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {}, {},
+                       require)
 
 
     @staticmethod
@@ -542,16 +553,28 @@ class Guard:
             self._config = config
         return spec
 
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        """Every registered tool in OpenAI function-tool format
-        (``{"type": "function", "function": {"name", "description", "parameters"}}``), from
-        the same schemas the guard validates with."""
-        return [
-            {"type": "function",
-             "function": {"name": name, "description": e.spec.description,
-                          "parameters": e.schema}}
-            for name, e in self._config.entries.items()
-        ]
+    def tool_schemas(self, format: SchemaFormat = "openai_chat", strict: bool = False  # noqa: A002 - the issue's name
+                     ) -> list[dict[str, Any]]:
+        """Every registered tool as a tool definition for the model, from the same schemas
+        the guard validates with (argument descriptions from the docstrings' ``Args:``).
+
+        Args:
+            format: ``"openai_chat"`` (default: ``{"type": "function", "function": {"name",
+                "description", "parameters"}}``), ``"openai_responses"``, ``"anthropic"``
+                or ``"mcp"``: each accepted as-is by that SDK's own type (see
+                :mod:`toolguard._exports`).
+            strict: rewrite the schemas for OpenAI strict mode (every property required,
+                optional ones nullable; a ``null`` the model sends counts as omitted).
+
+        Returns:
+            One JSON-ready dict per tool, in registration order (a fresh copy).
+
+        Raises:
+            ValueError: an unknown format, or (``strict``) a tool whose schema cannot be
+                made strict (an open object such as ``**kwargs``; the message names it).
+        """
+        return export_tools(((name, e.spec.description, e.schema)
+                             for name, e in self._config.entries.items()), format, strict)
 
     def task(self, task_id: str) -> Task:
         """A handle on one agent task; use it as ``with guard.task(id) as task:`` (or
@@ -909,6 +932,12 @@ class Task:
         else:
             if entry.validator is not None:
                 invalid = entry.validator.validate(args)
+                if invalid is not None and None in args.values():
+                    # OpenAI strict mode sends null for an optional argument not given
+                    # (tool_schemas(strict=True)): null means omitted, as for the hash
+                    given = {k: v for k, v in args.items() if v is not None}
+                    if entry.validator.validate(given) is None:
+                        args, invalid = given, None
                 # a direct call's typed values (not parsed JSON text): judge their JSON form
                 if invalid is not None and not isinstance(raw, (str, bytes)):
                     invalid = _validate_typed(entry.validator, args, invalid)
@@ -1727,9 +1756,14 @@ def direct_call(spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
 
     Raises:
         ToolBlocked: block / review / invalid. Halt: the task halts. Whatever the tool raised.
+        ToolGuardError: called outside any task while a guard that registered it has
+            ``require_task``.
     """
     task = _CURRENT_TASK.get()
-    if task is None or _executing(task, spec):
+    if task is None:
+        refuse_outside_task(spec, func)
+        return func(*args, **kwargs)
+    if _executing(task, spec):
         return func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
@@ -1742,7 +1776,10 @@ async def direct_call_async(spec: ToolSpec, func: Callable[..., Awaitable[Any]],
                             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """:func:`direct_call` for ``async def`` tools."""
     task = _CURRENT_TASK.get()
-    if task is None or _executing(task, spec):
+    if task is None:
+        refuse_outside_task(spec, func)
+        return await func(*args, **kwargs)
+    if _executing(task, spec):
         return await func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:

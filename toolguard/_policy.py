@@ -261,6 +261,10 @@ class Policy(_Frozen):
             entry); ``"deny"`` refuses such tools (decision ``block``).
         strict_tools: when a :class:`toolguard.Guard` is built, tools named in ``tools`` but
             not registered are an error.
+        require_task: a ``@tg.*`` function the guard has registered, called outside any
+            task (``with guard.task(...)``), raises ``ToolGuardError`` instead of running
+            unguarded: for frameworks that register the raw function themselves
+            (pydantic-ai ``tool_plain``, an MCP server's ``@server.tool()``).
         default_max_polls: ``max_polls`` of a poll call whose tool sets none.
         sources: files this policy was loaded from, most general first (informational).
     """
@@ -268,6 +272,7 @@ class Policy(_Frozen):
     mode: Mode = Mode.ENFORCE
     default_effect: Effect | Literal["deny"] = Effect.MUTATING
     strict_tools: bool = True
+    require_task: bool = False
     default_max_polls: int = Field(default=50, ge=1)
     budget: BudgetPolicy = BudgetPolicy()
     ladder: LadderPolicy = LadderPolicy()
