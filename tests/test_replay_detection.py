@@ -407,3 +407,35 @@ def test_big_inputs_get_a_progress_bar_per_file_on_a_terminal(
     assert shown == [(f"[{i + 1}/20] {f.name}", 1) for i, f in enumerate(files)]
     assert replay(files[0], "--format", "json").exit_code == 0  # small: no bar
     assert len(shown) == 20
+
+
+def test_codex_rollouts_of_earlier_versions_hold_bare_items(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "rollout-old.jsonl", [
+        {"id": "s-0", "timestamp": "2025-05-01T10:00:00Z", "instructions": None},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<environment_context>cwd</environment_context>"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text",
+                                                          "text": "fix the test"}]},
+        {"record_type": "state"},
+        {"type": "function_call", "name": "shell", "call_id": "c1",
+         "arguments": '{"command": ["bash", "-lc", "pytest"]}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "1 failed"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text",
+                                                               "text": "done"}]},
+    ])
+    opened = open_file(path)
+    [run] = list(opened.runs)
+    assert opened.format == "codex" and opened.notes == [] and opened.problems == []
+    assert run.meta == {"session": "s-0"}
+    assert [type(s).__name__ for s in run.steps] == ["UserTurn", "RecordedCall"]
+    assert (run.calls[0].tool, run.calls[0].result) == ("shell", "1 failed")
+
+
+def test_openai_and_anthropic_name_the_chat_reader() -> None:
+    tau = SHARED / "data" / "tau-bench" / "gpt-4o-airline.json"
+    for name in ("openai", "anthropic", "chat"):
+        result = replay(tau, "--input-format", name, "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        doc = json.loads(result.stdout)
+        assert doc["totals"]["calls"] == 1164
+        assert {r["format"] for r in doc["runs"]} == {"openai"}
