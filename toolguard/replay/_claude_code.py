@@ -29,6 +29,7 @@ from ._model import (
     UserTurn,
     arguments,
     head_objects,
+    text_field,
     usage_counts,
 )
 from ._registry import Reader
@@ -56,7 +57,7 @@ class _Thread:
 def _read(source: Source) -> Iterator[Run]:
     threads: dict[str, _Thread] = {}
     for number, line in source.json_lines():
-        kind = line.get("type")
+        kind = text_field(line, "type")
         if kind in _QUIET:
             continue
         message = line.get("message")

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import Clock, Run, Source, TokenUsage, UserTurn, head_objects
+from ._model import Clock, Run, Source, TokenUsage, UserTurn, head_objects, text_field
 from ._registry import Reader
 from ._responses import ItemSteps
 
@@ -38,15 +38,15 @@ _BARE_ITEMS: Final = frozenset({"function_call", "function_call_output", "custom
 
 
 def _detect(path: Path, head: bytes) -> bool:
-    return any((obj.get("type") in _KINDS and isinstance(obj.get("payload"), dict))
-               or obj.get("type") in _BARE_ITEMS or "record_type" in obj
-               for obj in head_objects(head))
+    kinds = [(text_field(obj, "type"), obj) for obj in head_objects(head)]
+    return any((kind in _KINDS and isinstance(obj.get("payload"), dict))
+               or kind in _BARE_ITEMS or "record_type" in obj for kind, obj in kinds)
 
 
 def _bare(run: Run, items: ItemSteps, line: dict[str, Any], number: int, first: bool) -> bool:
     """Read a line of an earlier rollout (items not wrapped in ``payload``); ``False`` if it
     is not one."""
-    kind = line.get("type")
+    kind = text_field(line, "type")
     if "record_type" in line:
         return True  # a state snapshot between turns
     if kind == "message" or kind in _BARE_ITEMS:
@@ -76,7 +76,7 @@ def _read(source: Source) -> Iterator[Run]:
     totals: tuple[int, int] | None = None
     first = True
     for number, line in source.json_lines():
-        kind, payload = line.get("type"), line.get("payload")
+        kind, payload = text_field(line, "type"), line.get("payload")
         elapsed = clock.elapsed(line.get("timestamp"))
         bare = payload is None and _bare(run, items, line, number, first)
         first = False
@@ -86,7 +86,7 @@ def _read(source: Source) -> Iterator[Run]:
             source.unrecognised(f"lines of type {kind!r}", number)
         elif kind == "response_item":
             items.item(payload, number, elapsed)
-        elif kind == "event_msg" and payload.get("type") == "user_message":
+        elif kind == "event_msg" and text_field(payload, "type") == "user_message":
             items.batch = None
             run.steps.append(UserTurn(number))
         elif kind == "event_msg" and payload.get("type") == "token_count":

@@ -468,3 +468,10 @@ class Pending:
         assert isinstance(call, RecordedCall)  # only calls are waiting
         self.steps[position] = replace(call, result=result, is_error=is_error)
         return True
+
+
+def text_field(value: Any, key: str) -> str | None:
+    """``value[key]`` if ``value`` is an object and that is a string, else ``None`` (record
+    kinds are compared with sets, which a list or an object in their place would break)."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, str) else None
