@@ -439,3 +439,18 @@ def test_openai_and_anthropic_name_the_chat_reader() -> None:
         doc = json.loads(result.stdout)
         assert doc["totals"]["calls"] == 1164
         assert {r["format"] for r in doc["runs"]} == {"openai"}
+
+
+def test_a_claude_code_file_of_summaries_only_is_a_note(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "old.jsonl", [
+        {"type": "summary", "summary": "Fix the login bug", "leafUuid": "u-1"},
+        {"type": "summary", "summary": "Refactor", "leafUuid": "u-2"}])
+    shutil.copy(CLAUDE, tmp_path / "session.jsonl")
+    result = replay(tmp_path, "--format", "json")  # a project folder as Claude Code keeps it
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["problems"] == [] and [r["id"] for r in doc["runs"]] == ["session"]
+    assert [(Path(n["file"]).name, n["message"]) for n in doc["notes"]] == [
+        ("old.jsonl", "0 run(s), no tool call: only summary, snapshot or system lines")]
+    alone = replay(path)
+    assert alone.exit_code == 2 and "no runs to replay" in alone.stderr

@@ -125,6 +125,9 @@ def _read(reader: Reader, source: Source, out: FileRuns, allow_empty: bool) -> I
     if source.calls or allow_empty or source.problems:  # problems: not silent already
         return
     found = f"{source.runs} run(s), no tool call"
+    if source.no_calls_by_design is not None:
+        out.notes.append(ReplayNote(source.file, f"{found}: {source.no_calls_by_design}"))
+        return
     if source.model_turns and not reader.calls_expected:
         out.notes.append(ReplayNote(source.file, f"{found}: the model answered "
                                     f"{source.model_turns} time(s) without calling a tool"))

@@ -265,6 +265,8 @@ class Source:
         model_turns: model messages seen (a file with some and no call is a chat without tools,
             not an unread file).
         calls: calls in the runs read so far. runs: runs handed on so far.
+        no_calls_by_design: set by a reader when the file is one its tool writes without any
+            conversation (say, a Claude Code file of summaries only): then no call is a note.
     """
 
     def __init__(self, path: Path, format_name: str) -> None:
@@ -275,6 +277,7 @@ class Source:
         self.model_turns = 0
         self.calls = 0
         self.uncaptured = 0
+        self.no_calls_by_design: str | None = None  # why this file has no call, if it is fine
         self._kinds: Counter[str] = Counter()
         self._first: dict[str, int | None] = {}
         self.runs = 0  # runs handed on so far
