@@ -454,3 +454,40 @@ def test_a_claude_code_file_of_summaries_only_is_a_note(tmp_path: Path) -> None:
         ("old.jsonl", "0 run(s), no tool call: only summary, snapshot or system lines")]
     alone = replay(path)
     assert alone.exit_code == 2 and "no runs to replay" in alone.stderr
+
+
+def test_a_reader_that_fails_on_a_file_is_a_problem_of_that_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolguard.replay import _trace
+
+    real = _trace.trace_run
+
+    def fragile(source: Any, chunk: list[tuple[int, dict[str, Any]]]) -> Any:
+        if chunk[0][1].get("run") == "b":
+            raise TypeError("unexpected shape")
+        return real(source, chunk)
+
+    monkeypatch.setattr(_trace, "trace_run", fragile)
+    bad = write_lines(tmp_path / "a.jsonl", [{"run": "a"}, {"tool": "x", "args": {}},
+                                              {"run": "b"}, {"tool": "y", "args": {}}])
+    good = write_lines(tmp_path / "b.jsonl", [{"run": "c"}, {"tool": "z", "args": {}}])
+    result = replay(bad, good, "--format", "json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert [r["id"] for r in doc["runs"]] == ["a", "c"]
+    assert [p["message"] for p in doc["problems"]] == [
+        "cannot be read as trace: TypeError: unexpected shape; runs handed on before it still "
+        "replay"]
+
+
+@pytest.mark.parametrize(("name", "content", "reader"), [
+    ("t.jsonl", '{"case": "c"}\n{"tool": "x", "args": {}}\n', "trace"),
+    ("t.jsonl", '{"messages": [{"role": "user", "content": "hi"}]}\n', "trace"),
+    ("t.json", '[{"role": "user", "content": "hi"}]', "chat"),
+    ("t.json", '{"messages": []}', "chat"),
+])
+def test_detection_of_the_existing_formats(tmp_path: Path, name: str, content: str,
+                                           reader: str) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    assert open_file(path).format == reader
