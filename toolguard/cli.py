@@ -149,9 +149,11 @@ def explain(
 
 
 def _register_commands() -> None:
+    from ._mcp_proxy import register as register_mcp_proxy
     from ._replay_cli import register
 
     register(app)
+    register_mcp_proxy(app)
 
 
 _register_commands()
