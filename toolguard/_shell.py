@@ -341,6 +341,7 @@ _READONLY: Final = frozenset({
     "lsof", "getconf", "locale", "groups", "tty", "pytest", "py.test",
     # SWE-agent's file viewer and search commands
     "open", "goto", "scroll_up", "scroll_down", "search_file", "search_dir", "find_file",
+    "filemap",
 })
 _POLL: Final = frozenset({"sleep", "ps", "pgrep", "jobs", "wait"})
 _MUTATING: Final = frozenset({
