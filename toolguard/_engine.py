@@ -1297,6 +1297,8 @@ class Task:
                     "human decision; do not retry it until told it was approved.")
         else:
             text = f"[toolguard] Blocked, not executed: {verdict.reason}."
+            if verdict.notice:  # what to do instead (the stagnation rule says)
+                text += f" {verdict.notice}"
             if verdict.reason.startswith(tool) and "same arguments" in verdict.reason:
                 text += (" It will not run again with these arguments: change the arguments, "
                          "use another tool, or tell the user what is blocking you.")
