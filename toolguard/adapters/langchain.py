@@ -55,7 +55,7 @@ from toolguard import (
     defer,
 )
 
-from ._common import Tasks, approval_payload, as_decision, framework_halt, require
+from ._common import Tasks, approval_payload, as_decision, framework_halt, known, require
 
 require("langchain", "langchain.agents", "langgraph.types")
 
@@ -172,6 +172,10 @@ class _Dispatch:
     def task_of(self, config: RunnableConfig | None) -> Task:
         return self.task(((config or {}).get("configurable") or {}).get("thread_id"))
 
+    def known(self, tool: BaseTool | None) -> None:
+        if tool is not None:
+            known(self.tasks.guard, tool.name, tool)
+
     def call(self, config: RunnableConfig | None, tool_call: Mapping[str, Any],
              execute: Callable[[], Any]) -> Any:
         task = self.task_of(config)
@@ -269,6 +273,7 @@ class ToolGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], _Output]
     ) -> _Output:
         """Guard one tool call; ``handler`` runs it when the guard allows."""
+        self._dispatch.known(request.tool)
         out: _Output = self._dispatch.call(request.runtime.config, request.tool_call,
                                            lambda: handler(request))
         return out
@@ -277,6 +282,7 @@ class ToolGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[_Output]]
     ) -> _Output:
         """:meth:`wrap_tool_call` for ``ainvoke`` / ``astream``."""
+        self._dispatch.known(request.tool)
         out: _Output = await self._dispatch.acall(request.runtime.config, request.tool_call,
                                                   lambda: handler(request))
         return out
@@ -387,6 +393,7 @@ def guard_tools(guard: Guard, tools: Sequence[BaseTool], *, task_id: str | None 
         if not isinstance(tool, BaseTool):
             raise TypeError(f"guard_tools takes LangChain BaseTool objects (@tool), got "
                             f"{type(tool).__name__}")
+        dispatch.known(tool)
         guarded.append(_GuardedTool(
             name=tool.name, description=tool.description, args_schema=tool.args_schema,
             return_direct=tool.return_direct, response_format=tool.response_format,
