@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 import toolguard as tg
 
@@ -121,3 +124,16 @@ def guard(tools: list[Any], **sections: Any) -> tuple[tg.Guard, tg.MemorySink]:
     memory sink."""
     sink = tg.MemorySink()
     return tg.Guard(policy(**sections), tools=tools, audit=[sink]), sink
+
+
+@pytest.fixture(autouse=True)
+def fresh_runs() -> Iterator[None]:
+    """Each test counts its own tool runs, and gets an event loop of its own: a framework's
+    sync entry point (``Runner.run_sync``, ``agent.run_sync``) runs on the thread's default
+    loop and leaves it open, so it is given one that is closed after the test."""
+    RUNS.clear()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield
+    asyncio.set_event_loop(None)
+    loop.close()

@@ -25,6 +25,7 @@ import toolguard as tg
 from toolguard.adapters.langchain import ToolGuardHalt, ToolGuardMiddleware, guard_tools
 
 from . import adapter_support as s
+from .adapter_support import fresh_runs  # noqa: F401 - the autouse fixture
 
 
 class ScriptedChatModel(FakeMessagesListChatModel):
@@ -64,9 +65,7 @@ def _sync_lookup(city: str) -> str:  # LangChain's sync invoke cannot run an asy
     return asyncio.run(s.lookup(city))
 
 
-@pytest.fixture(autouse=True)
-def _fresh_runs() -> None:
-    s.RUNS.clear()
+
 
 
 CONFIG: Any = {"configurable": {"thread_id": "thread-1"}}

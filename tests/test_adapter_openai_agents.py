@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,22 +25,14 @@ import toolguard as tg
 from toolguard.adapters.openai_agents import TASK_ID_KEY, ToolGuardHalt, guard_tools
 
 from . import adapter_support as s
+from .adapter_support import fresh_runs  # noqa: F401 - the autouse fixture
 
 FUNCTIONS: list[Callable[..., Any]] = [s.lookup, s.refund, s.write_file, s.read_file]
 CONTEXT = {TASK_ID_KEY: "t-agents"}
 set_tracing_disabled(True)  # no trace export attempts (no network)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_runs() -> Iterator[None]:
-    s.RUNS.clear()
-    # Runner.run_sync runs on the thread's default event loop and leaves it open: give it
-    # one that is closed after the test
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    yield
-    asyncio.set_event_loop(None)
-    loop.close()
+
 
 
 def scripted(*steps: list[tuple[str, dict[str, Any]]]) -> ScriptedModel:
