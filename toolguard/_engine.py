@@ -47,7 +47,7 @@ from ._canonical import (
     parse_arguments,
     value_digest,
 )
-from ._core import CallContext, Verdict, decide, halt_kind
+from ._core import CallContext, Verdict, decide, halt_kind, outcome_kind, stagnation_after
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool, spec_of
 from ._errors import (
     BudgetExceeded,
@@ -64,6 +64,7 @@ from ._frameworks import wrapped_arguments
 from ._injected import injected_parameters
 from ._integration import named_spec, sync_runner
 from ._lock import YieldingLock
+from ._outcomes import is_unknown_outcome
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
@@ -74,6 +75,7 @@ from ._schema import (
     int_parameters,
     schema_from_signature,
 )
+from ._shell import classify_argv
 from ._types import (
     ALLOW,
     BLOCK,
@@ -890,6 +892,9 @@ class Task:
             bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
             if settings.rules and (ruled := entry.effect_for(bound)) is not None:
                 effect, denied = ruled, False  # a matching rule classifies the call
+            elif settings.shell is not None and (
+                    parsed := classify_argv(bound.get(settings.shell))) is not None:
+                effect, denied = parsed, False  # so does a recognised shell command
             try:
                 sig, floats = args_hash_and_floats(bound, settings.args)
             except CanonicalizationError as exc:
@@ -1090,9 +1095,7 @@ class Task:
         # The error envelope (DESIGN.md §2, cause 1): a one-line structured error, no
         # traceback, so the model does not guess at its own arguments.
         name = type(exc).__name__
-        qualified = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        unknown = any(t in (name, qualified) for t in cfg.timeout_types) or any(
-            t in (c.__name__ for c in type(exc).__mro__) for t in cfg.timeout_types)
+        unknown = is_unknown_outcome(exc, cfg.timeout_types)
         if isinstance(exc, _RecordedError):
             content = exc.content
         else:
@@ -1108,21 +1111,31 @@ class Task:
                         exc=exc, duration_s=duration_s)
 
     def _finish(self, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
-                halt: dict[str, Any] | None = None) -> None:
+                halt: dict[str, Any] | None = None) -> Verdict | None:
+        """Record the call's outcome; return the stagnation warn it earned, if any."""
         executed = outcome is not None
         if not executed and not snap.claimed and halt is None:
-            return  # nothing to record: the attempt was counted by begin
+            return None  # nothing to record: the attempt was counted by begin
         success = outcome is not None and outcome.success
         content = outcome.content if outcome is not None and success else None
         mutating = p.effect is MUTATING
+        settings = p.entry.settings
+        result_digest, judged = "", ""
+        if outcome is not None and not outcome.unknown:
+            # compared without its volatile parts (the model still gets it whole)
+            normalized = settings.result(outcome.content)
+            result_digest = value_digest(normalized) if success else ""
+            if p.effect is not POLL and (settings.stagnation_warn_at
+                                         or settings.stagnation_block_at):
+                judged = outcome_kind(success, normalized) + (
+                    result_digest or value_digest(normalized))
         req = FinishRequest(  # positional, in FinishRequest's order (hot path)
             p.entry.spec.name, p.signature, p.key, executed, success,
             outcome is not None and mutating and outcome.unknown,  # unknown
-            mutating,
-            value_digest(content) if success else "",  # result_digest
+            mutating, result_digest,
             success and p.claim,  # store_result
-            content, snap.claimed, p.entry.settings.idempotency_ttl_s, self.guard._clock(),
-            halt, p.call_id,
+            content, snap.claimed, settings.idempotency_ttl_s, self.guard._clock(),
+            halt, p.call_id, judged, settings.max_progress_resets,
         )
         try:
             self.guard._store.finish(self.task_id, req)
@@ -1138,7 +1151,7 @@ class Task:
                 log.warning("toolguard: %s: the result is returned but not recorded", error)
                 self._event("executing->planning", p.entry.spec.name, ALLOW,
                             f"state not recorded: {error}", p, cfg)
-                return
+                return None
         if req.unknown and (p.entry.settings.requires_approval
                             or not p.entry.settings.forwards_idempotency_key):
             # An earlier approval covered a call that may now have happened: a retry needs
@@ -1156,6 +1169,7 @@ class Task:
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
                 self.task_id, p.key, used, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
+        return stagnation_after(settings, p.signature, snap, judged) if judged else None
 
     def _give_back(self, cfg: _Config, claimed: tuple[_Prepared, Snapshot] | None) -> None:
         """Release the claim of a call that will not run (best effort: the store may be the
@@ -1204,11 +1218,15 @@ class Task:
                                 effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
             self._record(p, result, "validating->failed", cfg)
             raise exc
-        self._finish(cfg, p, snap, outcome)
+        stagnant = self._finish(cfg, p, snap, outcome)
         if outcome is not None:
             content = outcome.content
+            if stagnant is not None and decision is ALLOW:  # this call made the run long
+                verdict, decision = stagnant, stagnant.decision
+                if observed is not None:
+                    observed = decision
             notice = verdict.notice if observed is None else None
-            if notice and outcome.success:
+            if notice and (outcome.success or verdict is stagnant):
                 content = _with_notice(content, notice)
             elif outcome.success is False:
                 notice = None
