@@ -60,6 +60,7 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
+from ._exports import SchemaFormat, export_tools
 from ._frameworks import wrapped_arguments
 from ._injected import injected_parameters
 from ._integration import named_spec, sync_runner
@@ -542,16 +543,28 @@ class Guard:
             self._config = config
         return spec
 
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        """Every registered tool in OpenAI function-tool format
-        (``{"type": "function", "function": {"name", "description", "parameters"}}``), from
-        the same schemas the guard validates with."""
-        return [
-            {"type": "function",
-             "function": {"name": name, "description": e.spec.description,
-                          "parameters": e.schema}}
-            for name, e in self._config.entries.items()
-        ]
+    def tool_schemas(self, format: SchemaFormat = "openai_chat", strict: bool = False  # noqa: A002 - the issue's name
+                     ) -> list[dict[str, Any]]:
+        """Every registered tool as a tool definition for the model, from the same schemas
+        the guard validates with (argument descriptions from the docstrings' ``Args:``).
+
+        Args:
+            format: ``"openai_chat"`` (default: ``{"type": "function", "function": {"name",
+                "description", "parameters"}}``), ``"openai_responses"``, ``"anthropic"``
+                or ``"mcp"``: each accepted as-is by that SDK's own type (see
+                :mod:`toolguard._exports`).
+            strict: rewrite the schemas for OpenAI strict mode (every property required,
+                optional ones nullable; a ``null`` the model sends counts as omitted).
+
+        Returns:
+            One JSON-ready dict per tool, in registration order (a fresh copy).
+
+        Raises:
+            ValueError: an unknown format, or (``strict``) a tool whose schema cannot be
+                made strict (an open object such as ``**kwargs``; the message names it).
+        """
+        return export_tools(((name, e.spec.description, e.schema)
+                             for name, e in self._config.entries.items()), format, strict)
 
     def task(self, task_id: str) -> Task:
         """A handle on one agent task; use it as ``with guard.task(id) as task:`` (or
@@ -909,6 +922,12 @@ class Task:
         else:
             if entry.validator is not None:
                 invalid = entry.validator.validate(args)
+                if invalid is not None and None in args.values():
+                    # OpenAI strict mode sends null for an optional argument not given
+                    # (tool_schemas(strict=True)): null means omitted, as for the hash
+                    given = {k: v for k, v in args.items() if v is not None}
+                    if entry.validator.validate(given) is None:
+                        args, invalid = given, None
                 # a direct call's typed values (not parsed JSON text): judge their JSON form
                 if invalid is not None and not isinstance(raw, (str, bytes)):
                     invalid = _validate_typed(entry.validator, args, invalid)
