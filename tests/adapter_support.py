@@ -137,3 +137,17 @@ def fresh_runs() -> Iterator[None]:
     yield
     asyncio.set_event_loop(None)
     loop.close()
+
+
+@tg.mutating
+def save(path: str, text: str) -> str:
+    """Save a note (marked with toolguard's own decorator, under the framework's).
+
+    Args:
+        path: where. text: what.
+    """
+    RUNS["save"] += 1
+    return f"saved {path}"
+
+
+SAVE = ("save", {"path": "n.txt", "text": "x"})

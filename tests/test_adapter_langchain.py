@@ -14,11 +14,11 @@ from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 from pydantic import Field
 
 import toolguard as tg
@@ -272,3 +272,32 @@ def test_token_usage_over_the_budget_halts_after_the_model_call() -> None:
     with pytest.raises(tg.BudgetExceeded) as halted:
         agent.invoke({"messages": [("user", "go")]}, CONFIG)
     assert halted.value.budget == "max_tokens" and s.RUNS == {}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_tg_decorated_function_under_tool_is_guarded_once(mode: str) -> None:
+    save = tool(s.save)  # @tool over @tg.mutating: the effect comes from the decorator
+    guard = tg.Guard(tools=[save])
+    agent = create_agent(model(calls(s.SAVE, n=0), calls(s.SAVE, n=1)), [save],
+                         middleware=[ToolGuardMiddleware(guard)], checkpointer=InMemorySaver())
+    out = invoke(agent, {"messages": [("user", "go")]}, mode)
+    texts = tool_texts(out["messages"])
+    assert s.RUNS == {"save": 1} and s.CACHED_NOTICE in texts[1]
+    assert guard.task("thread-1").usage.per_tool == {"save": 2}  # not counted twice
+
+
+def test_a_tool_that_interrupts_itself_still_interrupts_the_run() -> None:
+    def confirm(item: str) -> str:
+        """Ask a human, then act."""
+        answer = interrupt({"confirm": item})
+        s.RUNS["confirm"] += 1
+        return f"{item}: {answer}"
+
+    confirm_tool = StructuredTool.from_function(confirm)
+    guard = tg.Guard(tools=[tg.readonly(confirm_tool)])
+    agent = create_agent(model(calls(("confirm", {"item": "x"}), n=0)), [confirm_tool],
+                         middleware=[ToolGuardMiddleware(guard)], checkpointer=InMemorySaver())
+    out = agent.invoke({"messages": [("user", "go")]}, CONFIG)
+    assert out["__interrupt__"][0].value == {"confirm": "x"}
+    final = agent.invoke(Command(resume="yes"), CONFIG)
+    assert tool_texts(final["messages"]) == ["x: yes"] and s.RUNS == {"confirm": 1}

@@ -176,3 +176,14 @@ def test_the_task_id_comes_from_the_context_or_task_id() -> None:
 def test_guard_tools_refuses_what_is_not_a_tool() -> None:
     with pytest.raises(TypeError, match="FunctionTool objects or functions"):
         guard_tools(tg.Guard(), [42])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_tg_decorated_function_under_function_tool_is_guarded_once(mode: str) -> None:
+    save = function_tool(s.save)  # @function_tool over @tg.mutating
+    guard = tg.Guard(tools=[save])
+    model = scripted([s.SAVE], [s.SAVE])
+    agent = Agent(name="a", model=model, tools=[*guard_tools(guard, [save])])
+    assert run(agent, "go", mode).final_output == "done"
+    assert s.RUNS == {"save": 1} and s.CACHED_NOTICE in outputs(model)[1]
+    assert guard.task("t-agents").usage.per_tool == {"save": 2}  # not counted twice

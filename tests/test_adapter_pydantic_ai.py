@@ -172,3 +172,15 @@ def test_model_retry_from_a_tool_still_asks_the_model_again() -> None:
     assert agent.run_sync("go").output == "done"
     assert calls == ["0", "1"]
     assert "zero is not allowed" in str(script.seen[1][-1].parts[0].content)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_tg_decorated_tool_per_run_capability_is_guarded_once(mode: str) -> None:
+    guard = tg.Guard(tools=[s.save])
+    script = Script([s.SAVE], [s.SAVE])
+    agent: Agent[None, str] = Agent(FunctionModel(script))
+    agent.tool_plain(s.save)  # over @tg.mutating
+    out = run(agent, mode, capabilities=[ToolGuard(guard, task_id="t")])  # per run
+    assert out.output == "done" and s.RUNS == {"save": 1}
+    assert s.CACHED_NOTICE in str(script.returns()[1].content)
+    assert guard.task("t").usage.per_tool == {"save": 2}  # not counted twice
