@@ -87,10 +87,11 @@ def test_json_output_schema() -> None:
                     "--format", "json")
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
-    assert set(doc) == {"runs", "totals", "problems"}
+    assert set(doc) == {"runs", "totals", "problems", "notes"}
     assert [r["id"] for r in doc["runs"]] == ["grep-loop", "duplicate-payment-after-timeout"]
     for run in doc["runs"]:
-        assert set(run) == {"id", "file", "steps", "summary"}
+        assert set(run) == {"id", "file", "format", "steps", "summary"}
+        assert run["format"] == "trace" and run["file"].endswith(".jsonl")
         assert set(run["summary"]) == SUMMARY_KEYS
         for index, step in enumerate(run["steps"]):
             assert set(step) == STEP_KEYS

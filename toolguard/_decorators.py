@@ -34,6 +34,7 @@ Scope = IdempotencyScope | Literal["until_change", "task", "off"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+ToolT = TypeVar("ToolT")  # a framework tool object
 
 
 class NotGiven(enum.Enum):
@@ -64,6 +65,9 @@ class ToolSpec:
             backend (e.g. an ``Idempotency-Key`` header), so a retry after an unknown outcome
             is safe; or NOT_GIVEN.
         max_calls: per-task limit of calls of this tool, or NOT_GIVEN.
+        external: the tool acts on the outside world (a payment, an email, a ticket, a
+            message: MCP's ``openWorldHint``), so a completed call is remembered for the
+            whole task (scope ``task``) instead of until the next change; or NOT_GIVEN.
         args_schema: a JSON Schema of the arguments (an OpenAI function ``parameters``
             object), or None to derive one from the type hints.
         description: for ``guard.tool_schemas()`` (default: the docstring's first paragraph).
@@ -79,6 +83,7 @@ class ToolSpec:
     max_calls: int | NotGiven | None = NOT_GIVEN
     args_schema: Mapping[str, Any] | None = None
     description: str = ""
+    external: bool | NotGiven = NOT_GIVEN
 
     @property
     def is_async(self) -> bool:
@@ -89,7 +94,7 @@ class ToolSpec:
         """The options that were passed explicitly, by policy key name."""
         out: dict[str, Any] = {}
         for key in ("effect", "idempotency_scope", "idempotency_ttl_s",
-                    "forwards_idempotency_key", "max_calls"):
+                    "forwards_idempotency_key", "max_calls", "external"):
             value = getattr(self, key)
             if value is not NOT_GIVEN:
                 out[key] = value
@@ -117,9 +122,14 @@ def is_recorded(spec: ToolSpec) -> bool:
     return spec.func is _recorded
 
 
-def spec_of(tool: Callable[..., Any] | ToolSpec) -> ToolSpec:
+def spec_of(tool: Callable[..., Any] | ToolSpec | Any) -> ToolSpec:
     """The :class:`ToolSpec` of a decorated function, or a spec with every option NOT_GIVEN
-    for a plain function (its effect then comes from the policy). A spec is returned as is."""
+    for a plain function or a framework's tool object (:mod:`toolguard._frameworks`; the
+    effect then comes from the policy). A spec is returned as is.
+
+    Raises:
+        TypeError: ``tool`` is none of these, or a function without a name.
+    """
     if isinstance(tool, ToolSpec):
         return tool
     spec = getattr(tool, "__toolguard_spec__", None)
@@ -130,8 +140,15 @@ def spec_of(tool: Callable[..., Any] | ToolSpec) -> ToolSpec:
             # sees or sends ``self``
             return replace(spec, func=spec.func.__get__(owner))
         return spec
+    from ._frameworks import framework_spec  # deferred: it imports this module
+
+    framework = framework_spec(tool)
+    if framework is not None:
+        return framework
     if not callable(tool):
-        raise TypeError(f"a tool must be a callable, got {type(tool).__name__}")
+        raise TypeError(f"a tool must be a callable, a ToolSpec or a framework's tool object "
+                        f"(LangChain BaseTool, Agents SDK FunctionTool, Anthropic "
+                        f"BetaFunctionTool), got {type(tool).__name__}")
     name = getattr(tool, "__name__", None)
     if not isinstance(name, str):
         raise TypeError(f"cannot name tool {tool!r}: decorate it with name=...")
@@ -173,10 +190,26 @@ def _decorator(
     options: dict[str, Any],
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     def apply(f: Callable[P, R]) -> Callable[P, R]:
-        if hasattr(f, "__toolguard_spec__"):
+        if getattr(f, "__toolguard_spec__", None) is not None:
             raise TypeError(f"{getattr(f, '__name__', f)!r} is already marked as a tool")
         name = options.pop("name", NOT_GIVEN)
         description = options.pop("description", NOT_GIVEN)
+        from ._frameworks import framework_spec  # deferred: it imports this module
+
+        framework = framework_spec(f)
+        if framework is not None:
+            # over a framework's tool object (@tg.mutating above @tool): mark the object
+            # itself, so the framework still gets its own tool and the guard its options
+            marked = replace(
+                framework, effect=effect, requires_approval=requires_approval,
+                **{k: v for k, v in options.items()
+                   if v is not NOT_GIVEN and k != "args_schema"},
+                **({} if name is NOT_GIVEN else {"name": name}),
+                **({} if description is NOT_GIVEN else {"description": description}),
+                **({} if options.get("args_schema") is None
+                   else {"args_schema": options["args_schema"]}))
+            object.__setattr__(f, "__toolguard_spec__", marked)
+            return f
         spec = ToolSpec(
             name=f.__name__ if name is NOT_GIVEN else name,
             func=f,
@@ -195,6 +228,8 @@ def _decorator(
 @overload
 def readonly(func: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
+def readonly(func: ToolT, /) -> ToolT: ...  # a framework's tool object, marked in place
+@overload
 def readonly(
     *,
     name: str | NotGiven = ...,
@@ -204,7 +239,7 @@ def readonly(
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def readonly(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Any | None = None,
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
@@ -212,7 +247,7 @@ def readonly(
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Mark a tool that only observes (grep, view_file, a search API).
 
     Use bare (``@readonly``) or with options (``@readonly(name="fs.grep")``).
@@ -240,28 +275,32 @@ def readonly(
 @overload
 def mutating(func: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
+def mutating(func: ToolT, /) -> ToolT: ...  # a framework's tool object, marked in place
+@overload
 def mutating(
     *,
     name: str | NotGiven = ...,
     idempotency_scope: Scope | NotGiven = ...,
     idempotency_ttl_s: float | NotGiven = ...,
     forwards_idempotency_key: bool | NotGiven = ...,
+    external: bool | NotGiven = ...,
     max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def mutating(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Any | None = None,
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
     idempotency_scope: Scope | NotGiven = NOT_GIVEN,
     idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
     forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
+    external: bool | NotGiven = NOT_GIVEN,
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Mark a tool that changes the world (write_file, send_email, a payment).
 
     Identical repeats climb the stricter mutating ladder, and a completed call is remembered
@@ -269,12 +308,17 @@ def mutating(
 
     Args:
         name: the tool name the model calls (default: the function name).
-        idempotency_scope: ``"until_change"`` (default: forgotten at the next progress),
-            ``"task"`` (once per task) or ``"off"``.
+        idempotency_scope: ``"until_change"`` (forgotten at the next progress: the default
+            for local state such as files), ``"task"`` (once per task: the default for an
+            ``external`` tool) or ``"off"``.
         idempotency_ttl_s: seconds a completed call is remembered (default: the policy's).
         forwards_idempotency_key: the tool passes ``toolguard.current_idempotency_key()`` to its
             backend, so after a timeout an identical retry runs with the same key instead of
             going to review.
+        external: the tool acts on the outside world (payments, email, tickets, messages:
+            MCP's ``openWorldHint``): its idempotency scope defaults to ``"task"``, since a
+            later, unrelated write does not undo a payment. Local state (files, a shell)
+            keeps ``"until_change"``.
         max_calls: per-task limit of calls of this tool (``None``: no limit).
         args_schema: JSON Schema of the arguments; default: derived from the type hints.
         description: for ``guard.tool_schemas()``; default: the docstring's first paragraph.
@@ -288,7 +332,8 @@ def mutating(
         func,
         {"name": name, "idempotency_scope": _scope(idempotency_scope),
          "idempotency_ttl_s": idempotency_ttl_s,
-         "forwards_idempotency_key": forwards_idempotency_key, "max_calls": max_calls,
+         "forwards_idempotency_key": forwards_idempotency_key, "external": external,
+         "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
     )
 
@@ -296,28 +341,32 @@ def mutating(
 @overload
 def requires_approval(func: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
+def requires_approval(func: ToolT, /) -> ToolT: ...  # a framework's tool object, marked in place
+@overload
 def requires_approval(
     *,
     name: str | NotGiven = ...,
     idempotency_scope: Scope | NotGiven = ...,
     idempotency_ttl_s: float | NotGiven = ...,
     forwards_idempotency_key: bool | NotGiven = ...,
+    external: bool | NotGiven = ...,
     max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def requires_approval(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Any | None = None,
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
     idempotency_scope: Scope | NotGiven = NOT_GIVEN,
     idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
     forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
+    external: bool | NotGiven = NOT_GIVEN,
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Mark an irreversible tool (payment, deletion, permission change): it is mutating and
     never runs without an explicit approval from the guard's approver (DESIGN.md §2, layer 3).
 
@@ -332,7 +381,8 @@ def requires_approval(
         {"name": name,
          "idempotency_scope": IdempotencyScope.TASK if scope is NOT_GIVEN else scope,
          "idempotency_ttl_s": idempotency_ttl_s,
-         "forwards_idempotency_key": forwards_idempotency_key, "max_calls": max_calls,
+         "forwards_idempotency_key": forwards_idempotency_key, "external": external,
+         "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
     )
 

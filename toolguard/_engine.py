@@ -48,7 +48,7 @@ from ._canonical import (
     value_digest,
 )
 from ._core import CallContext, Verdict, decide, halt_kind
-from ._decorators import ToolSpec, is_recorded, recorded_tool, spec_of
+from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool, spec_of
 from ._errors import (
     BudgetExceeded,
     CallInProgress,
@@ -60,7 +60,11 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
+from ._frameworks import wrapped_arguments
+from ._injected import injected_parameters
+from ._integration import named_spec, sync_runner
 from ._lock import YieldingLock
+from ._outcomes import is_unknown_outcome
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
@@ -162,6 +166,7 @@ class _Entry:
     unknown: bool = False  # a name no registered tool has: judged (counted, halted), never run
     # typed int, at the top or inside: an integral float (5.0) is passed as 5
     int_params: tuple[tuple[str, IntFix | None], ...] = ()
+    injected: frozenset[str] = frozenset()  # a framework passes them: not arguments
 
     def bound(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
         """``args`` with the tool's defaults filled in: an omitted argument, an explicit null
@@ -256,12 +261,17 @@ class _Prepared:
     redacted: dict[str, Any] | None = None
 
 
+Executor = Callable[[dict[str, Any]], Any]
+"""Runs a call in place of the registered function: is passed the validated arguments
+(replay's recorded result, a direct call's own arguments, ``run=``)."""
+
+
 class _Execute(NamedTuple):
     """I/O request of the pipeline: run the tool (answer: an ``_Outcome``)."""
 
     cfg: _Config
     p: _Prepared
-    executor: Callable[[], Any] | None
+    executor: Executor | None
 
 
 class _Approve(NamedTuple):
@@ -296,8 +306,11 @@ class Guard:
 
     Args:
         policy: the policy (:func:`toolguard.load_policy`); default: built-in defaults.
-        tools: the tool functions, decorated or plain (plain ones take ``default_effect``), or
-            :class:`ToolSpec` objects.
+        tools: the tool functions, decorated or plain (plain ones take ``default_effect``),
+            :class:`ToolSpec` objects, or framework tool objects (LangChain ``BaseTool``,
+            Agents SDK ``FunctionTool``, Anthropic ``BetaFunctionTool``: name, description
+            and schema are read from them, the effect comes from the policy unless ``@tg.*``
+            marked them; see :meth:`register`).
         store: where per-task state lives; default a :class:`~toolguard.stores.MemoryStore`
             (or a ``RedisStore`` when the policy says ``[store] backend = "redis"``).
         approver: decides calls that need approval; default :func:`toolguard.deny_all`.
@@ -316,7 +329,7 @@ class Guard:
     def __init__(
         self,
         policy: Policy | None = None,
-        tools: Iterable[Callable[..., Any] | ToolSpec] = (),
+        tools: Iterable[Callable[..., Any] | ToolSpec | Any] = (),
         *,
         store: Store | None = None,
         approver: Approver | None = None,
@@ -410,10 +423,11 @@ class Guard:
             signature: inspect.Signature | None = inspect.signature(spec.func)
         except (TypeError, ValueError):
             signature = None
+        injected = injected_parameters(spec.func)
         defaults = {} if signature is None else {
             name: p.default for name, p in signature.parameters.items()
             if p.default is not p.empty and p.default is not None
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in injected
         }
         schema = dict(spec.args_schema) if spec.args_schema is not None else (
             schema_from_signature(spec.func)
@@ -423,7 +437,7 @@ class Guard:
         call = coercing_call(spec.func)
         ints = int_parameters(spec.func) if call is spec.func else ()  # else pydantic does it
         return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema,
-                      maybe_async, call, not spec.is_async, False, ints)
+                      maybe_async, call, not spec.is_async, False, ints, injected)
 
     @property
     def policy(self) -> Policy:
@@ -474,6 +488,59 @@ class Guard:
         config = self._build(policy)
         with self._lock:
             self._config = config
+
+    def register(
+        self,
+        tool: str | Callable[..., Any] | ToolSpec | Any,
+        *,
+        effect: Effect | str | NotGiven = NOT_GIVEN,
+        args_schema: Mapping[str, Any] | None = None,
+        description: str = "",
+        **settings: Any,
+    ) -> ToolSpec:
+        """Register one more tool; calls that start afterwards see it.
+
+        For a tool that is not a Python function here (an MCP server's tool, a tool of
+        another process, a framework's tool object): pass its name, and every call of it
+        must bring what executes it (``task.call(name, args, run=...)``); without ``run=``
+        such a call raises ``TypeError`` before it is counted. A function, a
+        :class:`ToolSpec` or a framework tool object is registered as ``Guard(tools=)``
+        would, with the given options over its own. Registering an equal spec again is a
+        no-op (adapters may register lazily from several threads).
+
+        Args:
+            tool: the tool name, or a tool as ``Guard(tools=)`` takes it.
+            effect: ``"readonly"``, ``"mutating"`` or ``"poll"``; default: the policy's
+                (``[tools.<name>] effect``, else ``default_effect``).
+            args_schema: the JSON Schema of its arguments (e.g. an MCP ``inputSchema``);
+                arguments are validated against it; default: none (any object).
+            description: for :meth:`tool_schemas`.
+            **settings: the decorators' options: ``requires_approval`` (implies mutating
+                and idempotency scope ``task``), ``idempotency_scope``,
+                ``idempotency_ttl_s``, ``forwards_idempotency_key``, ``max_calls``.
+
+        Returns:
+            The registered :class:`ToolSpec`.
+
+        Raises:
+            PolicyError: another tool already has this name (nothing is registered).
+            jsonschema.exceptions.SchemaError: ``args_schema`` is not a usable schema.
+            TypeError / ValueError: an unknown setting, effect or scope.
+        """
+        spec = named_spec(tool, effect, args_schema, description, settings)
+        with self._lock:
+            for registered in self._tools:
+                if registered.name == spec.name and registered == spec:
+                    return registered
+            tools = self._tools
+            self._tools = [*tools, spec]
+            try:
+                config = self._build(self._config.policy)
+            except BaseException:
+                self._tools = tools
+                raise
+            self._config = config
+        return spec
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """Every registered tool in OpenAI function-tool format
@@ -639,11 +706,22 @@ class Task:
                     + (f" ({reason})" if reason else ""))
 
     # -- calls -------------------------------------------------------------------------
-    def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None) -> ToolResult:
+    def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
+             run: Callable[[dict[str, Any]], Any] | None = None) -> ToolResult:
         """Run one tool call the model proposed, through the guard.
 
         Args:
             tool: the tool name. args: the arguments as a dict, or the model's JSON text.
+            run: what executes the call when the guard lets it run (allow, warn), in place
+                of the registered function: ``run(args)`` is passed the validated
+                arguments (a dict), and what it returns or raises is recorded exactly as a
+                tool result (an error result, an unknown outcome for a timeout type, the
+                idempotency record, progress). For a framework's own handler, a tool of
+                another process (MCP) or one registered by name only
+                (:meth:`Guard.register`). A name no registered tool has is then guarded
+                as a tool known by name only (effect from the policy's ``default_effect``
+                or ``[tools.<name>]``). ``run`` must not return an awaitable here (an
+                error result says to use :meth:`acall`).
 
         Returns:
             A :class:`ToolResult`; never a traceback (a tool's exception becomes an error
@@ -655,11 +733,17 @@ class Task:
             CallInProgress: an identical call kept running past the wait timeout.
             StoreError: the store failed and the policy fails closed.
             ToolGuardError: a bug inside the guard (chained to the original exception).
+            TypeError: without ``run``, the tool is known by name only (nothing here can
+                execute it); raised before the call is counted.
         """
-        return self._run_sync(tool, args, None)[0]
+        if run is None:
+            self._runnable(tool)
+            return self._run_sync(tool, args, None)[0]
+        return self._run_sync(tool, args, sync_runner(tool, run))[0]
 
     async def acall(
-        self, tool: str, args: Mapping[str, Any] | str | bytes | None = None
+        self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
+        run: Callable[[dict[str, Any]], Any] | None = None,
     ) -> ToolResult:
         """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers; a plain
         (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
@@ -668,8 +752,22 @@ class Task:
         ``async def`` or called with :meth:`call`. A store that waits on I/O (``RedisStore``,
         any store without ``blocking = False``) is called from a worker thread, so a stalled
         Redis never freezes the event loop; the in-memory store (microseconds) is called on
-        the loop."""
-        return (await self._run_async(tool, args, None))[0]
+        the loop.
+
+        ``run`` as for :meth:`call`; here it may be ``async def`` or return an awaitable
+        (awaited). A plain ``run`` is called on the event loop's thread (it is meant to hand
+        over to a framework's handler, not to block)."""
+        if run is None:
+            self._runnable(tool)
+        return (await self._run_async(tool, args, run))[0]
+
+    def _runnable(self, tool: str) -> None:
+        entry = self.guard._config.entries.get(tool)
+        if entry is not None and is_recorded(entry.spec):
+            raise TypeError(
+                f"tool {tool!r} is known by name only (guard.register, or a framework tool "
+                "object the guard cannot run by itself): pass run= to task.call/acall with "
+                "what executes it")
 
     def _replay_call(self, tool: str, args: Mapping[str, Any] | str | None, result: Any,
                      *, is_error: bool = False, timeout: bool = False) -> ToolResult:
@@ -681,7 +779,7 @@ class Task:
         Raises:
             Halt: as for :meth:`call`.
         """
-        def recorded() -> Any:
+        def recorded(_: dict[str, Any]) -> Any:
             if timeout:
                 raise TimeoutError(str(result))
             if is_error:
@@ -760,7 +858,9 @@ class Task:
         if entry is None:
             entry = self._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)
             if entry is None:
-                entry = cfg.virtual[tool] = self.guard._entry(cfg.policy, recorded_tool(tool))
+                entry = self.guard._entry(cfg.policy, recorded_tool(tool))
+                if len(cfg.virtual) < 1000:  # names come from the model: bounded
+                    cfg.virtual[tool] = entry
         invalid: str | None = None
         args: dict[str, Any]
         if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
@@ -917,12 +1017,12 @@ class Task:
                     count=snap.count)
         return snap._replace(approval=record)
 
-    def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Callable[[], Any] | None
+    def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Executor | None
                       ) -> _Outcome:
         token = _CURRENT_KEY.set(p.key)
         start = time.perf_counter()
         try:
-            value = executor() if executor is not None else p.entry.call(**p.args)
+            value = executor(p.args) if executor is not None else p.entry.call(**p.args)
             if p.entry.maybe_async and inspect.isawaitable(value):
                 value = _close_awaitable(value, p)
             return _Outcome(value, value, True, False, None, None, time.perf_counter() - start)
@@ -932,12 +1032,12 @@ class Task:
             _CURRENT_KEY.reset(token)
 
     async def _execute_async(self, cfg: _Config, p: _Prepared,
-                             executor: Callable[[], Any] | None) -> _Outcome:
+                             executor: Executor | None) -> _Outcome:
         token = _CURRENT_KEY.set(p.key)
         start = time.perf_counter()
         try:
             if executor is not None:
-                value = executor()
+                value = executor(p.args)
             elif p.entry.in_thread:
                 # A plain function would block the event loop, and concurrent identical
                 # acalls would then run one after another and count as repeats instead of
@@ -974,9 +1074,7 @@ class Task:
         # The error envelope (DESIGN.md §2, cause 1): a one-line structured error, no
         # traceback, so the model does not guess at its own arguments.
         name = type(exc).__name__
-        qualified = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        unknown = any(t in (name, qualified) for t in cfg.timeout_types) or any(
-            t in (c.__name__ for c in type(exc).__mro__) for t in cfg.timeout_types)
+        unknown = is_unknown_outcome(exc, cfg.timeout_types)
         if isinstance(exc, _RecordedError):
             content = exc.content
         else:
@@ -1173,7 +1271,7 @@ class Task:
         self._event("validating->executing", p.entry.spec.name, verdict.decision,
                     verdict.reason, p, cfg, snap.count)
 
-    def _pipeline(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+    def _pipeline(self, tool: str, raw: Any, executor: Executor | None
                   ) -> Generator[_Io, Any, tuple[ToolResult, BaseException | None]]:
         """The whole pipeline of one call, sans I/O that differs between sync and async: it
         yields an :data:`_Io` request (run the tool, ask the approver, wait for an identical
@@ -1251,7 +1349,7 @@ class Task:
                 self._give_back(cfg, claimed)
             raise
 
-    def _run_sync(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+    def _run_sync(self, tool: str, raw: Any, executor: Executor | None
                   ) -> tuple[ToolResult, BaseException | None]:
         pipeline = self._pipeline(tool, raw, executor)
         try:
@@ -1272,7 +1370,7 @@ class Task:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    async def _run_async(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+    async def _run_async(self, tool: str, raw: Any, executor: Executor | None
                          ) -> tuple[ToolResult, BaseException | None]:
         pipeline = self._pipeline(tool, raw, executor)
         cancelled: BaseException | None = None  # a cancellation that waited for a thread
@@ -1582,14 +1680,28 @@ def _bind(task: Task, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, A
     if entry is None or entry.signature is None:
         return None, {}
     if entry.spec is not spec:
+        wrapped = wrapped_arguments(entry.spec, spec, args, kwargs)
+        if wrapped is not None:  # a framework tool object over this decorated function
+            return entry, wrapped
         # a method registered bound (tools=[obj.method]): guarded only for that object
         func = entry.spec.func
         if getattr(func, "__func__", None) is not spec.func or not args \
                 or args[0] is not getattr(func, "__self__", None):
             return None, {}
         args = args[1:]
-    bound = entry.signature.bind(*args, **kwargs)
-    return entry, dict(bound.arguments)
+    bound = dict(entry.signature.bind(*args, **kwargs).arguments)
+    for name in entry.injected:  # the framework's context object: not an argument
+        bound.pop(name, None)
+    return entry, bound
+
+
+def _executing(task: Task, spec: ToolSpec) -> bool:
+    """The guard is executing this very tool (its ``run=`` or a framework object invoking
+    the decorated function it wraps): the inner direct call is that execution, not a
+    second call to count."""
+    key = _CURRENT_KEY.get()
+    prefix = f"{task.task_id}:{spec.name}:"
+    return key is not None and key.startswith(prefix) and ":" not in key[len(prefix):]
 
 
 def _direct_result(result: ToolResult, exc: BaseException | None) -> Any:
@@ -1609,12 +1721,12 @@ def direct_call(spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
         ToolBlocked: block / review / invalid. Halt: the task halts. Whatever the tool raised.
     """
     task = _CURRENT_TASK.get()
-    if task is None:
+    if task is None or _executing(task, spec):
         return func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
         return func(*args, **kwargs)
-    result, exc = task._run_sync(spec.name, bound, lambda: func(*args, **kwargs))
+    result, exc = task._run_sync(entry.spec.name, bound, lambda _: func(*args, **kwargs))
     return _direct_result(result, exc)
 
 
@@ -1622,10 +1734,11 @@ async def direct_call_async(spec: ToolSpec, func: Callable[..., Awaitable[Any]],
                             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """:func:`direct_call` for ``async def`` tools."""
     task = _CURRENT_TASK.get()
-    if task is None:
+    if task is None or _executing(task, spec):
         return await func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
         return await func(*args, **kwargs)
-    result, exc = await task._run_async(spec.name, bound, lambda: func(*args, **kwargs))
+    result, exc = await task._run_async(entry.spec.name, bound,
+                                        lambda _: func(*args, **kwargs))
     return _direct_result(result, exc)

@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from ._outcomes import DEFAULT_TIMEOUT_EXCEPTIONS
+from ._redact import key_pattern
 from ._types import Effect, IdempotencyScope, Mode
 
 __all__ = [
@@ -31,6 +33,16 @@ __all__ = [
     "ToolPolicy",
     "ToolRule",
 ]
+
+
+# Key names whose values are secrets (after detect-secrets' KeywordDetector denylist); each
+# plain word also matches folded, so "api_key" covers apiKey, X-Api-Key and API-KEY.
+DEFAULT_REDACT: tuple[str, ...] = (
+    "password", "passwd", "pwd", "passphrase", "secret", "token", "api_key", "access_key",
+    "private_key", "priv_key", "auth_key", "client_key", "service_key", "account_key",
+    "db_key", "database_key", "db_pass", "database_pass", "key_pass", "authorization", "cookie",
+    "credential", "session_id", "contrasena", "contraseña",
+)
 
 
 class _Frozen(BaseModel):
@@ -81,8 +93,12 @@ class IdempotencyPolicy(_Frozen):
     Attributes:
         ttl_s: how long a completed call is remembered, in seconds.
         max_entries: bound on remembered calls per store (in-memory LRU eviction beyond it).
-        timeout_exceptions: exception class names (``__name__`` or ``module.qualname``) whose
-            raising means the outcome is unknown: an identical retry goes to ``review``.
+        timeout_exceptions: exception class names (``__name__``, ``module.qualname``, or
+            ``Name:STATUS`` for an RPC status) whose raising, or a subclass's, means the
+            outcome is unknown: an identical retry goes to ``review``. The default names the
+            timeouts of the standard library, requests, httpx, urllib3, aiohttp and gRPC,
+            matched by class hierarchy without importing them (``toolguard._outcomes``); a
+            list you set replaces it.
         wait_timeout_s: how long an identical concurrent call waits for the first one before
             raising :class:`toolguard.CallInProgress`, in seconds.
         in_progress_ttl_s: how long the claim of a running call is honoured, in seconds: a
@@ -92,7 +108,7 @@ class IdempotencyPolicy(_Frozen):
 
     ttl_s: float = Field(default=3600.0, gt=0)
     max_entries: int = Field(default=10_000, ge=1)
-    timeout_exceptions: tuple[str, ...] = ("TimeoutError",)
+    timeout_exceptions: tuple[str, ...] = DEFAULT_TIMEOUT_EXCEPTIONS
     wait_timeout_s: float = Field(default=30.0, gt=0)
     in_progress_ttl_s: float = Field(default=600.0, gt=0)
 
@@ -105,18 +121,22 @@ class ApprovalPolicy(_Frozen):
 
 class AuditPolicy(_Frozen):
     """``[audit]``: argument keys matching any ``redact`` pattern (case-insensitive substring
-    or regex search) are replaced by ``"[REDACTED]"`` before they reach a sink, a notice or an
-    exception; string values longer than ``max_value_chars`` characters are truncated."""
+    or regex search, in the key as written and folded: ``api_key`` also matches ``apiKey``
+    and ``X-Api-Key``) are replaced by ``"[REDACTED]"`` before they reach a sink, a log, a
+    notice or an exception; credentials of a well-known shape inside string values (Bearer
+    headers, ``sk-…``, ``AKIA…``, ``ghp_…``, JWTs, PEM keys) are replaced too; string
+    values longer than ``max_value_chars`` characters are truncated (``toolguard._redact``).
+    The approver sees the full arguments."""
 
-    redact: tuple[str, ...] = ("password", "token", "api_key", "secret", "authorization")
+    redact: tuple[str, ...] = DEFAULT_REDACT
     max_value_chars: int = Field(default=200, ge=8)
 
     @cached_property
     def redact_pattern(self) -> re.Pattern[str] | None:
-        """All ``redact`` patterns as one compiled case-insensitive regex (None if empty)."""
-        if not self.redact:
-            return None
-        return re.compile("|".join(f"(?:{p})" for p in self.redact), re.IGNORECASE)
+        """All ``redact`` patterns as one compiled case-insensitive regex, a plain word also
+        folded (``api_key`` → ``apikey``, see :func:`toolguard._redact.key_pattern`); None
+        if empty."""
+        return key_pattern(self.redact)
 
 
 class StorePolicy(_Frozen):
@@ -177,6 +197,7 @@ class ToolPolicy(_Frozen):
     idempotency_scope: IdempotencyScope | None = None
     idempotency_ttl_s: float | None = Field(default=None, gt=0)
     forwards_idempotency_key: bool | None = None
+    external: bool | None = None
     max_calls: int | None = Field(default=None, ge=1)
     max_polls: int | None = Field(default=None, ge=1)
     ladder: LadderOverride | None = None

@@ -31,6 +31,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -236,6 +237,11 @@ def _read_chain(
     seen: list[tuple[Path, str]] = []
     display = os.fspath(path)
     while True:
+        if "\0" in display:  # a path given in code (a file's extends is refused below)
+            nul = "must be a file path, got a path holding a NUL byte"
+            problems.append(extending.problem(("extends",), nul) if extending is not None
+                            else PolicyProblem(display.replace("\0", "\\0"), "", nul))
+            return chain[::-1], False
         resolved = Path(display).resolve()
         start = next((i for i, (real, _) in enumerate(seen) if real == resolved), None)
         if start is not None and extending is not None:
@@ -274,6 +280,10 @@ def _read_chain(
         if not isinstance(extends, str):  # absent, or a type error the schema reports
             return chain[::-1], True
         extending = layer
+        if "\0" in extends:  # no file has such a name: os calls raise ValueError on it
+            problems.append(layer.problem(
+                ("extends",), "must be a file path, got a path holding a NUL byte"))
+            return chain[::-1], False
         target = Path(display).parent / extends
         # Shown tidied ("a/../b.toml" as "b.toml") only where that is the same file: through
         # a symbolic link, ".." goes up from the link's target, as the system reads it.
@@ -534,11 +544,18 @@ def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
         if not isinstance(pattern, str):
             continue  # a type error the schema reports
         try:
-            re.compile(pattern)
+            with warnings.catch_warnings():  # "possible set intersection": valid, for now
+                warnings.simplefilter("ignore", FutureWarning)
+                re.compile(pattern)
         except re.error as error:
             where = f" at position {error.pos}" if error.pos is not None else ""
             message = f"not a valid regular expression: {error.msg}{where}, got {_show(pattern)}"
             problems.append(layer.problem(path, message))
+        except (OverflowError, RecursionError, ValueError) as error:
+            # "a{99999999999}": a repetition beyond re's limit; groups nested too deeply
+            why = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+            problems.append(layer.problem(
+                path, f"not a valid regular expression: {why}, got {_show(pattern)}"))
     return problems
 
 
@@ -694,7 +711,9 @@ def _tool_effects(tool: Mapping[str, Any]) -> list[str]:
     for rule in rules if isinstance(rules, list) else ():
         if isinstance(rule, dict):
             effects.append(rule.get("effect"))
-    return [e for e in dict.fromkeys(effects) if e in _LADDER_EFFECTS]
+    # only strings: a list or table where an effect belongs is a type error the schema reports
+    return [e for e in dict.fromkeys(e for e in effects if isinstance(e, str))
+            if e in _LADDER_EFFECTS]
 
 
 def _model_message(err: Mapping[str, Any]) -> str:

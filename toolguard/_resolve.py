@@ -40,6 +40,7 @@ class ToolSettings:
     idempotency_scope: IdempotencyScope
     idempotency_ttl_s: float
     forwards_idempotency_key: bool
+    external: bool
     max_calls: int | None
     max_polls: int
     readonly_ladder: LadderThresholds
@@ -90,11 +91,22 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     else:
         approval, src["requires_approval"] = False, "built-in"
 
+    external: bool
+    if tp.external is not None:
+        external, src["external"] = tp.external, from_tool("external")
+    elif spec.external is not NOT_GIVEN:
+        external, src["external"] = spec.external, "decorator"
+    else:
+        external, src["external"] = False, "built-in"
+
     scope: IdempotencyScope
     if tp.idempotency_scope is not None:
         scope, src["idempotency_scope"] = tp.idempotency_scope, from_tool("idempotency_scope")
-    elif spec.idempotency_scope is not NOT_GIVEN:
+    elif spec.idempotency_scope is not NOT_GIVEN:  # a scope named anywhere beats `external`
         scope, src["idempotency_scope"] = spec.idempotency_scope, "decorator"
+    elif external:
+        # the outside world: a later, unrelated write does not undo a payment or an email
+        scope, src["idempotency_scope"] = IdempotencyScope.TASK, f"external ({src['external']})"
     else:
         scope = IdempotencyScope.TASK if approval else IdempotencyScope.UNTIL_CHANGE
         src["idempotency_scope"] = "built-in"
@@ -155,6 +167,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         idempotency_scope=scope,
         idempotency_ttl_s=ttl,
         forwards_idempotency_key=forwards,
+        external=external,
         max_calls=max_calls,
         max_polls=max_polls,
         readonly_ladder=ladders["readonly"],
