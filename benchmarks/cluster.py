@@ -10,7 +10,9 @@ pool), each calling a no-op ``@mutating`` tool with never-seen arguments (the ex
 claim, run, record; two round trips) round-robin over 8 tasks of its own, so the tasks
 spread over the cluster's slots. Each setting runs ``--seconds`` per round; the rounds
 interleave the settings in a fresh shuffled order, and a setting's figure is its median
-calls/s over rounds.
+calls/s over rounds. Beside it, the CPUs the Redis processes used meanwhile (``INFO cpu``):
+where that stays well under one CPU while the workers fill the machine, the clients, not
+Redis, are the limit, and more Redis nodes cannot help.
 
 Run: ``python benchmarks/cluster.py`` (≈1 min; writes ``benchmarks/results/cluster.json``
 and ``.md``), ``--smoke`` for a seconds-long check of every code path.
@@ -34,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import toolguard as tg  # noqa: E402
-from tests.redis_servers import Cluster, server  # noqa: E402
+from tests.redis_servers import Cluster, Server, server  # noqa: E402
 from toolguard.stores.redis import RedisStore  # noqa: E402
 
 TASKS_PER_WORKER = 8
@@ -61,6 +63,19 @@ def _worker(url: str, cluster: bool, prefix: str, k: int, start_at: float, secon
         calls += 1
     results.put(calls / seconds)
     store.close()
+
+
+def _server_cpu_s(servers: list[Server]) -> float:
+    """CPU seconds (user + system) the Redis processes have used so far."""
+    total = 0.0
+    for srv in servers:
+        client = srv.client()
+        try:
+            info = client.info("cpu")
+            total += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+        finally:
+            client.close()
+    return total
 
 
 def _round(url: str, cluster: bool, workers: int, seconds: float, tag: str) -> float:
@@ -94,22 +109,30 @@ def main() -> int:
     try:
         with Cluster(3) as cluster:
             where = {"node": (single.url, False), "cluster": (cluster.url, True)}
+            servers = {"node": [single], "cluster": cluster.nodes}
             samples: dict[tuple[str, int], list[float]] = {
                 (d, w): [] for d in where for w in counts}
+            redis_cpu: dict[tuple[str, int], list[float]] = {key: [] for key in samples}
             for r in range(rounds):
                 order = list(samples)
                 random.shuffle(order)
                 for deployment, workers in order:
                     url, is_cluster = where[deployment]
+                    cpu = _server_cpu_s(servers[deployment])
                     got = _round(url, is_cluster, workers, seconds, f"{r}{deployment}{workers}")
+                    share = (_server_cpu_s(servers[deployment]) - cpu) / seconds
                     samples[deployment, workers].append(got)
+                    redis_cpu[deployment, workers].append(share)
                     print(f"round {r + 1}/{rounds} {deployment:7} {workers:2} workers: "
-                          f"{got:8.0f} calls/s", flush=True)
+                          f"{got:8.0f} calls/s, Redis used {share:.2f} CPUs", flush=True)
     finally:
         single.stop()
 
     rows = [{"deployment": d, "workers": w, "calls_per_s": round(statistics.median(s)),
-             "samples": [round(x) for x in s]} for (d, w), s in samples.items()]
+             "samples": [round(x) for x in s],
+             "redis_cpus": round(statistics.median(redis_cpu[d, w]), 2)}
+            for (d, w), s in samples.items()]
+    cpus = {(r["deployment"], r["workers"]): r["redis_cpus"] for r in rows}
     rate = {(d, w): round(statistics.median(s)) for (d, w), s in samples.items()}
     top = max(counts)
     ratio = rate["cluster", top] / rate["node", top]
@@ -123,10 +146,12 @@ def main() -> int:
     }
     opts.json.parent.mkdir(parents=True, exist_ok=True)
     opts.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    lines = ["| workers | one node (calls/s) | 3-master cluster (calls/s) | cluster / node |",
-             "| ---: | ---: | ---: | ---: |"]
+    lines = ["| workers | one node (calls/s) | 3-master cluster (calls/s) | cluster / node "
+             "| CPUs used by Redis (node / cluster) |",
+             "| ---: | ---: | ---: | ---: | ---: |"]
     lines += [f"| {w} | {rate['node', w]} | {rate['cluster', w]} | "
-              f"{rate['cluster', w] / rate['node', w]:.2f} |" for w in counts]
+              f"{rate['cluster', w] / rate['node', w]:.2f} | "
+              f"{cpus['node', w]:.2f} / {cpus['cluster', w]:.2f} |" for w in counts]
     target = report["target"]
     lines.append(f"\nTarget ({target['metric']} ≥ 2.0): {ratio:.2f} {target['status']} "
                  f"({os.cpu_count()} CPUs shared by the workers and every Redis process).")

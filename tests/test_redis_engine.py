@@ -142,6 +142,9 @@ def test_environment_selects_a_cluster(redis_prefix: str) -> None:
     other = RedisStore(url=f"{dead},{rest}", cluster=True, key_prefix=redis_prefix)
     assert other.usage("on-the-cluster").tool_calls == 2
     other.close()
+    client = redis.RedisCluster.from_url(rest.split(",")[0], socket_timeout=5.0)
+    assert RedisStore(client, key_prefix=redis_prefix).usage("on-the-cluster").tool_calls == 2
+    client.close()
     store.close()
     delete_cluster_prefix(url, redis_prefix)
 
