@@ -20,7 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolguard as tg
-from toolguard._policy import BudgetPolicy, IdempotencyPolicy, ToolPolicy
+from toolguard._policy import (
+    BudgetPolicy,
+    IdempotencyPolicy,
+    LadderPolicy,
+    LadderThresholds,
+    ToolPolicy,
+)
 from toolguard.testing import capture_audit
 
 from .loop_support import heartbeat
@@ -147,7 +153,11 @@ def test_acall_on_redis_still_decides() -> None:
     with private_server() as srv:
         runs: list[str] = []
         store = RedisStore(url=srv.url, key_prefix="loop", timeout_s=2.0)
-        task = tg.Guard(tg.Policy(), [_payer(runs)], store=store).task("t")
+        # four identical attempts reach the default halt_at = 4 when the first has already
+        # finished: raise the ladder, as the multi-process tests do
+        policy = tg.Policy(ladder=LadderPolicy(
+            mutating=LadderThresholds(warn_at=5, block_at=6, halt_at=7)))
+        task = tg.Guard(policy, [_payer(runs)], store=store).task("t")
 
         async def main() -> list[str]:
             same = await asyncio.gather(*(task.acall("pay", {"order": "x"}) for _ in range(4)))
@@ -187,6 +197,33 @@ def test_cancelled_acall_gives_its_claim_back_off_the_loop() -> None:
 
         asyncio.run(main())
         assert not _records(srv, b"p")  # given back at once, not left for in_progress_ttl_s
+        store.close()
+
+
+def test_acall_cancelled_during_a_slow_begin_gives_the_claim_back() -> None:
+    # The cancellation arrives while begin runs off the loop; begin then claims the call.
+    # The tool never started: the claim is given back, not recorded as an unknown outcome.
+    with private_server() as srv:
+        runs: list[str] = []
+        store = RedisStore(url=srv.url, key_prefix="loop", timeout_s=5.0)
+        task = tg.Guard(tg.Policy(), [_payer(runs)], store=store).task("t")
+
+        async def main() -> None:
+            await task.acall("pay", {"order": "warm-up"})
+            srv.stall()
+            call = asyncio.create_task(task.acall("pay", {"order": "o-1"}))
+            await asyncio.sleep(0.2)
+            call.cancel()
+            await asyncio.sleep(0.2)
+            srv.resume()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+        asyncio.run(main())
+        assert runs == ["warm-up"]
+        assert not _records(srv, b"p") and not _records(srv, b"u")
+        retry = task.call("pay", {"order": "o-1"})  # the cancelled attempt counted once
+        assert retry.decision.executed and runs == ["warm-up", "o-1"]  # not review
         store.close()
 
 

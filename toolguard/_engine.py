@@ -142,6 +142,11 @@ async def _until_done(future: asyncio.Future[Any]) -> None:
             await asyncio.wait([future])
 
 
+class _NotStarted(BaseException):  # a control-flow signal, not an error
+    """Thrown into the pipeline at its execute request when ``acall`` was cancelled while a
+    store operation ran off the loop: the tool never started, so its claim is given back."""
+
+
 class _RecordedError(Exception):
     """Raised by a replay executor for a recorded error result (content shown verbatim)."""
 
@@ -1321,6 +1326,9 @@ class Task:
                 executing = True
                 try:
                     outcome = yield _Execute(cfg, p, executor)
+                except _NotStarted:  # cancelled before the tool started: give the claim back
+                    executing = False
+                    raise
                 except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
                     self._abandon(cfg, p, snap)
                     raise
@@ -1412,9 +1420,14 @@ class Task:
         except asyncio.CancelledError as cancel:
             await _until_done(future)
             if not future.cancelled() and future.exception() is None and not future.result()[0]:
-                with contextlib.suppress(BaseException):  # it re-raises the cancellation
-                    await _until_done(loop.run_in_executor(
-                        None, context.run, _step, pipeline, None, cancel))
+                # the pipeline waits at its next request, which never started: a tool that
+                # did not run is not an unknown outcome
+                io = future.result()[1]
+                into = _NotStarted() if isinstance(io, _Execute) else cancel
+                thrown = loop.run_in_executor(None, context.run, _step, pipeline, None, into)
+                await _until_done(thrown)
+                if not thrown.cancelled():
+                    thrown.exception()  # it re-raises what it was thrown: retrieved, dropped
             raise
 
     async def _ask_async(self, io: _Approve) -> ApprovalDecision:
