@@ -14,6 +14,10 @@ calls/s over rounds. Beside it, the CPUs the Redis processes used meanwhile (``I
 where that stays well under one CPU while the workers fill the machine, the clients, not
 Redis, are the limit, and more Redis nodes cannot help.
 
+Threads (issue 18's Redis target): 1, 2 and 4 threads of one process sharing one guard and
+one ``RedisStore`` (one connection pool) on the single node, each on its own task, same
+workload, interleaved with the rest; the target is N threads ≥ 0.7 N x one thread's calls/s.
+
 Run: ``python benchmarks/cluster.py`` (≈1 min; writes ``benchmarks/results/cluster.json``
 and ``.md``), ``--smoke`` for a seconds-long check of every code path.
 """
@@ -28,6 +32,7 @@ import platform
 import random
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -93,6 +98,42 @@ def _round(url: str, cluster: bool, workers: int, seconds: float, tag: str) -> f
     return float(total)
 
 
+def _threads_round(url: str, threads: int, seconds: float) -> float:
+    """Calls/s of ``threads`` threads sharing one guard and one store (one connection pool),
+    each on its own task, on the executed path."""
+    store = RedisStore(url=url, key_prefix=f"tgbench:threads:{os.urandom(4).hex()}",
+                       timeout_s=5.0)
+
+    @tg.mutating
+    def write(k: int, n: int) -> int:
+        return n
+
+    guard = tg.Guard(tg.Policy(), [write], store=store)
+    counts = [0] * threads
+    ready = threading.Barrier(threads + 1)
+    end = [0.0]
+
+    def work(k: int) -> None:
+        task = guard.task(f"thread-{k}")
+        task.call("write", {"k": k, "n": -1})
+        ready.wait()
+        n = 0
+        while time.perf_counter() < end[0]:
+            task.call("write", {"k": k, "n": n})
+            n += 1
+        counts[k] = n
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for w in workers:
+        w.start()
+    end[0] = time.perf_counter() + 0.2 + seconds
+    ready.wait()
+    for w in workers:
+        w.join()
+    store.close()
+    return sum(counts) / seconds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="per setting and round")
@@ -103,6 +144,7 @@ def main() -> int:
                         "cluster.json")
     opts = parser.parse_args()
     counts = [1, 2] if opts.smoke else [int(w) for w in opts.workers.split(",")]
+    thread_counts = [1, 2] if opts.smoke else [1, 2, 4]
     seconds, rounds = (0.3, 1) if opts.smoke else (opts.seconds, opts.rounds)
 
     single = server()
@@ -113,13 +155,20 @@ def main() -> int:
             samples: dict[tuple[str, int], list[float]] = {
                 (d, w): [] for d in where for w in counts}
             redis_cpu: dict[tuple[str, int], list[float]] = {key: [] for key in samples}
+            for n in thread_counts:
+                samples["threads", n] = []
+                redis_cpu["threads", n] = []
+            where["threads"] = (single.url, False)
+            servers["threads"] = [single]
             for r in range(rounds):
                 order = list(samples)
                 random.shuffle(order)
                 for deployment, workers in order:
                     url, is_cluster = where[deployment]
                     cpu = _server_cpu_s(servers[deployment])
-                    got = _round(url, is_cluster, workers, seconds, f"{r}{deployment}{workers}")
+                    got = (_threads_round(url, workers, seconds) if deployment == "threads"
+                           else _round(url, is_cluster, workers, seconds,
+                                       f"{r}{deployment}{workers}"))
                     share = (_server_cpu_s(servers[deployment]) - cpu) / seconds
                     samples[deployment, workers].append(got)
                     redis_cpu[deployment, workers].append(share)
@@ -128,6 +177,8 @@ def main() -> int:
     finally:
         single.stop()
 
+    threads = {n: round(statistics.median(samples.pop(("threads", n)))) for n in thread_counts}
+    thread_cpu = {n: statistics.median(redis_cpu.pop(("threads", n))) for n in thread_counts}
     rows = [{"deployment": d, "workers": w, "calls_per_s": round(statistics.median(s)),
              "samples": [round(x) for x in s],
              "redis_cpus": round(statistics.median(redis_cpu[d, w]), 2)}
@@ -143,6 +194,11 @@ def main() -> int:
         "throughput": rows,
         "target": {"metric": f"cluster/node calls/s at {top} workers", "ratio": round(ratio, 2),
                    "target": 2.0, "status": "PASS" if ratio >= 2.0 else "MISS"},
+        "threads": [{"threads": n, "calls_per_s": threads[n],
+                     "x_n_one_thread": round(threads[n] / (n * threads[1]), 2),
+                     "redis_cpus": round(thread_cpu[n], 2),
+                     "status": "PASS" if threads[n] >= 0.7 * n * threads[1] else "MISS"}
+                    for n in thread_counts],
     }
     opts.json.parent.mkdir(parents=True, exist_ok=True)
     opts.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -155,6 +211,10 @@ def main() -> int:
     target = report["target"]
     lines.append(f"\nTarget ({target['metric']} ≥ 2.0): {ratio:.2f} {target['status']} "
                  f"({os.cpu_count()} CPUs shared by the workers and every Redis process).")
+    lines += ["", "| threads on one store | calls/s | ÷ (N x one thread), target ≥ 0.7 "
+              "| CPUs used by Redis |", "| ---: | ---: | ---: | ---: |"]
+    lines += [f"| {t['threads']} | {t['calls_per_s']} | {t['x_n_one_thread']:.2f} "
+              f"{t['status']} | {t['redis_cpus']:.2f} |" for t in report["threads"]]
     opts.json.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0

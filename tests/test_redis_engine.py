@@ -150,7 +150,10 @@ def test_environment_selects_a_cluster(redis_prefix: str) -> None:
 
 
 # -- round trips ------------------------------------------------------------------------
-def test_round_trips_per_call(redis_prefix: str) -> None:
+@pytest.mark.parametrize("deployment", ["node", "cluster"])
+def test_round_trips_per_call(redis_prefix: str, deployment: str) -> None:
+    # A cached or blocked call is 1 round trip, an executed call 2 (issue 18's Redis target),
+    # on one node and on a cluster alike.
     ran: list[str] = []
 
     @tg.mutating
@@ -162,8 +165,13 @@ def test_round_trips_per_call(redis_prefix: str) -> None:
     def lookup(q: str) -> str:
         return q
 
-    store = _store(redis_prefix)
-    task = tg.Guard(tools=[write, lookup], store=store).task("rt")
+    if deployment == "node":
+        store = _store(redis_prefix)
+    else:
+        store = _store(redis_prefix, url=require_cluster(), cluster=True)
+    policy = tg.Policy(ladder=LadderPolicy(readonly=LadderThresholds(warn_at=2, block_at=3,
+                                                                      halt_at=9)))
+    task = tg.Guard(policy, tools=[write, lookup], store=store).task("rt")
     task.call("write", {"path": "warm-up"})  # loads the scripts on a fresh server
 
     def trips(tool: str, args: dict[str, Any]) -> tuple[tg.Decision, int]:
@@ -174,8 +182,12 @@ def test_round_trips_per_call(redis_prefix: str) -> None:
     assert trips("write", {"path": "a"}) == (tg.Decision.ALLOW, 2)
     assert trips("write", {"path": "a"}) == (tg.Decision.CACHED, 1)
     assert trips("lookup", {"q": "a"}) == (tg.Decision.ALLOW, 2)
+    assert trips("lookup", {"q": "a"}) == (tg.Decision.WARN, 2)
+    assert trips("lookup", {"q": "a"}) == (tg.Decision.BLOCK, 1)
     assert ran == ["warm-up", "a"]
     store.close()
+    if deployment == "cluster":
+        delete_cluster_prefix(require_cluster(), redis_prefix)
 
 
 # -- several processes, one task (on one node and on a 3-master cluster) -----------------
