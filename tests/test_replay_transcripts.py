@@ -17,11 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
-from typer.testing import CliRunner, Result
 
 import toolguard as tg
-from toolguard._replay_cli import register
 from toolguard.replay import (
     RecordedCall,
     Run,
@@ -34,6 +31,7 @@ from toolguard.replay import (
 from toolguard.replay._runner import _grouped
 
 from .conftest import ROOT, SHARED
+from .replay_support import replay
 
 TRANSCRIPTS = SHARED / "data" / "transcripts"
 POLICIES = ROOT / "examples" / "policies"
@@ -86,7 +84,7 @@ def lines(path: Path) -> Iterator[dict[str, Any]]:
 def independent_counts(name: str) -> tuple[int, int, int, int, int]:
     """(calls, batches of 2+ calls, user turns, input tokens, output tokens) of one file."""
     path = TRANSCRIPTS / name
-    folder = name.split("/")[0]
+    folder = name.split("/", maxsplit=1)[0]
     if folder == "claude-code":
         return _claude(path)
     if folder == "codex-rollout":
@@ -105,10 +103,10 @@ def independent_counts(name: str) -> tuple[int, int, int, int, int]:
                 sum(u["prompt_tokens"] for u in spent), sum(u["completion_tokens"] for u in spent))
     if folder == "openhands":
         events = json.loads(path.read_text())
-        calls = [e for e in events if e.get("action") and e.get("tool_call_metadata")]
+        actions = [e for e in events if e.get("action") and e.get("tool_call_metadata")]
         responses = {e["tool_call_metadata"]["model_response"]["id"]:
-                     e["tool_call_metadata"]["model_response"]["usage"] for e in calls}
-        return (len(calls), 0, sum(1 for e in events
+                     e["tool_call_metadata"]["model_response"]["usage"] for e in actions}
+        return (len(actions), 0, sum(1 for e in events
                                    if e.get("source") == "user" and e.get("action") == "message"),
                 sum(u["prompt_tokens"] for u in responses.values()),
                 sum(u["completion_tokens"] for u in responses.values()))
@@ -212,24 +210,6 @@ def test_each_file_is_read_with_the_calls_it_holds(name: str) -> None:
     assert read_counts(name) == EXPECTED[name]
 
 
-def make_app() -> typer.Typer:
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-    @app.callback()
-    def root() -> None:
-        """toolguard (test app)."""
-
-    register(app)
-    return app
-
-
-def replay(*args: str | Path) -> Result:
-    result = CliRunner().invoke(make_app(), ["replay", *map(str, args)])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    assert "Traceback" not in result.output
-    return result
-
-
 POLICY_OF = {"claude-code": "claude-code", "codex-rollout": "codex", "openhands": "openhands",
              "swe-agent": "swe-agent", "mini-swe-agent": "swe-agent"}
 
@@ -237,7 +217,7 @@ POLICY_OF = {"claude-code": "claude-code", "codex-rollout": "codex", "openhands"
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_file_replays_with_exit_0_or_1_and_its_calls_in_the_report(name: str) -> None:
     args: list[str | Path] = [TRANSCRIPTS / name, "--format", "json", "--fail-on", "halt"]
-    if (policy := POLICY_OF.get(name.split("/")[0])) is not None:
+    if (policy := POLICY_OF.get(name.split("/", maxsplit=1)[0])) is not None:
         args += ["--policy", POLICIES / f"{policy}.toml"]
     result = replay(*args)
     assert result.exit_code in (0, 1), result.output

@@ -15,12 +15,13 @@ call its ``elapsed_s``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from ._model import (
     Clock,
+    Pending,
     RecordedCall,
     Run,
     Source,
@@ -48,8 +49,8 @@ class _Thread:
     """The run being built for the main conversation or one subagent."""
 
     run: Run
+    calls: Pending  # tool_use_id -> the call
     clock: Clock = field(default_factory=Clock)
-    waiting: dict[str, int] = field(default_factory=dict)  # tool_use_id -> step index
     usage_at: dict[str, int] = field(default_factory=dict)  # message id -> step index
 
 def _read(source: Source) -> Iterator[Run]:
@@ -69,7 +70,8 @@ def _read(source: Source) -> Iterator[Run]:
             meta = {k: line[k] for k in ("sessionId", "version", "agentId")
                     if isinstance(line.get(k), str)}
             name = source.stem if not key else f"{source.stem}/{key}"
-            thread = threads[key] = _Thread(Run(name, source.file, "claude-code", meta))
+            run = Run(name, source.file, "claude-code", meta)
+            thread = threads[key] = _Thread(run, Pending(run.steps))
         elapsed = thread.clock.elapsed(line.get("timestamp"))
         if kind == "assistant":
             _assistant(source, thread, message, number, elapsed)
@@ -97,9 +99,9 @@ def _assistant(source: Source, thread: _Thread, message: dict[str, Any], number:
             source.problem(number, "a tool_use block without a name; block skipped")
             continue
         args, raw = arguments(block.get("input"), None)
-        thread.waiting[str(block.get("id"))] = len(steps)
-        steps.append(RecordedCall(block["name"], args, raw, batch=message_id,
-                                  elapsed_s=elapsed, line=number))
+        thread.calls.add(block.get("id"), RecordedCall(block["name"], args, raw,
+                                                       batch=message_id, elapsed_s=elapsed,
+                                                       line=number))
 
 def _user(source: Source, thread: _Thread, line: dict[str, Any], message: dict[str, Any],
           number: int) -> None:
@@ -108,14 +110,9 @@ def _user(source: Source, thread: _Thread, line: dict[str, Any], message: dict[s
     blocks = content if isinstance(content, list) else []
     results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
     for block in results:
-        position = thread.waiting.pop(str(block.get("tool_use_id")), None)
-        if position is None:
+        if not thread.calls.answer(block.get("tool_use_id"), block.get("content"),
+                                   block.get("is_error") is True):
             source.unrecognised("tool_result blocks whose tool_use is not in the file", number)
-            continue
-        call = steps[position]
-        assert isinstance(call, RecordedCall)  # waiting indexes calls only
-        steps[position] = replace(call, result=block.get("content"),
-                                  is_error=block.get("is_error") is True)
     text = (isinstance(content, str) and bool(content.strip())) or len(results) < len(blocks)
     if text and not line.get("isMeta") and not line.get("isCompactSummary"):
         steps.append(UserTurn(number))

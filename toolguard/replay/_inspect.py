@@ -13,13 +13,13 @@ import json
 import re
 import zipfile
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
 from toolguard._canonical import load_json
 
 from ._model import (
+    Pending,
     RecordedCall,
     ReplayInputError,
     Run,
@@ -27,6 +27,7 @@ from ._model import (
     Step,
     UserTurn,
     arguments,
+    field_list,
     usage_counts,
 )
 from ._registry import Reader
@@ -99,7 +100,7 @@ def _sample_run(source: Source, sample: Mapping[str, Any], meta: dict[str, Any])
               and isinstance(event.get("output"), dict)]
     spent = iter(usages)
     steps: list[Step] = []
-    waiting: dict[str, int] = {}
+    pending = Pending(steps)
     for i, m in enumerate(sample.get("messages") or []):
         role = m.get("role") if isinstance(m, dict) else None
         if role == "user":
@@ -109,25 +110,20 @@ def _sample_run(source: Source, sample: Mapping[str, Any], meta: dict[str, Any])
             tokens = usage_counts(next(spent, None), ("input_tokens",), ("output_tokens",))
             if tokens is not None:
                 steps.append(tokens)
-            calls = m.get("tool_calls") if isinstance(m.get("tool_calls"), list) else []
-            for tc in calls:
+            tool_calls = field_list(m, "tool_calls")
+            for tc in tool_calls:
                 if not isinstance(tc, dict) or not isinstance(tc.get("function"), str):
                     source.problem(None, f"sample {sample.get('id')}: message {i}: a tool "
                                          "call without a function name; skipped")
                     continue
                 args, raw = arguments(tc.get("arguments"), None)
-                waiting[str(tc.get("id"))] = len(steps)
-                steps.append(RecordedCall(tc["function"], args, raw,
-                                          batch=f"message {i}" if len(calls) > 1 else None))
+                pending.add(tc.get("id"), RecordedCall(
+                    tc["function"], args, raw, batch=f"message {i}" if len(tool_calls) > 1
+                    else None))
         elif role == "tool":
-            position = waiting.pop(str(m.get("tool_call_id")), None)
-            if position is None:
+            if not pending.answer(m.get("tool_call_id"), m.get("content"),
+                                  m.get("error") is not None):
                 source.unrecognised("tool messages whose call is not in the sample")
-                continue
-            call = steps[position]
-            assert isinstance(call, RecordedCall)  # waiting indexes calls only
-            steps[position] = replace(call, result=m.get("content"),
-                                      is_error=m.get("error") is not None)
         elif role != "system":
             source.unrecognised(f"messages of role {role!r}")
     sample_id, epoch = sample.get("id"), sample.get("epoch", 1)

@@ -10,7 +10,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final, TypeAlias
@@ -444,3 +444,27 @@ def field_list(value: Any, key: str) -> list[Any]:
     """``value[key]`` if ``value`` is an object and that is a list, else ``[]``."""
     found = value.get(key) if isinstance(value, dict) else None
     return found if isinstance(found, list) else []
+
+
+class Pending:
+    """The calls of one run that wait for their results, by call id: ``add`` appends a call to
+    ``steps``; ``answer`` puts a result into the call with that id (once)."""
+
+    def __init__(self, steps: list[Step]) -> None:
+        self.steps = steps
+        self._waiting: dict[str, int] = {}  # call id -> index in steps
+
+    def add(self, call_id: Any, call: RecordedCall) -> None:
+        """Append ``call``, to be answered by ``call_id``."""
+        self._waiting[str(call_id)] = len(self.steps)
+        self.steps.append(call)
+
+    def answer(self, call_id: Any, result: Any, is_error: bool = False) -> bool:
+        """Record the result of the call with ``call_id``; ``False`` if no call waits for it."""
+        position = self._waiting.pop(str(call_id), None)
+        if position is None:
+            return False
+        call = self.steps[position]
+        assert isinstance(call, RecordedCall)  # only calls are waiting
+        self.steps[position] = replace(call, result=result, is_error=is_error)
+        return True

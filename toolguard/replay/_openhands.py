@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
 from ._model import (
     Clock,
+    Pending,
     RecordedCall,
     Run,
     Source,
@@ -49,7 +49,7 @@ def _read(source: Source) -> Iterator[Run]:
         source.problem(None, "expected a JSON list of events")
         return
     steps: list[Step] = []
-    waiting: dict[Any, int] = {}  # action id -> step index
+    calls = Pending(steps)  # by the action's id
     responses: set[str] = set()
     clock = Clock()
     for i, event in enumerate(events):
@@ -60,20 +60,17 @@ def _read(source: Source) -> Iterator[Run]:
         action, observation = event.get("action"), event.get("observation")
         metadata = event.get("tool_call_metadata")
         if action is not None and isinstance(metadata, dict):
-            position = _call(source, steps, event, metadata, responses, elapsed, i)
-            if position is not None:
-                waiting[event.get("id")] = position
+            call = _call(source, steps, event, metadata, responses, elapsed, i)
+            if call is not None:
+                calls.add(event.get("id"), call)
         elif action == "message":
             if event.get("source") == "user":
                 steps.append(UserTurn())
             else:
                 source.model_turns += 1
-        elif observation is not None and event.get("cause") in waiting:
-            position = waiting.pop(event.get("cause"))
-            call = steps[position]
-            assert isinstance(call, RecordedCall)  # waiting indexes calls only
-            error = observation == "error" or event.get("success") is False
-            steps[position] = replace(call, result=event.get("content"), is_error=error)
+        elif observation is not None:  # the result of the call that caused it, if any
+            calls.answer(event.get("cause"), event.get("content"),
+                         observation == "error" or event.get("success") is False)
         elif action is not None and action not in _QUIET_ACTIONS:
             source.unrecognised(f"{action!r} actions without tool_call_metadata")
     yield Run(source.stem, source.file, "openhands", {}, steps)
@@ -81,7 +78,8 @@ def _read(source: Source) -> Iterator[Run]:
 
 def _call(source: Source, steps: list[Step], event: Mapping[str, Any],
           metadata: Mapping[str, Any], responses: set[str], elapsed: float | None, i: int
-          ) -> int | None:
+          ) -> RecordedCall | None:
+    """The call of an action (its usage, once per model response, goes to ``steps``)."""
     name = metadata.get("function_name")
     if not isinstance(name, str) or not name:
         source.problem(None, f"event {i}: tool_call_metadata without function_name; skipped")
@@ -102,8 +100,7 @@ def _call(source: Source, steps: list[Step], event: Mapping[str, Any],
         given = event.get("args")
         args, text = arguments({k: v for k, v in given.items() if k != "thought"}
                                if isinstance(given, dict) else None, None)
-    steps.append(RecordedCall(name, args, text, batch=response_id, elapsed_s=elapsed))
-    return len(steps) - 1
+    return RecordedCall(name, args, text, batch=response_id, elapsed_s=elapsed)
 
 
 def _model_arguments(response: Mapping[str, Any], call_id: Any) -> Any:

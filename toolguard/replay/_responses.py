@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
 from ._model import (
+    Pending,
     RecordedCall,
     Run,
     Source,
@@ -64,7 +64,7 @@ class ItemSteps:
         self.source = source
         self.steps = steps
         self.user_turns = user_turns
-        self.waiting: dict[str, int] = {}  # call_id -> step index
+        self.calls = Pending(steps)  # by call_id
         self.batch: str | None = None  # the batch of the call just before, if no output since
 
     def item(self, item: Mapping[str, Any], line: int | None, elapsed: float | None = None,
@@ -111,25 +111,16 @@ class ItemSteps:
         if not isinstance(name, str) or not name:
             self.source.problem(line, f"{where or 'a'} {kind} without a name; item skipped")
             return
-        call_id = item.get("call_id")
-        if kind in _PAIRED and isinstance(call_id, str):
-            self.waiting[call_id] = len(self.steps)
-        self.steps.append(RecordedCall(name, args, raw, batch=self.batch, elapsed_s=elapsed,
-                                       line=line))
+        self.calls.add(item.get("call_id"), RecordedCall(name, args, raw, batch=self.batch,
+                                                          elapsed_s=elapsed, line=line))
 
     def output(self, item: Mapping[str, Any], line: int | None) -> None:
         """A ``*_output`` item: the result of the call with its ``call_id``."""
-        position = self.waiting.pop(str(item.get("call_id")), None)
-        if position is None:
-            self.source.unrecognised("outputs whose call is not in the file", line)
-            return
-        call = self.steps[position]
-        assert isinstance(call, RecordedCall)  # waiting indexes calls only
         output = item.get("output")
-        error = item.get("status") in ("failed", "incomplete")
-        if isinstance(output, dict) and output.get("success") is False:
-            error = True
-        self.steps[position] = replace(call, result=output, is_error=error)
+        error = item.get("status") in ("failed", "incomplete") or (
+            isinstance(output, dict) and output.get("success") is False)
+        if not self.calls.answer(item.get("call_id"), output, error):
+            self.source.unrecognised("outputs whose call is not in the file", line)
 
 
 def _detect(path: Path, head: bytes) -> bool:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
 from ._model import (
+    Pending,
     RecordedCall,
     Run,
     Source,
@@ -66,7 +66,7 @@ def _history_steps(source: Source, history: list[Any]) -> list[Step] | None:
     if not any(isinstance(m, dict) and m.get("tool_calls") for m in history):
         return None
     steps: list[Step] = []
-    waiting: dict[str, int] = {}
+    pending = Pending(steps)
     for i, m in enumerate(history):
         if not isinstance(m, dict):
             continue
@@ -80,19 +80,14 @@ def _history_steps(source: Source, history: list[Any]) -> list[Step] | None:
                                          "skipped")
                     continue
                 args, raw = arguments(function.get("arguments"), None)
-                waiting[str(tc.get("id"))] = len(steps)
-                steps.append(RecordedCall(function["name"], args, raw,
-                                          batch=f"history {i}" if len(calls) > 1 else None))
+                pending.add(tc.get("id"), RecordedCall(
+                    function["name"], args, raw, batch=f"history {i}" if len(calls) > 1
+                    else None))
         elif m.get("role") == "tool":
             ids = m.get("tool_call_ids") or [m.get("tool_call_id")]
             for call_id in ids if isinstance(ids, list) else []:
-                position = waiting.pop(str(call_id), None)
-                if position is None:
+                if not pending.answer(call_id, m.get("content")):
                     source.unrecognised("tool messages whose call is not in the history")
-                    continue
-                call = steps[position]
-                assert isinstance(call, RecordedCall)  # waiting indexes calls only
-                steps[position] = replace(call, result=m.get("content"))
     return steps
 
 
