@@ -144,6 +144,11 @@ async def _until_done(future: asyncio.Future[Any]) -> None:
             await asyncio.wait([future])
 
 
+class _NotStarted(BaseException):  # a control-flow signal, not an error
+    """Thrown into the pipeline at its execute request when ``acall`` was cancelled while a
+    store operation ran off the loop: the tool never started, so its claim is given back."""
+
+
 class _RecordedError(Exception):
     """Raised by a replay executor for a recorded error result (content shown verbatim)."""
 
@@ -357,6 +362,8 @@ class Guard:
         self._config = self._build(policy)
         self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
+        # a store whose operations wait on I/O runs off the event loop under acall
+        self._store_blocks = bool(getattr(self._store, "blocking", True))
         self._inflight: dict[str, threading.Event] = {}
 
     @classmethod
@@ -782,9 +789,10 @@ class Task:
         (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
         event loop and concurrent identical calls share one execution. A sync tool bound to
         its thread (e.g. a ``sqlite3`` connection with ``check_same_thread``) should be
-        ``async def`` or called with :meth:`call`. The store is called synchronously (the
-        in-memory store takes microseconds; a Redis round trip blocks the event loop for its
-        ~0.2-0.6 ms).
+        ``async def`` or called with :meth:`call`. A store that waits on I/O (``RedisStore``,
+        any store without ``blocking = False``) is called from a worker thread, so a stalled
+        Redis never freezes the event loop; the in-memory store (microseconds) is called on
+        the loop.
 
         ``run`` as for :meth:`call`; here it may be ``async def`` or return an awaitable
         (awaited). A plain ``run`` is called on the event loop's thread (it is meant to hand
@@ -1177,7 +1185,7 @@ class Task:
                 self._store_failed(cfg, p, exc, fallback=True,
                                    transition="executing->planning")
             except StoreError as error:
-                log.warning("toolguard: %s: the result is returned but not recorded", error)
+                log.warning("toolguard: %s (the result is returned)", error)
                 self._event("executing->planning", p.entry.spec.name, ALLOW,
                             f"state not recorded: {error}", p, cfg)
                 return None
@@ -1390,6 +1398,9 @@ class Task:
                 executing = True
                 try:
                     outcome = yield _Execute(cfg, p, executor)
+                except _NotStarted:  # cancelled before the tool started: give the claim back
+                    executing = False
+                    raise
                 except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
                     self._abandon(cfg, p, snap)
                     raise
@@ -1445,28 +1456,53 @@ class Task:
                          ) -> tuple[ToolResult, BaseException | None]:
         pipeline = self._pipeline(tool, raw, executor, approver, resumed)
         cancelled: BaseException | None = None  # a cancellation that waited for a thread
-        try:
-            io = next(pipeline)
-            while True:
-                try:
-                    if isinstance(io, _Execute):
-                        try:
-                            answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
-                        except _Outlived as outlived:  # record what happened, then cancel
-                            answer, cancelled = outlived.outcome, outlived.cancel
-                    elif isinstance(io, _Approve):
-                        answer = await self._ask_async(io)
-                    else:
-                        await self._wait_async(io.cfg, io.p)
-                        answer = None
-                except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
-                    io = pipeline.throw(exc)
+        done, io = await self._resume(pipeline, None, None)
+        while not done:
+            try:
+                if isinstance(io, _Execute):
+                    try:
+                        answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
+                    except _Outlived as outlived:  # record what happened, then cancel
+                        answer, cancelled = outlived.outcome, outlived.cancel
+                elif isinstance(io, _Approve):
+                    answer = await self._ask_async(io)
                 else:
-                    io = pipeline.send(answer)
-        except StopIteration as done:
-            if cancelled is not None:
-                raise cancelled from None
-            return done.value  # type: ignore[no-any-return]
+                    await self._wait_async(io.cfg, io.p)
+                    answer = None
+            except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
+                done, io = await self._resume(pipeline, None, exc)
+            else:
+                done, io = await self._resume(pipeline, answer, None)
+        if cancelled is not None:
+            raise cancelled from None
+        return io  # type: ignore[no-any-return]
+
+    async def _resume(self, pipeline: Generator[_Io, Any, Any], answer: Any,
+                      exc: BaseException | None) -> tuple[bool, Any]:
+        """Run the pipeline to its next I/O request (``(False, request)``) or its end
+        (``(True, value)``). The steps between requests call the store: for a store that
+        waits on I/O they run in a worker thread, so the event loop goes on. A cancellation
+        meanwhile lets the step end, then goes into the pipeline (which gives a claim back
+        or records an unknown outcome) and on to the caller."""
+        if not self.guard._store_blocks:
+            return _step(pipeline, answer, exc)
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
+        future = loop.run_in_executor(None, context.run, _step, pipeline, answer, exc)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError as cancel:
+            await _until_done(future)
+            if not future.cancelled() and future.exception() is None and not future.result()[0]:
+                # the pipeline waits at its next request, which never started: a tool that
+                # did not run is not an unknown outcome
+                io = future.result()[1]
+                into = _NotStarted() if isinstance(io, _Execute) else cancel
+                thrown = loop.run_in_executor(None, context.run, _step, pipeline, None, into)
+                await _until_done(thrown)
+                if not thrown.cancelled():
+                    thrown.exception()  # it re-raises what it was thrown: retrieved, dropped
+            raise
 
     async def _ask_async(self, io: _Approve) -> ApprovalDecision:
         """The approver's answer under ``acall``. A plain approver (``ConsoleApprover``, a
@@ -1551,7 +1587,8 @@ class Task:
         limit = cfg.policy.idempotency.wait_timeout_s
         start = time.monotonic()
         pause = _WAIT_POLL_S[0]
-        while not self._settled(cfg, p):
+        while not (await asyncio.to_thread(self._settled, cfg, p) if self.guard._store_blocks
+                   else self._settled(cfg, p)):
             waited = time.monotonic() - start
             if waited >= limit:
                 raise self._in_progress(cfg, p, CallInProgress(p.entry.spec.name, p.key,
@@ -1608,6 +1645,17 @@ def _no_such_argument(name: str, known: list[str]) -> str:
 
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
     raise RuntimeError("an unknown tool was executed")
+
+
+def _step(pipeline: Generator[_Io, Any, Any], answer: Any, exc: BaseException | None
+          ) -> tuple[bool, Any]:
+    """Resume ``pipeline`` with ``answer`` (or throw ``exc`` into it): ``(False, request)``
+    at its next I/O request, ``(True, value)`` when it returns (a StopIteration cannot cross
+    a thread's future)."""
+    try:
+        return False, (pipeline.throw(exc) if exc is not None else pipeline.send(answer))
+    except StopIteration as done:
+        return True, done.value
 
 
 def _loop_running() -> bool:

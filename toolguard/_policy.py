@@ -168,7 +168,9 @@ class StorePolicy(_Frozen):
 
     Attributes:
         backend: ``memory`` (per process, the default) or ``redis`` (shared by workers).
-        url: the Redis URL, e.g. ``redis://127.0.0.1:6379/0``.
+        url: the Redis URL, e.g. ``redis://127.0.0.1:6379/0``; with ``cluster``, one or
+            several comma-separated startup nodes (``redis://10.0.0.1:7000,10.0.0.2:7000``).
+        cluster: the Redis URL points at a Redis Cluster (redis-py ``RedisCluster``).
         on_error: ``fail_closed`` blocks the call when the store fails; ``fail_open`` runs it
             unguarded with a warning audit event.
         timeout_s: timeout of every store operation, in seconds.
@@ -178,6 +180,7 @@ class StorePolicy(_Frozen):
 
     backend: Literal["memory", "redis"] = "memory"
     url: str | None = None
+    cluster: bool = False
     on_error: Literal["fail_closed", "fail_open"] = "fail_closed"
     timeout_s: float = Field(default=1.0, gt=0)
     key_prefix: str = "toolguard"
