@@ -47,7 +47,7 @@ from ._canonical import (
     parse_arguments,
     value_digest,
 )
-from ._core import CallContext, Verdict, decide, halt_kind
+from ._core import CallContext, Verdict, decide, halt_kind, outcome_kind, stagnation_after
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool, spec_of
 from ._errors import (
     BudgetExceeded,
@@ -64,6 +64,7 @@ from ._frameworks import wrapped_arguments
 from ._injected import injected_parameters
 from ._integration import named_spec, sync_runner
 from ._lock import YieldingLock
+from ._outcomes import is_unknown_outcome
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
@@ -74,6 +75,7 @@ from ._schema import (
     int_parameters,
     schema_from_signature,
 )
+from ._shell import classify_argv
 from ._types import (
     ALLOW,
     BLOCK,
@@ -277,6 +279,7 @@ class _Approve(NamedTuple):
     """I/O request: ask the approver (answer: an ``ApprovalDecision``)."""
 
     request: ApprovalRequest
+    approver: Approver
 
 
 class _Wait(NamedTuple):
@@ -704,7 +707,8 @@ class Task:
 
     # -- calls -------------------------------------------------------------------------
     def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
-             run: Callable[[dict[str, Any]], Any] | None = None) -> ToolResult:
+             run: Callable[[dict[str, Any]], Any] | None = None,
+             approver: Approver | None = None, resumed: bool = False) -> ToolResult:
         """Run one tool call the model proposed, through the guard.
 
         Args:
@@ -719,6 +723,14 @@ class Task:
                 as a tool known by name only (effect from the policy's ``default_effect``
                 or ``[tools.<name>]``). ``run`` must not return an awaitable here (an
                 error result says to use :meth:`acall`).
+            approver: asked instead of the guard's approver if this call needs approval
+                (a framework's own human in the loop: a LangGraph ``interrupt()``, an
+                SDK's approval that was already given).
+            resumed: the framework may be re-running an attempt that went to review (a
+                LangGraph resume, pydantic-ai's ``DeferredToolResults``): if this call's
+                approval is still pending, this is that same attempt, so it is not counted
+                again (not in the repeat count, not in the budgets). Otherwise it counts
+                as any call does.
 
         Returns:
             A :class:`ToolResult`; never a traceback (a tool's exception becomes an error
@@ -735,12 +747,13 @@ class Task:
         """
         if run is None:
             self._runnable(tool)
-            return self._run_sync(tool, args, None)[0]
-        return self._run_sync(tool, args, sync_runner(tool, run))[0]
+            return self._run_sync(tool, args, None, approver, resumed)[0]
+        return self._run_sync(tool, args, sync_runner(tool, run), approver, resumed)[0]
 
     async def acall(
         self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
         run: Callable[[dict[str, Any]], Any] | None = None,
+        approver: Approver | None = None, resumed: bool = False,
     ) -> ToolResult:
         """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers; a plain
         (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
@@ -752,10 +765,11 @@ class Task:
 
         ``run`` as for :meth:`call`; here it may be ``async def`` or return an awaitable
         (awaited). A plain ``run`` is called on the event loop's thread (it is meant to hand
-        over to a framework's handler, not to block)."""
+        over to a framework's handler, not to block). ``approver`` and ``resumed`` as for
+        :meth:`call`."""
         if run is None:
             self._runnable(tool)
-        return (await self._run_async(tool, args, run))[0]
+        return (await self._run_async(tool, args, run, approver, resumed))[0]
 
     def _runnable(self, tool: str) -> None:
         entry = self.guard._config.entries.get(tool)
@@ -878,6 +892,9 @@ class Task:
             bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
             if settings.rules and (ruled := entry.effect_for(bound)) is not None:
                 effect, denied = ruled, False  # a matching rule classifies the call
+            elif settings.shell is not None and (
+                    parsed := classify_argv(bound.get(settings.shell))) is not None:
+                effect, denied = parsed, False  # so does a recognised shell command
             try:
                 sig, floats = args_hash_and_floats(bound, settings.args)
             except CanonicalizationError as exc:
@@ -987,6 +1004,14 @@ class Task:
         log.warning("toolguard: %s", reason)
         self._event(transition, p.entry.spec.name, ALLOW, reason, p, cfg)
 
+    def _waited(self, cfg: _Config, p: _Prepared) -> bool:
+        """This call's approval is pending: a resumed attempt is the one that waited."""
+        if p.effect is not MUTATING and not p.entry.settings.requires_approval:
+            return False  # no approval record can exist
+        pending: dict[str, ApprovalRecord] = self._store_op(
+            cfg, p, lambda: self.guard._store.pending_approvals(self.task_id), fallback=dict)
+        return p.key in pending
+
     def _decide(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Verdict:
         policy = cfg.policy
         return decide(CallContext(  # positional, in CallContext's order (hot path)
@@ -1070,9 +1095,7 @@ class Task:
         # The error envelope (DESIGN.md §2, cause 1): a one-line structured error, no
         # traceback, so the model does not guess at its own arguments.
         name = type(exc).__name__
-        qualified = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        unknown = any(t in (name, qualified) for t in cfg.timeout_types) or any(
-            t in (c.__name__ for c in type(exc).__mro__) for t in cfg.timeout_types)
+        unknown = is_unknown_outcome(exc, cfg.timeout_types)
         if isinstance(exc, _RecordedError):
             content = exc.content
         else:
@@ -1088,21 +1111,31 @@ class Task:
                         exc=exc, duration_s=duration_s)
 
     def _finish(self, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
-                halt: dict[str, Any] | None = None) -> None:
+                halt: dict[str, Any] | None = None) -> Verdict | None:
+        """Record the call's outcome; return the stagnation warn it earned, if any."""
         executed = outcome is not None
         if not executed and not snap.claimed and halt is None:
-            return  # nothing to record: the attempt was counted by begin
+            return None  # nothing to record: the attempt was counted by begin
         success = outcome is not None and outcome.success
         content = outcome.content if outcome is not None and success else None
         mutating = p.effect is MUTATING
+        settings = p.entry.settings
+        result_digest, judged = "", ""
+        if outcome is not None and not outcome.unknown:
+            # compared without its volatile parts (the model still gets it whole)
+            normalized = settings.result(outcome.content)
+            result_digest = value_digest(normalized) if success else ""
+            if p.effect is not POLL and (settings.stagnation_warn_at
+                                         or settings.stagnation_block_at):
+                judged = outcome_kind(success, normalized) + (
+                    result_digest or value_digest(normalized))
         req = FinishRequest(  # positional, in FinishRequest's order (hot path)
             p.entry.spec.name, p.signature, p.key, executed, success,
             outcome is not None and mutating and outcome.unknown,  # unknown
-            mutating,
-            value_digest(content) if success else "",  # result_digest
+            mutating, result_digest,
             success and p.claim,  # store_result
-            content, snap.claimed, p.entry.settings.idempotency_ttl_s, self.guard._clock(),
-            halt, p.call_id,
+            content, snap.claimed, settings.idempotency_ttl_s, self.guard._clock(),
+            halt, p.call_id, judged, settings.max_progress_resets,
         )
         try:
             self.guard._store.finish(self.task_id, req)
@@ -1118,7 +1151,7 @@ class Task:
                 log.warning("toolguard: %s: the result is returned but not recorded", error)
                 self._event("executing->planning", p.entry.spec.name, ALLOW,
                             f"state not recorded: {error}", p, cfg)
-                return
+                return None
         if req.unknown and (p.entry.settings.requires_approval
                             or not p.entry.settings.forwards_idempotency_key):
             # An earlier approval covered a call that may now have happened: a retry needs
@@ -1136,6 +1169,7 @@ class Task:
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
                 self.task_id, p.key, used, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
+        return stagnation_after(settings, p.signature, snap, judged) if judged else None
 
     def _give_back(self, cfg: _Config, claimed: tuple[_Prepared, Snapshot] | None) -> None:
         """Release the claim of a call that will not run (best effort: the store may be the
@@ -1184,11 +1218,15 @@ class Task:
                                 effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
             self._record(p, result, "validating->failed", cfg)
             raise exc
-        self._finish(cfg, p, snap, outcome)
+        stagnant = self._finish(cfg, p, snap, outcome)
         if outcome is not None:
             content = outcome.content
+            if stagnant is not None and decision is ALLOW:  # this call made the run long
+                verdict, decision = stagnant, stagnant.decision
+                if observed is not None:
+                    observed = decision
             notice = verdict.notice if observed is None else None
-            if notice and outcome.success:
+            if notice and (outcome.success or verdict is stagnant):
                 content = _with_notice(content, notice)
             elif outcome.success is False:
                 notice = None
@@ -1269,7 +1307,8 @@ class Task:
         self._event("validating->executing", p.entry.spec.name, verdict.decision,
                     verdict.reason, p, cfg, snap.count)
 
-    def _pipeline(self, tool: str, raw: Any, executor: Executor | None
+    def _pipeline(self, tool: str, raw: Any, executor: Executor | None,
+                  approver: Approver | None = None, resumed: bool = False,
                   ) -> Generator[_Io, Any, tuple[ToolResult, BaseException | None]]:
         """The whole pipeline of one call, sans I/O that differs between sync and async: it
         yields an :data:`_Io` request (run the tool, ask the approver, wait for an identical
@@ -1287,14 +1326,15 @@ class Task:
                 self.guard._warn_off()
                 outcome: _Outcome = yield _Execute(cfg, p, executor)
                 return self._plain(p, outcome), outcome.exc
-            snap = self._begin(cfg, p, count=True)
+            snap = self._begin(cfg, p, count=not (resumed and self._waited(cfg, p)))
             if snap.claimed:
                 claimed = (p, snap)
             while True:
                 verdict = self._decide(cfg, p, snap)
                 if verdict.ask_approval and cfg.policy.mode is ENFORCE:
                     req = self._approval_request(cfg, p, snap, verdict)
-                    answer: ApprovalDecision = yield _Approve(req)
+                    answer: ApprovalDecision = yield _Approve(req,
+                                                              approver or self.guard._approver)
                     snap = self._store_approval(cfg, p, snap, req, answer)
                     if answer.verdict != "defer":
                         continue
@@ -1347,9 +1387,10 @@ class Task:
                 self._give_back(cfg, claimed)
             raise
 
-    def _run_sync(self, tool: str, raw: Any, executor: Executor | None
+    def _run_sync(self, tool: str, raw: Any, executor: Executor | None,
+                  approver: Approver | None = None, resumed: bool = False,
                   ) -> tuple[ToolResult, BaseException | None]:
-        pipeline = self._pipeline(tool, raw, executor)
+        pipeline = self._pipeline(tool, raw, executor, approver, resumed)
         try:
             io = next(pipeline)
             while True:
@@ -1357,7 +1398,7 @@ class Task:
                     if isinstance(io, _Execute):
                         answer: Any = self._execute_sync(io.cfg, io.p, io.executor)
                     elif isinstance(io, _Approve):
-                        answer = _sync_answer(_ask(self.guard._approver, io.request))
+                        answer = _sync_answer(_ask(io.approver, io.request))
                     else:
                         self._wait_sync(io.cfg, io.p)
                         answer = None
@@ -1368,9 +1409,10 @@ class Task:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    async def _run_async(self, tool: str, raw: Any, executor: Executor | None
+    async def _run_async(self, tool: str, raw: Any, executor: Executor | None,
+                         approver: Approver | None = None, resumed: bool = False,
                          ) -> tuple[ToolResult, BaseException | None]:
-        pipeline = self._pipeline(tool, raw, executor)
+        pipeline = self._pipeline(tool, raw, executor, approver, resumed)
         cancelled: BaseException | None = None  # a cancellation that waited for a thread
         try:
             io = next(pipeline)
@@ -1400,7 +1442,7 @@ class Task:
         blocking HTTP call) runs in a worker thread, as a sync tool does, so the event loop
         goes on; any approver that has not answered after ``approval.timeout_s`` counts as a
         ``defer`` (the call waits in review, and halts once that timeout passes)."""
-        approver = self.guard._approver
+        approver = io.approver
         limit = self.guard._config.policy.approval.timeout_s
         call = getattr(approver, "__call__", approver)  # noqa: B004 - instances too
         try:

@@ -31,6 +31,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -42,6 +43,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as ModelValidationError
 
 from ._errors import PolicyError, PolicyProblem
+from ._normalize import field_path_problem
 from ._policy import Policy
 from ._settings import EnvironmentOverrides, read_environment
 
@@ -235,6 +237,11 @@ def _read_chain(
     seen: list[tuple[Path, str]] = []
     display = os.fspath(path)
     while True:
+        if "\0" in display:  # a path given in code (a file's extends is refused below)
+            nul = "must be a file path, got a path holding a NUL byte"
+            problems.append(extending.problem(("extends",), nul) if extending is not None
+                            else PolicyProblem(display.replace("\0", "\\0"), "", nul))
+            return chain[::-1], False
         resolved = Path(display).resolve()
         start = next((i for i, (real, _) in enumerate(seen) if real == resolved), None)
         if start is not None and extending is not None:
@@ -273,6 +280,10 @@ def _read_chain(
         if not isinstance(extends, str):  # absent, or a type error the schema reports
             return chain[::-1], True
         extending = layer
+        if "\0" in extends:  # no file has such a name: os calls raise ValueError on it
+            problems.append(layer.problem(
+                ("extends",), "must be a file path, got a path holding a NUL byte"))
+            return chain[::-1], False
         target = Path(display).parent / extends
         # Shown tidied ("a/../b.toml" as "b.toml") only where that is the same file: through
         # a symbolic link, ".." goes up from the link's target, as the system reads it.
@@ -514,6 +525,15 @@ def _value_problems(layer: _Layer) -> list[PolicyProblem]:
     return problems
 
 
+def _result_tables(layer: _Layer) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each ``[tools.X.result]`` table of ``layer``, with its tool's name."""
+    tools = layer.data.get("tools")
+    for name, tool in tools.items() if isinstance(tools, dict) else ():
+        table = tool.get("result") if isinstance(tool, dict) else None
+        if isinstance(table, dict):
+            yield name, table
+
+
 def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
     """Every regular expression in ``layer`` that does not compile."""
     candidates: list[tuple[KeyPath, Any]] = []
@@ -528,15 +548,31 @@ def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
             for arg, pattern in match.items() if isinstance(match, dict) else ():
                 candidates.append((("tools", name, "rules", i, "match", arg), pattern))
     problems: list[PolicyProblem] = []
+    for name, table in _result_tables(layer):
+        ignore = table.get("ignore")
+        for i, pattern in enumerate(ignore if isinstance(ignore, list) else ()):
+            candidates.append((("tools", name, "result", "ignore", i), pattern))
+        fields = table.get("ignore_fields")
+        for i, entry in enumerate(fields if isinstance(fields, list) else ()):
+            if isinstance(entry, str) and (why := field_path_problem(entry)) is not None:
+                problems.append(layer.problem(("tools", name, "result", "ignore_fields", i),
+                                              f"{why}, got {_show(entry)}"))
     for path, pattern in candidates:
         if not isinstance(pattern, str):
             continue  # a type error the schema reports
         try:
-            re.compile(pattern)
+            with warnings.catch_warnings():  # "possible set intersection": valid, for now
+                warnings.simplefilter("ignore", FutureWarning)
+                re.compile(pattern)
         except re.error as error:
             where = f" at position {error.pos}" if error.pos is not None else ""
             message = f"not a valid regular expression: {error.msg}{where}, got {_show(pattern)}"
             problems.append(layer.problem(path, message))
+        except (OverflowError, RecursionError, ValueError) as error:
+            # "a{99999999999}": a repetition beyond re's limit; groups nested too deeply
+            why = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+            problems.append(layer.problem(
+                path, f"not a valid regular expression: {why}, got {_show(pattern)}"))
     return problems
 
 
@@ -578,6 +614,15 @@ def _ladder_problems(
                 report(blamed, f"must be ≤ {high} ({high_v}{where})")
             else:
                 report(blamed, f"must be ≥ {low} ({low_v}{where})")
+
+    warn, block = (ladder.get("stagnation_warn_at"), ladder.get("stagnation_block_at")
+                   ) if isinstance(ladder, dict) else (None, None)
+    if type(warn) is int and type(block) is int and 0 < block < warn:
+        warn_p, block_p = ("ladder", "stagnation_warn_at"), ("ladder", "stagnation_block_at")
+        if applied.get(warn_p, _BUILT_IN) > applied.get(block_p, _BUILT_IN):
+            report(warn_p, f"must be ≤ stagnation_block_at ({block}) or 0")
+        else:
+            report(block_p, f"must be ≥ stagnation_warn_at ({warn}) or 0")
 
     tools = merged.get("tools")
     for name, tool in tools.items() if isinstance(tools, dict) else ():
@@ -650,7 +695,9 @@ def _tool_effects(tool: Mapping[str, Any]) -> list[str]:
     for rule in rules if isinstance(rules, list) else ():
         if isinstance(rule, dict):
             effects.append(rule.get("effect"))
-    return [e for e in dict.fromkeys(effects) if e in _LADDER_EFFECTS]
+    # only strings: a list or table where an effect belongs is a type error the schema reports
+    return [e for e in dict.fromkeys(e for e in effects if isinstance(e, str))
+            if e in _LADDER_EFFECTS]
 
 
 def _model_message(err: Mapping[str, Any]) -> str:
