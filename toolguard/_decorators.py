@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, Literal, ParamSpec, TypeVar, cast, overload
 
-from ._context import CURRENT_TASK
+from ._context import CURRENT_TASK, refuse_outside_task
 from ._frameworks import framework_spec
 from ._spec import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool
 from ._types import Effect, IdempotencyScope
@@ -82,7 +82,8 @@ def _mark(func: Callable[P, R], spec: ToolSpec) -> Callable[P, R]:
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             task = CURRENT_TASK.get()
-            if task is None:  # outside a task: the plain function
+            if task is None:  # outside a task: the plain function (unless a guard refuses)
+                refuse_outside_task(spec, afunc)
                 return await afunc(*args, **kwargs)
             return await task._direct_call_async(spec, afunc, args, kwargs)
 
@@ -92,7 +93,8 @@ def _mark(func: Callable[P, R], spec: ToolSpec) -> Callable[P, R]:
         @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
             task = CURRENT_TASK.get()
-            if task is None:  # outside a task: the plain function
+            if task is None:  # outside a task: the plain function (unless a guard refuses)
+                refuse_outside_task(spec, func)
                 return func(*args, **kwargs)
             return task._direct_call(spec, func, args, kwargs)
 
@@ -101,11 +103,33 @@ def _mark(func: Callable[P, R], spec: ToolSpec) -> Callable[P, R]:
     return cast(Callable[P, R], wrapper)
 
 
+def _check_order(f: Any, decorator: str, name: str | NotGiven) -> None:
+    """Refuse, at decoration time, what the decorator cannot wrap, saying which order works.
+
+    Raises:
+        TypeError: ``f`` is a staticmethod/classmethod object, a framework object the guard
+            does not read, or a callable without a name.
+    """
+    if isinstance(f, staticmethod | classmethod):
+        kind = type(f).__name__
+        raise TypeError(f"@{decorator} must be applied under @{kind}: write @{kind} above "
+                        f"@{decorator}")
+    if not callable(f):
+        raise TypeError(
+            f"@{decorator} cannot mark a {type(f).__name__} object: apply it to the function "
+            f"first, under the framework's decorator (e.g. @agent.tool above @{decorator}, "
+            f"or Tool(tg.{decorator}(func))); LangChain, Agents SDK and Anthropic tool "
+            "objects may also be marked directly")
+    if name is NOT_GIVEN and not isinstance(getattr(f, "__name__", None), str):
+        raise TypeError(f"@{decorator} cannot name {f!r}: pass name=...")
+
+
 def _decorator(
     effect: Effect,
     requires_approval: bool,
     func: Callable[P, R] | None,
     options: dict[str, Any],
+    decorator_name: str,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     def apply(f: Callable[P, R]) -> Callable[P, R]:
         if getattr(f, "__toolguard_spec__", None) is not None:
@@ -126,6 +150,7 @@ def _decorator(
                    else {"args_schema": options["args_schema"]}))
             object.__setattr__(f, "__toolguard_spec__", marked)
             return f
+        _check_order(f, decorator_name, name)
         spec = ToolSpec(
             name=f.__name__ if name is NOT_GIVEN else name,
             func=f,
@@ -185,6 +210,7 @@ def readonly(
         func,
         {"name": name, "max_calls": max_calls, "args_schema": args_schema,
          "description": description},
+        "readonly",
     )
 
 
@@ -251,6 +277,7 @@ def mutating(
          "forwards_idempotency_key": forwards_idempotency_key, "external": external,
          "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
+        "mutating",
     )
 
 
@@ -300,6 +327,7 @@ def requires_approval(
          "forwards_idempotency_key": forwards_idempotency_key, "external": external,
          "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
+        "requires_approval",
     )
 
 

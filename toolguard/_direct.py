@@ -66,6 +66,10 @@ def direct_call(task: Task, spec: ToolSpec, func: Callable[..., Any], args: tupl
 
     Raises:
         ToolBlocked: block / review / invalid. Halt: the task halts. Whatever the tool raised.
+
+    Outside any task the decorator runs the plain function itself, or raises
+    ``ToolGuardError`` when a guard that registered it has ``require_task``
+    (:func:`toolguard._context.refuse_outside_task`).
     """
     if _executing(task, spec):
         return func(*args, **kwargs)

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from typing import Any
 
+from ._context import REQUIRING as _REQUIRING
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, recorded_tool, spec_of
 from ._types import Effect, IdempotencyScope
 
-__all__ = ["named_spec", "sync_runner"]
+__all__ = ["named_spec", "require_task_for", "sync_runner"]
 
 # ToolSpec options register(**settings) may set (the decorators' options).
 _SETTINGS = frozenset(f.name for f in fields(ToolSpec)) - {"name", "func", "effect",
@@ -73,3 +76,31 @@ def sync_runner(tool: str, run: Callable[[dict[str, Any]], Any]
         return value
 
     return execute
+
+
+# require_task: the decorated functions of guards that require a task, by function (weakly:
+# a guard or function that goes away leaves nothing behind). Read on direct calls outside
+# any task only, so the common path pays nothing.
+_REQUIRING_LOCK = threading.Lock()
+
+
+def require_task_for(guard: Any, specs: Iterable[ToolSpec]) -> None:
+    """Note that ``guard`` guards each spec's function (its ``require_task`` decides, when
+    read, whether a call outside a task is refused)."""
+    with _REQUIRING_LOCK:
+        for spec in specs:
+            for func in _functions(spec):
+                try:
+                    _REQUIRING.setdefault(func, weakref.WeakSet()).add(guard)
+                except TypeError:  # pragma: no cover - an object without weak references
+                    continue
+
+
+def _functions(spec: ToolSpec) -> list[Callable[..., Any]]:
+    """The functions a direct call of ``spec``'s tool arrives with: its own (unbound), and
+    the decorated function a framework object wraps."""
+    out = [getattr(spec.func, "__func__", spec.func)]
+    inner = getattr(spec.func, "__toolguard_wraps__", None)
+    if isinstance(inner, ToolSpec):
+        out.append(inner.func)
+    return out
