@@ -38,9 +38,9 @@ from ._audit import AuditEvent, AuditSink, redact, scrub
 from ._canonical import (
     ArgumentsError,
     args_hash,
-    args_hash_and_floats,
     canonicalize,
     digest,
+    hash_args,
     parse_arguments,
     value_digest,
 )
@@ -936,6 +936,7 @@ class Task:
             args, invalid = {}, f"arguments must be a JSON object, got {type(raw).__name__}"
         settings = entry.settings
         effect, sig, floats, denied = settings.effect, "", False, settings.deny
+        plain = 0
         if invalid is None:
             bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
             if settings.rules and (ruled := entry.effect_for(bound)) is not None:
@@ -944,7 +945,7 @@ class Task:
                     parsed := classify_argv(bound.get(settings.shell))) is not None:
                 effect, denied = parsed, False  # so does a recognised shell command
             try:
-                sig, floats = args_hash_and_floats(bound, settings.args)
+                sig, floats, plain = hash_args(bound, settings.args)
             except CanonicalizationError as exc:
                 invalid = f"argument has no canonical form: {exc}"
         unusable = invalid is not None  # no arguments object at all: never executable
@@ -955,17 +956,24 @@ class Task:
             text = raw if isinstance(raw, str) else _safe_repr(raw)
             sig = digest(b"invalid:" + text.strip().encode("utf-8", "replace"))
         else:
-            if entry.validator is not None:
-                invalid = entry.validator.validate(args)
+            validator = entry.validator
+            if validator is not None:
+                # The hash names these very arguments when they serialized as plain JSON and
+                # no default was filled in: valid ones seen before skip validation (85 µs on
+                # 100 KB with jsonschema-rs).
+                known = sig if plain >= validator.memo_bytes and (
+                    bound is args or (len(bound) == len(args)
+                                      and None not in args.values())) else ""
+                invalid = validator.validate(args, known)
                 if invalid is not None and None in args.values():
                     # OpenAI strict mode sends null for an optional argument not given
                     # (tool_schemas(strict=True)): null means omitted, as for the hash
                     given = {k: v for k, v in args.items() if v is not None}
-                    if entry.validator.validate(given) is None:
+                    if validator.validate(given) is None:
                         args, invalid = given, None
                 # a direct call's typed values (not parsed JSON text): judge their JSON form
                 if invalid is not None and not isinstance(raw, (str, bytes)):
-                    invalid = _validate_typed(entry.validator, args, invalid)
+                    invalid = _validate_typed(validator, args, invalid)
                 if invalid is not None:
                     audit = cfg.policy.audit
                     invalid = scrub(invalid, args, audit.redact_pattern)
