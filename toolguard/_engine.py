@@ -36,6 +36,7 @@ from ._approval import (
     Approver,
     defer,
     deny_all,
+    exact_hash,
 )
 from ._audit import AuditEvent, AuditSink, redact, scrub
 from ._canonical import (
@@ -255,6 +256,8 @@ class _Prepared:
     task_scope: bool
     denied: bool  # default_effect deny and nothing classifies this call
     redacted: dict[str, Any] | None = None
+    exact: str = ""  # hash of the exact values (no argument options): approvals bind to it
+    remember: bool = True  # scope is not off: a completed call is stored
 
 
 class _Execute(NamedTuple):
@@ -626,7 +629,8 @@ class Task:
         pending = self.pending_approvals.get(key)
         tool = pending.tool if pending else key[len(prefix):].rpartition(":")[0]  # task:tool:h
         record = ApprovalRecord(state, pending.requested_at if pending else 0.0, reason,
-                                tool, pending.args if pending else {})
+                                tool, pending.args if pending else {},
+                                pending.args_hash if pending else "")
         self.guard._store.set_approval(self.task_id, key, record,
                                        self.guard._config.policy.idempotency.ttl_s)
         approved = state == ApprovalState.APPROVED
@@ -815,9 +819,14 @@ class Task:
             f"{tool}:{sig}",  # signature
             f"{self.task_id}:{tool}:{sig}",  # key
             invalid, unusable,
-            mutating and scope is not SCOPE_OFF and invalid is None,  # claim
+            # claim; scope off claims too when approval-gated, so that one approval is one
+            # execution however many identical calls race for it
+            mutating and invalid is None and (
+                scope is not SCOPE_OFF or settings.requires_approval),
             scope is SCOPE_TASK,  # task_scope
-            denied,
+            denied, None,
+            exact_hash(bound, sig) if invalid is None and settings.args else sig,
+            scope is not SCOPE_OFF,  # remember
         )
 
     def _unknown_entry(self, cfg: _Config, tool: str) -> _Entry:
@@ -894,19 +903,22 @@ class Task:
         return decide(CallContext(  # positional, in CallContext's order (hot path)
             self.task_id, p.entry.spec.name, p.entry.settings, p.effect, p.sig, p.key,
             p.invalid, policy.budget, policy.approval.timeout_s, self.guard._clock(), p.denied,
+            p.exact,
         ), snap)
 
     def _approval_request(self, cfg: _Config, p: _Prepared, snap: Snapshot,
                           verdict: Verdict) -> ApprovalRequest:
         requested = snap.approval.requested_at if snap.approval else self.guard._clock()
-        return ApprovalRequest(self.task_id, p.entry.spec.name, self._redacted(p, cfg), p.key,
+        # the reviewer sees every value in full (redaction is for audit and logs)
+        return ApprovalRequest(self.task_id, p.entry.spec.name, dict(p.args), p.key,
                                verdict.reason, requested)
 
     def _store_approval(self, cfg: _Config, p: _Prepared, snap: Snapshot,
                         req: ApprovalRequest, answer: ApprovalDecision) -> Snapshot:
         state = {"approve": ApprovalState.APPROVED, "reject": ApprovalState.REJECTED}.get(
             answer.verdict, ApprovalState.PENDING)
-        record = ApprovalRecord(state, req.requested_at, answer.reason, req.tool, dict(req.args))
+        record = ApprovalRecord(state, req.requested_at, answer.reason, req.tool, dict(req.args),
+                                p.exact)
         self._store_op(cfg, p, lambda: self.guard._store.set_approval(
             self.task_id, p.key, record, cfg.policy.idempotency.ttl_s), fallback=lambda: None)
         self._event("validating->needs_review", p.entry.spec.name, REVIEW,
@@ -1000,7 +1012,7 @@ class Task:
             outcome is not None and mutating and outcome.unknown,  # unknown
             mutating,
             value_digest(content) if success else "",  # result_digest
-            success and p.claim,  # store_result
+            success and p.claim and p.remember,  # store_result
             content, snap.claimed, p.entry.settings.idempotency_ttl_s, self.guard._clock(),
             halt, p.call_id,
         )
@@ -1024,18 +1036,20 @@ class Task:
             # An earlier approval covered a call that may now have happened: a retry needs
             # a fresh decision.
             record = ApprovalRecord(ApprovalState.PENDING, self.guard._clock(),
-                                    "outcome unknown", p.entry.spec.name, self._redacted(p, cfg))
+                                    "outcome unknown", p.entry.spec.name,
+                                    dict(p.args), p.exact)
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
                 self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
-        elif (executed and snap.approval is not None
-              and snap.approval.state == ApprovalState.APPROVED):
-            # One approval, one execution ("its next identical attempt executes"): the next
-            # identical call, once no cached result answers it, asks again.
+
+    def _spend_approval(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
+        """One approval, one execution ("its next identical attempt executes"): spent
+        before the tool runs, while this call holds the claim, so an identical call that
+        waited on it asks again instead of running on the same approval."""
+        if snap.approval is not None and snap.approval.state == ApprovalState.APPROVED:
             used = replace(snap.approval, state=ApprovalState.USED)
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
-                self.task_id, p.key, used, p.entry.settings.idempotency_ttl_s),
-                fallback=lambda: None)
+                self.task_id, p.key, used, p.entry.settings.idempotency_ttl_s))
 
     def _give_back(self, cfg: _Config, claimed: tuple[_Prepared, Snapshot] | None) -> None:
         """Release the claim of a call that will not run (best effort: the store may be the
@@ -1216,6 +1230,8 @@ class Task:
             if observed is not None or decision is ALLOW or decision is WARN:  # = .executed
                 if self.guard._sinks:
                     self._executing(cfg, p, snap, verdict)
+                if observed is None:
+                    self._spend_approval(cfg, p, snap)
                 executing = True
                 try:
                     outcome = yield _Execute(cfg, p, executor)
