@@ -73,6 +73,7 @@ from ._schema import (
     int_parameters,
     schema_from_signature,
 )
+from ._threads import Handoff
 from ._types import (
     ALLOW,
     BLOCK,
@@ -124,20 +125,15 @@ def current_idempotency_key() -> str | None:
     return _CURRENT_KEY.get()
 
 
-class _Outlived(BaseException):  # a control-flow signal, not an error
-    """A cancelled ``acall`` whose sync tool ran on in its thread: ``outcome`` is what the
-    tool did; ``cancel`` is re-raised once the outcome is recorded."""
+class _Detached(BaseException):  # a control-flow signal, not an error
+    """A cancelled ``acall`` whose sync tool runs on in its thread (``toolguard._threads``):
+    ``cancel`` goes to the caller at once; ``outcome`` turns what the tool did into an
+    :class:`_Outcome` for the pipeline, which records it when the thread ends."""
 
-    def __init__(self, outcome: _Outcome, cancel: BaseException) -> None:
+    def __init__(self, cancel: BaseException, handoff: Handoff,
+                 outcome: Callable[[Any, BaseException | None, float], _Outcome]) -> None:
         super().__init__()
-        self.outcome, self.cancel = outcome, cancel
-
-
-async def _until_done(future: asyncio.Future[Any]) -> None:
-    """Wait for ``future`` whatever cancellations arrive meanwhile."""
-    while not future.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait([future])
+        self.cancel, self.handoff, self.outcome = cancel, handoff, outcome
 
 
 class _RecordedError(Exception):
@@ -953,22 +949,29 @@ class Task:
                 # acalls would then run one after another and count as repeats instead of
                 # sharing one execution. As LangChain and pydantic-ai do for sync tools, run
                 # it in a worker thread, with the context (idempotency key, task) copied.
+                handoff = Handoff()
                 future = asyncio.get_running_loop().run_in_executor(None, functools.partial(
-                    contextvars.copy_context().run, p.entry.call, **p.args))
+                    contextvars.copy_context().run, handoff.run, p.entry.call, p.args))
                 try:
                     value = await asyncio.shield(future)
                 except asyncio.CancelledError as cancel:
-                    # A thread cannot be stopped: let the tool finish, record what really
-                    # happened (an identical retry then gets the stored result instead of an
-                    # unknown outcome, and no second run starts beside the first), and only
-                    # then pass the cancellation on.
-                    await _until_done(future)
-                    duration_s = time.perf_counter() - start
-                    exc = future.exception()
-                    outcome = (self._failure(cfg, exc, duration_s) if isinstance(exc, Exception)
-                               else _Outcome(future.result(), future.result(), True, False,
-                                             None, None, duration_s))
-                    raise _Outlived(outcome, cancel) from None
+                    # A thread cannot be stopped, and the caller must not wait for it: the
+                    # cancellation goes on at once, and what the tool really did is recorded
+                    # when it ends (an identical call meanwhile waits on its claim, so no
+                    # second run starts beside the first, and a retry then gets the stored
+                    # result instead of an unknown outcome).
+                    future.add_done_callback(_retrieved)
+
+                    def outcome(value: Any, exc: BaseException | None, took: float
+                                ) -> _Outcome:
+                        if isinstance(exc, Exception):
+                            return self._failure(cfg, exc, took)
+                        if exc is not None:  # the thread was interrupted: unknown
+                            return _Outcome(content="interrupted", success=False,
+                                            unknown=True, duration_s=took)
+                        return _Outcome(value, value, True, False, None, None, took)
+
+                    raise _Detached(cancel, handoff, outcome) from None
             else:
                 value = p.entry.call(**p.args)
             if inspect.isawaitable(value):
@@ -1287,7 +1290,7 @@ class Task:
     async def _run_async(self, tool: str, raw: Any, executor: Callable[[], Any] | None
                          ) -> tuple[ToolResult, BaseException | None]:
         pipeline = self._pipeline(tool, raw, executor)
-        cancelled: BaseException | None = None  # a cancellation that waited for a thread
+        cancelled: BaseException | None = None  # a cancellation whose thread had ended
         try:
             io = next(pipeline)
             while True:
@@ -1295,8 +1298,15 @@ class Task:
                     if isinstance(io, _Execute):
                         try:
                             answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
-                        except _Outlived as outlived:  # record what happened, then cancel
-                            answer, cancelled = outlived.outcome, outlived.cancel
+                        except _Detached as detached:
+                            if detached.handoff.detach(functools.partial(
+                                    _record_later, pipeline, tool, detached.outcome)):
+                                cancelled = detached.cancel
+                                break  # not into the pipeline: its tool still runs
+                            handoff = detached.handoff  # it ended meanwhile: record it now
+                            answer = detached.outcome(handoff.value, handoff.exc,
+                                                      handoff.duration_s)
+                            cancelled = detached.cancel
                     elif isinstance(io, _Approve):
                         answer = await self._ask_async(io)
                     else:
@@ -1310,6 +1320,7 @@ class Task:
             if cancelled is not None:
                 raise cancelled from None
             return done.value  # type: ignore[no-any-return]
+        raise cancelled  # detached: the pipeline records the tool's outcome when it ends
 
     async def _ask_async(self, io: _Approve) -> ApprovalDecision:
         """The approver's answer under ``acall``. A plain approver (``ConsoleApprover``, a
@@ -1451,6 +1462,29 @@ def _no_such_argument(name: str, known: list[str]) -> str:
 
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
     raise RuntimeError("an unknown tool was executed")
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Read a detached thread's exception, so asyncio does not report it as never retrieved
+    (the pipeline records it)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _record_later(pipeline: Generator[_Io, Any, Any], tool: str,
+                  outcome: Callable[[Any, BaseException | None, float], _Outcome],
+                  value: Any, exc: BaseException | None, duration_s: float) -> None:
+    """In the worker thread of a cancelled ``acall``, once its tool ended: record what the
+    tool did (the pipeline's last step). Nobody awaits this: a failure is logged."""
+    try:
+        pipeline.send(outcome(value, exc, duration_s))
+    except StopIteration:
+        return
+    except BaseException:
+        log.exception("toolguard: recording the outcome of cancelled %s failed", tool)
+        return
+    log.error("toolguard: the pipeline of cancelled %s asked for more I/O", tool)
+    pipeline.close()
 
 
 def _loop_running() -> bool:
