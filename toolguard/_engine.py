@@ -62,7 +62,7 @@ from ._errors import (
     ToolGuardError,
 )
 from ._lock import YieldingLock
-from ._outcomes import is_unknown_outcome
+from ._outcomes import forwarded_key, is_unknown_outcome
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
@@ -89,6 +89,7 @@ from ._types import (
     REVIEW,
     SCOPE_OFF,
     SCOPE_TASK,
+    UNKNOWN,
     WARN,
     Decision,
     Effect,
@@ -111,18 +112,21 @@ T = TypeVar("T")
 _CURRENT_TASK: contextvars.ContextVar[Task | None] = contextvars.ContextVar(
     "toolguard_task", default=None
 )
-_CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+# the running call's idempotency key and the id of the execution it belongs to
+_CURRENT_KEY: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "toolguard_idempotency_key", default=None
 )
 _WAIT_POLL_S: Final = (0.001, 0.05)  # first and longest sleep while waiting on another call
 
 
 def current_idempotency_key() -> str | None:
-    """Inside a guarded tool, the call's stable idempotency key (``"task:tool:args_hash"``);
+    """Inside a guarded tool, the key to forward to its backend (``"task:tool:args_hash:"``
+    and a digest of the execution it belongs to, :func:`toolguard._outcomes.forwarded_key`);
     ``None`` outside one. Pass it on (e.g. as an ``Idempotency-Key`` header) and declare the
     tool ``forwards_idempotency_key=True``: a retry after a timeout then reuses the key and
     the backend deduplicates, instead of the retry going to review."""
-    return _CURRENT_KEY.get()
+    current = _CURRENT_KEY.get()
+    return None if current is None else forwarded_key(*current)
 
 
 class _Detached(BaseException):  # a control-flow signal, not an error
@@ -254,6 +258,7 @@ class _Prepared:
     redacted: dict[str, Any] | None = None
     exact: str = ""  # hash of the exact values (no argument options): approvals bind to it
     remember: bool = True  # scope is not off: a completed call is stored
+    origin: str = ""  # the execution this one continues (an unknown outcome's), else itself
 
 
 class _Execute(NamedTuple):
@@ -925,7 +930,7 @@ class Task:
 
     def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Callable[[], Any] | None
                       ) -> _Outcome:
-        token = _CURRENT_KEY.set(p.key)
+        token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
         start = time.perf_counter()
         try:
             value = executor() if executor is not None else p.entry.call(**p.args)
@@ -939,7 +944,7 @@ class Task:
 
     async def _execute_async(self, cfg: _Config, p: _Prepared,
                              executor: Callable[[], Any] | None) -> _Outcome:
-        token = _CURRENT_KEY.set(p.key)
+        token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
         start = time.perf_counter()
         try:
             if executor is not None:
@@ -1235,6 +1240,9 @@ class Task:
                     self._executing(cfg, p, snap, verdict)
                 if observed is None:
                     self._spend_approval(cfg, p, snap)
+                record = snap.record
+                if record is not None and record.state is UNKNOWN and record.call_id:
+                    p.origin = record.call_id  # a retry of that execution: forward its key
                 executing = True
                 try:
                     outcome = yield _Execute(cfg, p, executor)
