@@ -61,6 +61,7 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
+from ._inflight import InFlight
 from ._lock import YieldingLock
 from ._outcomes import forwarded_key, is_unknown_outcome
 from ._policy import Policy
@@ -259,6 +260,7 @@ class _Prepared:
     exact: str = ""  # hash of the exact values (no argument options): approvals bind to it
     remember: bool = True  # scope is not off: a completed call is stored
     origin: str = ""  # the execution this one continues (an unknown outcome's), else itself
+    counted: bool = False  # in flight for the failure budget (toolguard._inflight)
 
 
 class _Execute(NamedTuple):
@@ -341,6 +343,7 @@ class Guard:
         self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
         self._inflight: dict[str, threading.Event] = {}
+        self._inflight_calls = InFlight()  # calls running now, for max_consecutive_failures
 
     @classmethod
     def from_env(
@@ -1050,6 +1053,23 @@ class Task:
                 self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
 
+    def _enter_flight(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
+                      ) -> Verdict:
+        """Count this call in flight for ``max_consecutive_failures`` (``toolguard._inflight``),
+        or block it when the calls already running use up what is left of the budget."""
+        limit = cfg.policy.budget.max_consecutive_failures
+        if limit is None:
+            return verdict
+        running = self.guard._inflight_calls.enter((self.task_id, p.entry.spec.name),
+                                                   limit - snap.consecutive_failures)
+        if running < 0:
+            p.counted = True
+            return verdict
+        return Verdict(BLOCK, reason=(
+            f"{p.entry.spec.name} has {running} call(s) running, and the failure budget "
+            f"(max_consecutive_failures = {limit}; {snap.consecutive_failures} failed in a "
+            "row) counts them: wait for their results before calling it again"))
+
     def _spend_approval(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
         """One approval, one execution ("its next identical attempt executes"): spent
         before the tool runs, while this call holds the claim, so an identical call that
@@ -1234,25 +1254,31 @@ class Task:
                 break
             observed = (verdict.decision if cfg.policy.mode is not ENFORCE
                         and not p.unusable else None)
-            decision = verdict.decision
+            final = (self._enter_flight(cfg, p, snap, verdict)
+                     if observed is None and verdict.decision.executed else verdict)
+            decision = final.decision
             if observed is not None or decision is ALLOW or decision is WARN:  # = .executed
-                if self.guard._sinks:
-                    self._executing(cfg, p, snap, verdict)
-                if observed is None:
-                    self._spend_approval(cfg, p, snap)
-                record = snap.record
-                if record is not None and record.state is UNKNOWN and record.call_id:
-                    p.origin = record.call_id  # a retry of that execution: forward its key
-                executing = True
                 try:
-                    outcome = yield _Execute(cfg, p, executor)
-                except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
-                    self._abandon(cfg, p, snap)
-                    raise
+                    if self.guard._sinks:
+                        self._executing(cfg, p, snap, final)
+                    if observed is None:
+                        self._spend_approval(cfg, p, snap)
+                    record = snap.record
+                    if record is not None and record.state is UNKNOWN and record.call_id:
+                        p.origin = record.call_id  # a retry of that execution: its key
+                    executing = True
+                    try:
+                        outcome = yield _Execute(cfg, p, executor)
+                    except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
+                        self._abandon(cfg, p, snap)
+                        raise
+                finally:
+                    if p.counted:
+                        self.guard._inflight_calls.leave((self.task_id, p.entry.spec.name))
                 if p.claim:
                     self._notify(p)
-                return self._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
-            return self._conclude(cfg, p, snap, verdict, None, None), None
+                return self._conclude(cfg, p, snap, final, outcome, observed), outcome.exc
+            return self._conclude(cfg, p, snap, final, None, None), None
         except StoreError:
             # e.g. fail_closed while storing an approval: the tool did not run, so give the
             # claim back (best effort) rather than leave identical calls waiting for it
