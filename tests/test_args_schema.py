@@ -94,13 +94,15 @@ def test_schema_skips_positional_only_and_varargs() -> None:
     assert schema["required"] == ["y"]
 
 
-def test_schema_falls_back_when_pydantic_cannot_express_a_hint() -> None:
-    assert schema_from_signature(f_opaque) == {
-        "type": "object",
-        "properties": {"o": {}, "n": {}},
-        "required": ["o"],
-        "additionalProperties": False,
-    }
+def test_a_hint_pydantic_cannot_express_makes_only_its_parameter_opaque() -> None:
+    schema = schema_from_signature(f_opaque)
+    assert schema["properties"]["o"] == {"title": "O"}  # accepts anything
+    assert schema["properties"]["n"] == {"default": 1, "title": "N", "type": "integer"}
+    assert schema["required"] == ["o"]
+    assert schema["additionalProperties"] is False
+    validator = ArgsValidator(schema)
+    assert validator.validate({"o": [1, {"x": None}]}) is None
+    assert validator.validate({"o": 1, "n": "two"}) is not None  # n keeps its type
 
 
 def test_validator_lists_at_most_eight_problems() -> None:
@@ -614,7 +616,7 @@ def test_without_jsonschema_rs_a_broken_reference_refuses_the_call_not_the_guard
         schema: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("toolguard._schema._rs", None)
     task = tg.Guard(tools=[recorded_tool("t", schema)]).task("x")
-    result = task.call("t", {"a": 1, "default": 1})
+    result = task.call("t", {"a": 1, "default": 1}, run=lambda args: "ran")
     assert result.decision is tg.Decision.INVALID
     assert "the tool's argument schema cannot be applied" in result.content
 

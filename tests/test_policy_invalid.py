@@ -45,7 +45,7 @@ CASES: dict[str, Expected] = {
             1,
             "unknown key 'max_call' (allowed: effect, requires_approval, idempotency_scope, "
             "idempotency_ttl_s, forwards_idempotency_key, external, max_calls, max_polls, ladder, "
-            "args, rules)",
+            "args, rules, result, shell)",
         ),
     ],
     "bad_regex.toml": [

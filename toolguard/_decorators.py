@@ -34,6 +34,7 @@ Scope = IdempotencyScope | Literal["until_change", "task", "off"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+ToolT = TypeVar("ToolT")  # a framework tool object
 
 
 class NotGiven(enum.Enum):
@@ -121,9 +122,14 @@ def is_recorded(spec: ToolSpec) -> bool:
     return spec.func is _recorded
 
 
-def spec_of(tool: Callable[..., Any] | ToolSpec) -> ToolSpec:
+def spec_of(tool: Callable[..., Any] | ToolSpec | Any) -> ToolSpec:
     """The :class:`ToolSpec` of a decorated function, or a spec with every option NOT_GIVEN
-    for a plain function (its effect then comes from the policy). A spec is returned as is."""
+    for a plain function or a framework's tool object (:mod:`toolguard._frameworks`; the
+    effect then comes from the policy). A spec is returned as is.
+
+    Raises:
+        TypeError: ``tool`` is none of these, or a function without a name.
+    """
     if isinstance(tool, ToolSpec):
         return tool
     spec = getattr(tool, "__toolguard_spec__", None)
@@ -134,8 +140,15 @@ def spec_of(tool: Callable[..., Any] | ToolSpec) -> ToolSpec:
             # sees or sends ``self``
             return replace(spec, func=spec.func.__get__(owner))
         return spec
+    from ._frameworks import framework_spec  # deferred: it imports this module
+
+    framework = framework_spec(tool)
+    if framework is not None:
+        return framework
     if not callable(tool):
-        raise TypeError(f"a tool must be a callable, got {type(tool).__name__}")
+        raise TypeError(f"a tool must be a callable, a ToolSpec or a framework's tool object "
+                        f"(LangChain BaseTool, Agents SDK FunctionTool, Anthropic "
+                        f"BetaFunctionTool), got {type(tool).__name__}")
     name = getattr(tool, "__name__", None)
     if not isinstance(name, str):
         raise TypeError(f"cannot name tool {tool!r}: decorate it with name=...")
@@ -177,10 +190,26 @@ def _decorator(
     options: dict[str, Any],
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     def apply(f: Callable[P, R]) -> Callable[P, R]:
-        if hasattr(f, "__toolguard_spec__"):
+        if getattr(f, "__toolguard_spec__", None) is not None:
             raise TypeError(f"{getattr(f, '__name__', f)!r} is already marked as a tool")
         name = options.pop("name", NOT_GIVEN)
         description = options.pop("description", NOT_GIVEN)
+        from ._frameworks import framework_spec  # deferred: it imports this module
+
+        framework = framework_spec(f)
+        if framework is not None:
+            # over a framework's tool object (@tg.mutating above @tool): mark the object
+            # itself, so the framework still gets its own tool and the guard its options
+            marked = replace(
+                framework, effect=effect, requires_approval=requires_approval,
+                **{k: v for k, v in options.items()
+                   if v is not NOT_GIVEN and k != "args_schema"},
+                **({} if name is NOT_GIVEN else {"name": name}),
+                **({} if description is NOT_GIVEN else {"description": description}),
+                **({} if options.get("args_schema") is None
+                   else {"args_schema": options["args_schema"]}))
+            object.__setattr__(f, "__toolguard_spec__", marked)
+            return f
         spec = ToolSpec(
             name=f.__name__ if name is NOT_GIVEN else name,
             func=f,
@@ -199,6 +228,8 @@ def _decorator(
 @overload
 def readonly(func: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
+def readonly(func: ToolT, /) -> ToolT: ...  # a framework's tool object, marked in place
+@overload
 def readonly(
     *,
     name: str | NotGiven = ...,
@@ -208,7 +239,7 @@ def readonly(
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def readonly(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Any | None = None,
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
@@ -216,7 +247,7 @@ def readonly(
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Mark a tool that only observes (grep, view_file, a search API).
 
     Use bare (``@readonly``) or with options (``@readonly(name="fs.grep")``).
@@ -244,6 +275,8 @@ def readonly(
 @overload
 def mutating(func: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
+def mutating(func: ToolT, /) -> ToolT: ...  # a framework's tool object, marked in place
+@overload
 def mutating(
     *,
     name: str | NotGiven = ...,
@@ -256,7 +289,7 @@ def mutating(
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def mutating(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Any | None = None,
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
@@ -267,7 +300,7 @@ def mutating(
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Mark a tool that changes the world (write_file, send_email, a payment).
 
     Identical repeats climb the stricter mutating ladder, and a completed call is remembered
@@ -308,6 +341,8 @@ def mutating(
 @overload
 def requires_approval(func: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
+def requires_approval(func: ToolT, /) -> ToolT: ...  # a framework's tool object, marked in place
+@overload
 def requires_approval(
     *,
     name: str | NotGiven = ...,
@@ -320,7 +355,7 @@ def requires_approval(
     description: str | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def requires_approval(
-    func: Callable[P, R] | None = None,
+    func: Callable[P, R] | Any | None = None,
     /,
     *,
     name: str | NotGiven = NOT_GIVEN,
@@ -331,7 +366,7 @@ def requires_approval(
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
-) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+) -> Any:
     """Mark an irreversible tool (payment, deletion, permission change): it is mutating and
     never runs without an explicit approval from the guard's approver (DESIGN.md §2, layer 3).
 

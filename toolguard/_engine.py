@@ -48,8 +48,8 @@ from ._canonical import (
     parse_arguments,
     value_digest,
 )
-from ._core import CallContext, Verdict, decide, halt_kind
-from ._decorators import ToolSpec, is_recorded, recorded_tool, spec_of
+from ._core import CallContext, Verdict, decide, halt_kind, outcome_kind, stagnation_after
+from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool, spec_of
 from ._errors import (
     BudgetExceeded,
     CallInProgress,
@@ -61,7 +61,10 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
+from ._frameworks import wrapped_arguments
 from ._inflight import InFlight
+from ._injected import injected_parameters
+from ._integration import named_spec, sync_runner
 from ._lock import YieldingLock
 from ._outcomes import forwarded_key, is_unknown_outcome
 from ._policy import Policy
@@ -74,6 +77,7 @@ from ._schema import (
     int_parameters,
     schema_from_signature,
 )
+from ._shell import classify_argv
 from ._threads import Handoff
 from ._types import (
     ALLOW,
@@ -165,6 +169,7 @@ class _Entry:
     unknown: bool = False  # a name no registered tool has: judged (counted, halted), never run
     # typed int, at the top or inside: an integral float (5.0) is passed as 5
     int_params: tuple[tuple[str, IntFix | None], ...] = ()
+    injected: frozenset[str] = frozenset()  # a framework passes them: not arguments
 
     def bound(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
         """``args`` with the tool's defaults filled in: an omitted argument, an explicit null
@@ -263,18 +268,24 @@ class _Prepared:
     counted: bool = False  # in flight for the failure budget (toolguard._inflight)
 
 
+Executor = Callable[[dict[str, Any]], Any]
+"""Runs a call in place of the registered function: is passed the validated arguments
+(replay's recorded result, a direct call's own arguments, ``run=``)."""
+
+
 class _Execute(NamedTuple):
     """I/O request of the pipeline: run the tool (answer: an ``_Outcome``)."""
 
     cfg: _Config
     p: _Prepared
-    executor: Callable[[], Any] | None
+    executor: Executor | None
 
 
 class _Approve(NamedTuple):
     """I/O request: ask the approver (answer: an ``ApprovalDecision``)."""
 
     request: ApprovalRequest
+    approver: Approver
 
 
 class _Wait(NamedTuple):
@@ -303,8 +314,11 @@ class Guard:
 
     Args:
         policy: the policy (:func:`toolguard.load_policy`); default: built-in defaults.
-        tools: the tool functions, decorated or plain (plain ones take ``default_effect``), or
-            :class:`ToolSpec` objects.
+        tools: the tool functions, decorated or plain (plain ones take ``default_effect``),
+            :class:`ToolSpec` objects, or framework tool objects (LangChain ``BaseTool``,
+            Agents SDK ``FunctionTool``, Anthropic ``BetaFunctionTool``: name, description
+            and schema are read from them, the effect comes from the policy unless ``@tg.*``
+            marked them; see :meth:`register`).
         store: where per-task state lives; default a :class:`~toolguard.stores.MemoryStore`
             (or a ``RedisStore`` when the policy says ``[store] backend = "redis"``).
         approver: decides calls that need approval; default :func:`toolguard.deny_all`.
@@ -323,7 +337,7 @@ class Guard:
     def __init__(
         self,
         policy: Policy | None = None,
-        tools: Iterable[Callable[..., Any] | ToolSpec] = (),
+        tools: Iterable[Callable[..., Any] | ToolSpec | Any] = (),
         *,
         store: Store | None = None,
         approver: Approver | None = None,
@@ -416,10 +430,11 @@ class Guard:
             signature: inspect.Signature | None = inspect.signature(spec.func)
         except (TypeError, ValueError):
             signature = None
+        injected = injected_parameters(spec.func)
         defaults = {} if signature is None else {
             name: p.default for name, p in signature.parameters.items()
             if p.default is not p.empty and p.default is not None
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in injected
         }
         schema = dict(spec.args_schema) if spec.args_schema is not None else (
             schema_from_signature(spec.func)
@@ -429,7 +444,7 @@ class Guard:
         call = coercing_call(spec.func)
         ints = int_parameters(spec.func) if call is spec.func else ()  # else pydantic does it
         return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema,
-                      maybe_async, call, not spec.is_async, False, ints)
+                      maybe_async, call, not spec.is_async, False, ints, injected)
 
     @property
     def policy(self) -> Policy:
@@ -480,6 +495,59 @@ class Guard:
         config = self._build(policy)
         with self._lock:
             self._config = config
+
+    def register(
+        self,
+        tool: str | Callable[..., Any] | ToolSpec | Any,
+        *,
+        effect: Effect | str | NotGiven = NOT_GIVEN,
+        args_schema: Mapping[str, Any] | None = None,
+        description: str = "",
+        **settings: Any,
+    ) -> ToolSpec:
+        """Register one more tool; calls that start afterwards see it.
+
+        For a tool that is not a Python function here (an MCP server's tool, a tool of
+        another process, a framework's tool object): pass its name, and every call of it
+        must bring what executes it (``task.call(name, args, run=...)``); without ``run=``
+        such a call raises ``TypeError`` before it is counted. A function, a
+        :class:`ToolSpec` or a framework tool object is registered as ``Guard(tools=)``
+        would, with the given options over its own. Registering an equal spec again is a
+        no-op (adapters may register lazily from several threads).
+
+        Args:
+            tool: the tool name, or a tool as ``Guard(tools=)`` takes it.
+            effect: ``"readonly"``, ``"mutating"`` or ``"poll"``; default: the policy's
+                (``[tools.<name>] effect``, else ``default_effect``).
+            args_schema: the JSON Schema of its arguments (e.g. an MCP ``inputSchema``);
+                arguments are validated against it; default: none (any object).
+            description: for :meth:`tool_schemas`.
+            **settings: the decorators' options: ``requires_approval`` (implies mutating
+                and idempotency scope ``task``), ``idempotency_scope``,
+                ``idempotency_ttl_s``, ``forwards_idempotency_key``, ``max_calls``.
+
+        Returns:
+            The registered :class:`ToolSpec`.
+
+        Raises:
+            PolicyError: another tool already has this name (nothing is registered).
+            jsonschema.exceptions.SchemaError: ``args_schema`` is not a usable schema.
+            TypeError / ValueError: an unknown setting, effect or scope.
+        """
+        spec = named_spec(tool, effect, args_schema, description, settings)
+        with self._lock:
+            for registered in self._tools:
+                if registered.name == spec.name and registered == spec:
+                    return registered
+            tools = self._tools
+            self._tools = [*tools, spec]
+            try:
+                config = self._build(self._config.policy)
+            except BaseException:
+                self._tools = tools
+                raise
+            self._config = config
+        return spec
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """Every registered tool in OpenAI function-tool format
@@ -646,11 +714,31 @@ class Task:
                     + (f" ({reason})" if reason else ""))
 
     # -- calls -------------------------------------------------------------------------
-    def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None) -> ToolResult:
+    def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
+             run: Callable[[dict[str, Any]], Any] | None = None,
+             approver: Approver | None = None, resumed: bool = False) -> ToolResult:
         """Run one tool call the model proposed, through the guard.
 
         Args:
             tool: the tool name. args: the arguments as a dict, or the model's JSON text.
+            run: what executes the call when the guard lets it run (allow, warn), in place
+                of the registered function: ``run(args)`` is passed the validated
+                arguments (a dict), and what it returns or raises is recorded exactly as a
+                tool result (an error result, an unknown outcome for a timeout type, the
+                idempotency record, progress). For a framework's own handler, a tool of
+                another process (MCP) or one registered by name only
+                (:meth:`Guard.register`). A name no registered tool has is then guarded
+                as a tool known by name only (effect from the policy's ``default_effect``
+                or ``[tools.<name>]``). ``run`` must not return an awaitable here (an
+                error result says to use :meth:`acall`).
+            approver: asked instead of the guard's approver if this call needs approval
+                (a framework's own human in the loop: a LangGraph ``interrupt()``, an
+                SDK's approval that was already given).
+            resumed: the framework may be re-running an attempt that went to review (a
+                LangGraph resume, pydantic-ai's ``DeferredToolResults``): if this call's
+                approval is still pending, this is that same attempt, so it is not counted
+                again (not in the repeat count, not in the budgets). Otherwise it counts
+                as any call does.
 
         Returns:
             A :class:`ToolResult`; never a traceback (a tool's exception becomes an error
@@ -662,11 +750,18 @@ class Task:
             CallInProgress: an identical call kept running past the wait timeout.
             StoreError: the store failed and the policy fails closed.
             ToolGuardError: a bug inside the guard (chained to the original exception).
+            TypeError: without ``run``, the tool is known by name only (nothing here can
+                execute it); raised before the call is counted.
         """
-        return self._run_sync(tool, args, None)[0]
+        if run is None:
+            self._runnable(tool)
+            return self._run_sync(tool, args, None, approver, resumed)[0]
+        return self._run_sync(tool, args, sync_runner(tool, run), approver, resumed)[0]
 
     async def acall(
-        self, tool: str, args: Mapping[str, Any] | str | bytes | None = None
+        self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
+        run: Callable[[dict[str, Any]], Any] | None = None,
+        approver: Approver | None = None, resumed: bool = False,
     ) -> ToolResult:
         """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers; a plain
         (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
@@ -674,8 +769,23 @@ class Task:
         its thread (e.g. a ``sqlite3`` connection with ``check_same_thread``) should be
         ``async def`` or called with :meth:`call`. The store is called synchronously (the
         in-memory store takes microseconds; a Redis round trip blocks the event loop for its
-        ~0.2-0.6 ms)."""
-        return (await self._run_async(tool, args, None))[0]
+        ~0.2-0.6 ms).
+
+        ``run`` as for :meth:`call`; here it may be ``async def`` or return an awaitable
+        (awaited). A plain ``run`` is called on the event loop's thread (it is meant to hand
+        over to a framework's handler, not to block). ``approver`` and ``resumed`` as for
+        :meth:`call`."""
+        if run is None:
+            self._runnable(tool)
+        return (await self._run_async(tool, args, run, approver, resumed))[0]
+
+    def _runnable(self, tool: str) -> None:
+        entry = self.guard._config.entries.get(tool)
+        if entry is not None and is_recorded(entry.spec):
+            raise TypeError(
+                f"tool {tool!r} is known by name only (guard.register, or a framework tool "
+                "object the guard cannot run by itself): pass run= to task.call/acall with "
+                "what executes it")
 
     def _replay_call(self, tool: str, args: Mapping[str, Any] | str | None, result: Any,
                      *, is_error: bool = False, timeout: bool = False) -> ToolResult:
@@ -687,7 +797,7 @@ class Task:
         Raises:
             Halt: as for :meth:`call`.
         """
-        def recorded() -> Any:
+        def recorded(_: dict[str, Any]) -> Any:
             if timeout:
                 raise TimeoutError(str(result))
             if is_error:
@@ -766,7 +876,9 @@ class Task:
         if entry is None:
             entry = self._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)
             if entry is None:
-                entry = cfg.virtual[tool] = self.guard._entry(cfg.policy, recorded_tool(tool))
+                entry = self.guard._entry(cfg.policy, recorded_tool(tool))
+                if len(cfg.virtual) < 1000:  # names come from the model: bounded
+                    cfg.virtual[tool] = entry
         invalid: str | None = None
         args: dict[str, Any]
         if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
@@ -788,6 +900,9 @@ class Task:
             bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
             if settings.rules and (ruled := entry.effect_for(bound)) is not None:
                 effect, denied = ruled, False  # a matching rule classifies the call
+            elif settings.shell is not None and (
+                    parsed := classify_argv(bound.get(settings.shell))) is not None:
+                effect, denied = parsed, False  # so does a recognised shell command
             try:
                 sig, floats = args_hash_and_floats(bound, settings.args)
             except CanonicalizationError as exc:
@@ -902,6 +1017,14 @@ class Task:
         log.warning("toolguard: %s", reason)
         self._event(transition, p.entry.spec.name, ALLOW, reason, p, cfg)
 
+    def _waited(self, cfg: _Config, p: _Prepared) -> bool:
+        """This call's approval is pending: a resumed attempt is the one that waited."""
+        if p.effect is not MUTATING and not p.entry.settings.requires_approval:
+            return False  # no approval record can exist
+        pending: dict[str, ApprovalRecord] = self._store_op(
+            cfg, p, lambda: self.guard._store.pending_approvals(self.task_id), fallback=dict)
+        return p.key in pending
+
     def _decide(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Verdict:
         policy = cfg.policy
         return decide(CallContext(  # positional, in CallContext's order (hot path)
@@ -931,12 +1054,12 @@ class Task:
                     count=snap.count)
         return snap._replace(approval=record)
 
-    def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Callable[[], Any] | None
+    def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Executor | None
                       ) -> _Outcome:
         token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
         start = time.perf_counter()
         try:
-            value = executor() if executor is not None else p.entry.call(**p.args)
+            value = executor(p.args) if executor is not None else p.entry.call(**p.args)
             if p.entry.maybe_async and inspect.isawaitable(value):
                 value = _close_awaitable(value, p)
             return _Outcome(value, value, True, False, None, None, time.perf_counter() - start)
@@ -946,12 +1069,12 @@ class Task:
             _CURRENT_KEY.reset(token)
 
     async def _execute_async(self, cfg: _Config, p: _Prepared,
-                             executor: Callable[[], Any] | None) -> _Outcome:
+                             executor: Executor | None) -> _Outcome:
         token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
         start = time.perf_counter()
         try:
             if executor is not None:
-                value = executor()
+                value = executor(p.args)
             elif p.entry.in_thread:
                 # A plain function would block the event loop, and concurrent identical
                 # acalls would then run one after another and count as repeats instead of
@@ -1011,21 +1134,31 @@ class Task:
                         exc=exc, duration_s=duration_s)
 
     def _finish(self, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
-                halt: dict[str, Any] | None = None) -> None:
+                halt: dict[str, Any] | None = None) -> Verdict | None:
+        """Record the call's outcome; return the stagnation warn it earned, if any."""
         executed = outcome is not None
         if not executed and not snap.claimed and halt is None:
-            return  # nothing to record: the attempt was counted by begin
+            return None  # nothing to record: the attempt was counted by begin
         success = outcome is not None and outcome.success
         content = outcome.content if outcome is not None and success else None
         mutating = p.effect is MUTATING
+        settings = p.entry.settings
+        result_digest, judged = "", ""
+        if outcome is not None and not outcome.unknown:
+            # compared without its volatile parts (the model still gets it whole)
+            normalized = settings.result(outcome.content)
+            result_digest = value_digest(normalized) if success else ""
+            if p.effect is not POLL and (settings.stagnation_warn_at
+                                         or settings.stagnation_block_at):
+                judged = outcome_kind(success, normalized) + (
+                    result_digest or value_digest(normalized))
         req = FinishRequest(  # positional, in FinishRequest's order (hot path)
             p.entry.spec.name, p.signature, p.key, executed, success,
             outcome is not None and mutating and outcome.unknown,  # unknown
-            mutating,
-            value_digest(content) if success else "",  # result_digest
+            mutating, result_digest,
             success and p.claim and p.remember,  # store_result
-            content, snap.claimed, p.entry.settings.idempotency_ttl_s, self.guard._clock(),
-            halt, p.call_id,
+            content, snap.claimed, settings.idempotency_ttl_s, self.guard._clock(),
+            halt, p.call_id, judged, settings.max_progress_resets,
         )
         try:
             self.guard._store.finish(self.task_id, req)
@@ -1041,7 +1174,7 @@ class Task:
                 log.warning("toolguard: %s: the result is returned but not recorded", error)
                 self._event("executing->planning", p.entry.spec.name, ALLOW,
                             f"state not recorded: {error}", p, cfg)
-                return
+                return None
         if req.unknown and (p.entry.settings.requires_approval
                             or not p.entry.settings.forwards_idempotency_key):
             # An earlier approval covered a call that may now have happened: a retry needs
@@ -1052,6 +1185,7 @@ class Task:
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
                 self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
+        return stagnation_after(settings, p.signature, snap, judged) if judged else None
 
     def _enter_flight(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
                       ) -> Verdict:
@@ -1126,11 +1260,15 @@ class Task:
                                 effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
             self._record(p, result, "validating->failed", cfg)
             raise exc
-        self._finish(cfg, p, snap, outcome)
+        stagnant = self._finish(cfg, p, snap, outcome)
         if outcome is not None:
             content = outcome.content
+            if stagnant is not None and decision is ALLOW:  # this call made the run long
+                verdict, decision = stagnant, stagnant.decision
+                if observed is not None:
+                    observed = decision
             notice = verdict.notice if observed is None else None
-            if notice and outcome.success:
+            if notice and (outcome.success or verdict is stagnant):
                 content = _with_notice(content, notice)
             elif outcome.success is False:
                 notice = None
@@ -1211,7 +1349,8 @@ class Task:
         self._event("validating->executing", p.entry.spec.name, verdict.decision,
                     verdict.reason, p, cfg, snap.count)
 
-    def _pipeline(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+    def _pipeline(self, tool: str, raw: Any, executor: Executor | None,
+                  approver: Approver | None = None, resumed: bool = False,
                   ) -> Generator[_Io, Any, tuple[ToolResult, BaseException | None]]:
         """The whole pipeline of one call, sans I/O that differs between sync and async: it
         yields an :data:`_Io` request (run the tool, ask the approver, wait for an identical
@@ -1229,14 +1368,15 @@ class Task:
                 self.guard._warn_off()
                 outcome: _Outcome = yield _Execute(cfg, p, executor)
                 return self._plain(p, outcome), outcome.exc
-            snap = self._begin(cfg, p, count=True)
+            snap = self._begin(cfg, p, count=not (resumed and self._waited(cfg, p)))
             if snap.claimed:
                 claimed = (p, snap)
             while True:
                 verdict = self._decide(cfg, p, snap)
                 if verdict.ask_approval and cfg.policy.mode is ENFORCE:
                     req = self._approval_request(cfg, p, snap, verdict)
-                    answer: ApprovalDecision = yield _Approve(req)
+                    answer: ApprovalDecision = yield _Approve(req,
+                                                              approver or self.guard._approver)
                     snap = self._store_approval(cfg, p, snap, req, answer)
                     if answer.verdict != "defer":
                         continue
@@ -1300,9 +1440,10 @@ class Task:
                 self._give_back(cfg, claimed)
             raise
 
-    def _run_sync(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+    def _run_sync(self, tool: str, raw: Any, executor: Executor | None,
+                  approver: Approver | None = None, resumed: bool = False,
                   ) -> tuple[ToolResult, BaseException | None]:
-        pipeline = self._pipeline(tool, raw, executor)
+        pipeline = self._pipeline(tool, raw, executor, approver, resumed)
         try:
             io = next(pipeline)
             while True:
@@ -1310,7 +1451,7 @@ class Task:
                     if isinstance(io, _Execute):
                         answer: Any = self._execute_sync(io.cfg, io.p, io.executor)
                     elif isinstance(io, _Approve):
-                        answer = _sync_answer(_ask(self.guard._approver, io.request))
+                        answer = _sync_answer(_ask(io.approver, io.request))
                     else:
                         self._wait_sync(io.cfg, io.p)
                         answer = None
@@ -1321,9 +1462,10 @@ class Task:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    async def _run_async(self, tool: str, raw: Any, executor: Callable[[], Any] | None
+    async def _run_async(self, tool: str, raw: Any, executor: Executor | None,
+                         approver: Approver | None = None, resumed: bool = False,
                          ) -> tuple[ToolResult, BaseException | None]:
-        pipeline = self._pipeline(tool, raw, executor)
+        pipeline = self._pipeline(tool, raw, executor, approver, resumed)
         cancelled: BaseException | None = None  # a cancellation whose thread had ended
         try:
             io = next(pipeline)
@@ -1361,7 +1503,7 @@ class Task:
         blocking HTTP call) runs in a worker thread, as a sync tool does, so the event loop
         goes on; any approver that has not answered after ``approval.timeout_s`` counts as a
         ``defer`` (the call waits in review, and halts once that timeout passes)."""
-        approver = self.guard._approver
+        approver = io.approver
         limit = self.guard._config.policy.approval.timeout_s
         call = getattr(approver, "__call__", approver)  # noqa: B004 - instances too
         try:
@@ -1630,14 +1772,29 @@ def _bind(task: Task, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, A
     if entry is None or entry.signature is None:
         return None, {}
     if entry.spec is not spec:
+        wrapped = wrapped_arguments(entry.spec, spec, args, kwargs)
+        if wrapped is not None:  # a framework tool object over this decorated function
+            return entry, wrapped
         # a method registered bound (tools=[obj.method]): guarded only for that object
         func = entry.spec.func
         if getattr(func, "__func__", None) is not spec.func or not args \
                 or args[0] is not getattr(func, "__self__", None):
             return None, {}
         args = args[1:]
-    bound = entry.signature.bind(*args, **kwargs)
-    return entry, dict(bound.arguments)
+    bound = dict(entry.signature.bind(*args, **kwargs).arguments)
+    for name in entry.injected:  # the framework's context object: not an argument
+        bound.pop(name, None)
+    return entry, bound
+
+
+def _executing(task: Task, spec: ToolSpec) -> bool:
+    """The guard is executing this very tool (its ``run=`` or a framework object invoking
+    the decorated function it wraps): the inner direct call is that execution, not a
+    second call to count."""
+    current = _CURRENT_KEY.get()
+    key = None if current is None else current[0]
+    prefix = f"{task.task_id}:{spec.name}:"
+    return key is not None and key.startswith(prefix) and ":" not in key[len(prefix):]
 
 
 def _direct_result(result: ToolResult, exc: BaseException | None) -> Any:
@@ -1657,12 +1814,12 @@ def direct_call(spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
         ToolBlocked: block / review / invalid. Halt: the task halts. Whatever the tool raised.
     """
     task = _CURRENT_TASK.get()
-    if task is None:
+    if task is None or _executing(task, spec):
         return func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
         return func(*args, **kwargs)
-    result, exc = task._run_sync(spec.name, bound, lambda: func(*args, **kwargs))
+    result, exc = task._run_sync(entry.spec.name, bound, lambda _: func(*args, **kwargs))
     return _direct_result(result, exc)
 
 
@@ -1670,10 +1827,11 @@ async def direct_call_async(spec: ToolSpec, func: Callable[..., Awaitable[Any]],
                             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """:func:`direct_call` for ``async def`` tools."""
     task = _CURRENT_TASK.get()
-    if task is None:
+    if task is None or _executing(task, spec):
         return await func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
         return await func(*args, **kwargs)
-    result, exc = await task._run_async(spec.name, bound, lambda: func(*args, **kwargs))
+    result, exc = await task._run_async(entry.spec.name, bound,
+                                        lambda _: func(*args, **kwargs))
     return _direct_result(result, exc)

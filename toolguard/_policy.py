@@ -29,6 +29,7 @@ __all__ = [
     "LadderPolicy",
     "LadderThresholds",
     "Policy",
+    "ResultPolicy",
     "StorePolicy",
     "ToolPolicy",
     "ToolRule",
@@ -63,19 +64,42 @@ class LadderThresholds(_Frozen):
 
 
 class LadderOverride(_Frozen):
-    """A per-tool ladder: any subset of the thresholds; the rest come from the tool's effect."""
+    """A per-tool ladder: any subset of the thresholds; the rest come from the tool's effect
+    (``warn_at``, ``block_at``, ``halt_at``) or from ``[ladder]`` (``stagnation_warn_at``,
+    ``stagnation_block_at``; ``0`` turns the rung off for this tool, e.g. a ``think`` tool
+    that returns nothing whatever it is given)."""
 
     warn_at: int | None = Field(default=None, ge=2)
     block_at: int | None = Field(default=None, ge=2)
     halt_at: int | None = Field(default=None, ge=2)
+    stagnation_warn_at: int | None = Field(default=None, ge=0)
+    stagnation_block_at: int | None = Field(default=None, ge=0)
 
 
 class LadderPolicy(_Frozen):
-    """``[ladder]``: thresholds per effect (read-only is more tolerant: DESIGN.md §1)."""
+    """``[ladder]``: thresholds per effect (read-only is more tolerant: DESIGN.md §1).
+
+    Attributes:
+        reset_on_user_turn: a new user turn is progress for every signature.
+        readonly, mutating: the repeat ladder of identical calls, per effect.
+        stagnation_warn_at, stagnation_block_at: the stagnation rule (``0`` turns a rung
+            off). Calls of one tool with *different* arguments that keep getting the same
+            normalised result, or the same error, since the last progress form a run; the
+            call that makes the run ``stagnation_warn_at`` long is executed with a notice,
+            and once the run is ``stagnation_block_at - 1`` long the tool's next call is
+            not executed (blocked) until progress.
+        max_progress_resets: a signature whose result changes on every call, called
+            back to back with no other call in between, stops counting as progress after
+            this many consecutive resets: its repeats then climb the ladder (``0``: no cap;
+            poll calls are limited by ``max_polls`` instead).
+    """
 
     reset_on_user_turn: bool = True
     readonly: LadderThresholds = LadderThresholds(warn_at=3, block_at=4, halt_at=5)
     mutating: LadderThresholds = LadderThresholds(warn_at=2, block_at=3, halt_at=4)
+    stagnation_warn_at: int = Field(default=4, ge=0)
+    stagnation_block_at: int = Field(default=6, ge=0)
+    max_progress_resets: int = Field(default=10, ge=0)
 
 
 class BudgetPolicy(_Frozen):
@@ -186,8 +210,32 @@ class ToolRule(_Frozen):
         return tuple((arg, re.compile(pattern)) for arg, pattern in self.match.items())
 
 
+class ResultPolicy(_Frozen):
+    """``[tools.X.result]``: how a result is normalised before it is compared with earlier
+    ones (progress and stagnation); the model always gets the raw result.
+
+    Attributes:
+        strip_volatile: strip the built-in volatile parts (timestamps, durations, UUIDs,
+            long hex ids, PIDs and ports in known phrasings; see ``toolguard._normalize``).
+        ignore: Python regexes whose matches are removed from text results (and from every
+            string inside a JSON result).
+        ignore_fields: JSONPath-style paths (``$.meta.request_id``, ``$.items[*].etag``,
+            ``$..timestamp``) removed from JSON results, and from text results that parse
+            as JSON.
+    """
+
+    strip_volatile: bool = True
+    ignore: tuple[str, ...] = ()
+    ignore_fields: tuple[str, ...] = ()
+
+
 class ToolPolicy(_Frozen):
-    """``[tools.NAME]``: settings for one tool; unset fields inherit (see ``explain``)."""
+    """``[tools.NAME]``: settings for one tool; unset fields inherit (see ``explain``).
+
+    ``shell`` names the argument that holds a shell command line: each call is then
+    classified by parsing it (``toolguard._shell``): read-only, mutating, poll, or, when
+    the command is not recognised, the tool's ``effect``. ``rules`` still come first.
+    """
 
     effect: Effect | None = None
     requires_approval: bool | None = None
@@ -200,6 +248,8 @@ class ToolPolicy(_Frozen):
     ladder: LadderOverride | None = None
     args: dict[str, ArgOptions] = Field(default_factory=dict)
     rules: tuple[ToolRule, ...] = ()
+    result: ResultPolicy | None = None
+    shell: str | None = None
 
 
 class Policy(_Frozen):

@@ -43,6 +43,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as ModelValidationError
 
 from ._errors import PolicyError, PolicyProblem
+from ._normalize import field_path_problem
 from ._policy import Policy
 from ._settings import EnvironmentOverrides, read_environment
 
@@ -524,6 +525,15 @@ def _value_problems(layer: _Layer) -> list[PolicyProblem]:
     return problems
 
 
+def _result_tables(layer: _Layer) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each ``[tools.X.result]`` table of ``layer``, with its tool's name."""
+    tools = layer.data.get("tools")
+    for name, tool in tools.items() if isinstance(tools, dict) else ():
+        table = tool.get("result") if isinstance(tool, dict) else None
+        if isinstance(table, dict):
+            yield name, table
+
+
 def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
     """Every regular expression in ``layer`` that does not compile."""
     candidates: list[tuple[KeyPath, Any]] = []
@@ -538,6 +548,15 @@ def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
             for arg, pattern in match.items() if isinstance(match, dict) else ():
                 candidates.append((("tools", name, "rules", i, "match", arg), pattern))
     problems: list[PolicyProblem] = []
+    for name, table in _result_tables(layer):
+        ignore = table.get("ignore")
+        for i, pattern in enumerate(ignore if isinstance(ignore, list) else ()):
+            candidates.append((("tools", name, "result", "ignore", i), pattern))
+        fields = table.get("ignore_fields")
+        for i, entry in enumerate(fields if isinstance(fields, list) else ()):
+            if isinstance(entry, str) and (why := field_path_problem(entry)) is not None:
+                problems.append(layer.problem(("tools", name, "result", "ignore_fields", i),
+                                              f"{why}, got {_show(entry)}"))
     for path, pattern in candidates:
         if not isinstance(pattern, str):
             continue  # a type error the schema reports
@@ -595,6 +614,15 @@ def _ladder_problems(
                 report(blamed, f"must be ≤ {high} ({high_v}{where})")
             else:
                 report(blamed, f"must be ≥ {low} ({low_v}{where})")
+
+    warn, block = (ladder.get("stagnation_warn_at"), ladder.get("stagnation_block_at")
+                   ) if isinstance(ladder, dict) else (None, None)
+    if type(warn) is int and type(block) is int and 0 < block < warn:
+        warn_p, block_p = ("ladder", "stagnation_warn_at"), ("ladder", "stagnation_block_at")
+        if applied.get(warn_p, _BUILT_IN) > applied.get(block_p, _BUILT_IN):
+            report(warn_p, f"must be ≤ stagnation_block_at ({block}) or 0")
+        else:
+            report(block_p, f"must be ≥ stagnation_warn_at ({warn}) or 0")
 
     tools = merged.get("tools")
     for name, tool in tools.items() if isinstance(tools, dict) else ():

@@ -26,6 +26,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 from pydantic import ConfigDict, create_model, validate_call
 
+from ._injected import injected_parameters
+
 __all__ = ["ArgsValidator", "coercing_call", "schema_from_signature"]
 
 # TypedDict field markers: typing's (3.11+) and typing_extensions' (what pydantic asks for
@@ -55,38 +57,53 @@ def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of a function's arguments, from its type hints.
 
     Parameters without a hint accept anything; ``**kwargs`` allows extra properties;
-    ``*args`` and positional-only parameters are not part of the JSON interface. Hints pydantic
-    cannot express fall back to an unconstrained property.
+    ``*args``, positional-only parameters and framework-injected ones (a ``RunContext``, a
+    ``ToolRuntime``: :mod:`toolguard._injected`) are not part of the JSON interface. A hint
+    pydantic cannot express makes that one property unconstrained; the others keep theirs.
     """
     sig = inspect.signature(func)
     try:
         hints = typing.get_type_hints(func)
     except Exception:  # noqa: BLE001 - unresolvable forward references: go without hints
         hints = {}
+    injected = injected_parameters(func)
     fields: dict[str, Any] = {}
     extra = False
     for p in sig.parameters.values():
         if p.kind is p.VAR_KEYWORD:
             extra = True
             continue
-        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY):
+        if p.kind in (p.VAR_POSITIONAL, p.POSITIONAL_ONLY) or p.name in injected:
             continue
         default = ... if p.default is p.empty else p.default
         fields[p.name] = (hints.get(p.name, Any), default)
     config = ConfigDict(extra="allow" if extra else "forbid", arbitrary_types_allowed=True)
+    name = f"{getattr(func, '__name__', 'tool')}_arguments"
+    schema: dict[str, Any]
     try:
-        model = create_model(f"{getattr(func, '__name__', 'tool')}_arguments",
-                             __config__=config, **fields)
-        schema = model.model_json_schema()
-    except Exception:  # noqa: BLE001 - pydantic cannot express a hint: fall back, stay usable
-        schema = {
-            "type": "object",
-            "properties": {name: {} for name in fields},
-            "required": [n for n, (_, d) in fields.items() if d is ...],
-            "additionalProperties": extra,
-        }
+        schema = _model_schema(name, config, fields)
+    except Exception:  # noqa: BLE001 - pydantic cannot express a hint: only it goes opaque
+        for field, (_, default) in list(fields.items()):
+            try:
+                _model_schema(name, config, {field: fields[field]})
+            except Exception:  # noqa: BLE001 - this hint is the one: accept any value here
+                fields[field] = (Any, default)
+        try:
+            schema = _model_schema(name, config, fields)
+        except Exception:  # noqa: BLE001 - together still not expressible: all opaque
+            schema = {
+                "type": "object",
+                "properties": {n: {} for n in fields},
+                "required": [n for n, (_, d) in fields.items() if d is ...],
+                "additionalProperties": extra,
+            }
     schema.pop("title", None)
     return schema
+
+
+def _model_schema(name: str, config: ConfigDict, fields: dict[str, Any]) -> dict[str, Any]:
+    model: Any = create_model(name, __config__=config, **fields)
+    return dict(model.model_json_schema())
 
 
 def _json_native(annotation: Any, seen: frozenset[type] = frozenset()) -> bool:
@@ -119,6 +136,8 @@ def coercing_call(func: Callable[..., Any]) -> Callable[..., Any]:
     except Exception:  # noqa: BLE001 - unresolvable forward references: call as is
         return func
     hints.pop("return", None)
+    for name in injected_parameters(func):  # the framework passes them as they are
+        hints.pop(name, None)
     if all(_json_native(h) for h in hints.values()):
         return func
     try:

@@ -24,11 +24,11 @@ Fixed for every replay, whatever the policy says:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from toolguard._decorators import ToolSpec, recorded_tool
+from toolguard._decorators import ToolSpec
 from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, PolicyError, ToolGuardError
 from toolguard._policy import AuditPolicy, Policy, ToolPolicy
@@ -39,7 +39,7 @@ from toolguard._types import Decision, Effect, Mode
 from toolguard.stores.memory import MemoryStore
 from toolguard.testing import FakeClock, auto_defer
 
-from ._formats import RecordedCall, ReplayInputError, Run, Step, TokenUsage, UserTurn
+from ._model import RecordedCall, ReplayInputError, ReplayNote, Run, Step, TokenUsage, UserTurn
 
 __all__ = ["ReplayReport", "RunReport", "StepReport", "policy_with_effects", "replay_runs"]
 
@@ -97,6 +97,7 @@ class RunReport:
 
     Attributes:
         id: the run's id. file: the file it came from. meta: its metadata (header keys).
+        format: the input format it was read as (``Run.format``).
         calls: recorded calls in the run. replayed: calls the guard decided on (fewer than
             ``calls`` after a halt).
         steps: one :class:`StepReport` per replayed call (a halt caused by token usage adds
@@ -110,6 +111,7 @@ class RunReport:
     file: str
     meta: dict[str, Any]
     calls: int
+    format: str = ""
     replayed: int = 0
     steps: list[StepReport] = field(default_factory=list)
     halted_at: int | None = None
@@ -152,10 +154,13 @@ class ReplayReport:
     Attributes:
         runs: one :class:`RunReport` per replayed run, in input order.
         problems: lines, runs or files that could not be read or replayed.
+        notes: records the readers did not use, one per kind and file (no effect on the exit
+            code).
     """
 
     runs: list[RunReport] = field(default_factory=list)
     problems: list[ReplayInputError] = field(default_factory=list)
+    notes: list[ReplayNote] = field(default_factory=list)
 
     def runs_with(self, decision: Decision) -> list[RunReport]:
         """The runs in which some call got ``decision``."""
@@ -208,7 +213,7 @@ def policy_with_effects(policy: Policy, effects: Mapping[str, Any], source: str)
 
 
 def replay_runs(
-    runs: Sequence[Run],
+    runs: Iterable[Run],
     policy: Policy | None = None,
     *,
     tools: Sequence[ToolSpec] = (),
@@ -217,7 +222,8 @@ def replay_runs(
     """Replay recorded runs through the guard (see the module docstring).
 
     Args:
-        runs: the runs (:func:`~toolguard.replay.read_runs`).
+        runs: the runs (:func:`~toolguard.replay.read_runs`), consumed one at a time (an
+            iterator of one file's runs keeps memory to what the report holds).
         policy: the policy; default the built-in defaults.
         tools: tool specs with argument schemas (``read_tool_definitions``); when given, a
             recorded call of any other tool is ``invalid`` (unknown tool), as at run time.
@@ -229,7 +235,7 @@ def replay_runs(
         but listed in ``problems``; a guard failure inside a run stops that run only
         (``RunReport.error``) and is listed in ``problems`` too.
     """
-    replayer = _Replayer(policy or Policy(), tools, {c.tool for r in runs for c in r.calls})
+    replayer = _Replayer(policy or Policy(), tools)
     report = ReplayReport()
     for number, run in enumerate(runs):
         try:
@@ -242,6 +248,13 @@ def replay_runs(
         except RecursionError:
             report.problems.append(ReplayInputError(
                 run.file, run.line, f"run {run.id}: header effects nested too deeply"))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a header is data: whatever the policy
+            # loader fails with on it (a regex too big to compile, say) is this run's problem,
+            # and the other runs still replay
+            report.problems.append(ReplayInputError(
+                run.file, run.line, f"run {run.id}: invalid header effects: "
+                f"{type(exc).__name__}: {exc}"))
             continue
         result = replayer.replay(guard, f"replay-{number}:{run.id}", run)
         report.runs.append(result)
@@ -257,11 +270,13 @@ def replay_runs(
 class _Replayer:
     """The guards and the clock of one replay."""
 
-    def __init__(self, policy: Policy, tools: Sequence[ToolSpec], names: set[str]) -> None:
+    def __init__(self, policy: Policy, tools: Sequence[ToolSpec]) -> None:
         self.policy = policy.model_copy(update={"mode": Mode.ENFORCE})
         given = {spec.name: spec for spec in tools}
         self.known: set[str] | None = set(given) if given else None
-        self.specs = list(given.values()) if given else [recorded_tool(n) for n in sorted(names)]
+        # Without definitions, recorded tools need no registration: the guard takes an
+        # unknown name's effect from the policy (``Task._replay_call``).
+        self.specs = list(given.values())
         self.clock = FakeClock(0.0)
         self.guards: dict[str, Guard] = {}
 
@@ -283,7 +298,7 @@ class _Replayer:
         return guard
 
     def replay(self, guard: Guard, task_id: str, run: Run) -> RunReport:
-        report = RunReport(run.id, run.file, run.meta, calls=len(run.calls))
+        report = RunReport(run.id, run.file, run.meta, calls=len(run.calls), format=run.format)
         task = guard.task(task_id)
         start = self.clock()
         current: RecordedCall | None = None

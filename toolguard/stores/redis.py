@@ -8,8 +8,10 @@ Key layout, for task ``T`` under ``key_prefix`` ``P`` (``{T}`` is a Redis Cluste
 so all keys of one task share one slot)::
 
     P:{T}:meta        hash   epoch, changes, calls, in, out (tokens), started, halted (JSON),
-                             t:<tool> (calls per tool), f:<tool> (consecutive failures)
-    P:{T}:sigs        hash   signature -> "epoch count polls last_result_digest"
+                             t:<tool> (calls per tool), f:<tool> (consecutive failures),
+                             last (signature of the last counted call), s:<tool> (the
+                             stagnation run: "epoch length outcome last_signature")
+    P:{T}:sigs        hash   signature -> "epoch count polls last_result_digest resets"
     P:{T}:seen        set    (signature, result digest) pairs seen (progress detection)
     P:{T}:appr        hash   idempotency key -> approval record (JSON)
     P:{T}:recs        set    idempotency keys that have a record (for clear_task)
@@ -110,7 +112,7 @@ local now, claim_exp = ARGV[8], ARGV[9]
 local claim_ms, state_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
 local claim_tail = ARGV[12]  -- the claiming call's id, as the record's JSON tail
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'calls', 'in', 'out', 'started', 'halted',
-                     't:' .. tool, 'f:' .. tool, 'changes')
+                     't:' .. tool, 'f:' .. tool, 'changes', 'last', 's:' .. tool)
 local changes = tonumber(m[9] or '0')
 local epoch = tonumber(m[1] or '0')
 local calls = tonumber(m[2] or '0')
@@ -120,12 +122,18 @@ if not started then
   started = now
   redis.call('HSET', KEYS[1], 'started', now)
 end
-local n, polls, digest = 0, 0, ''
+local n, polls, digest, resets = 0, 0, '', '0'
 local raw = redis.call('HGET', KEYS[2], sig)
 if raw then
-  local e, c, p, d = string.match(raw, '^(%d+) (%d+) (%d+) (.*)$')
+  local e, c, p, d, r = string.match(raw, '^(%d+) (%d+) (%d+) (%S*) ?(%d*)$')
   digest = d
+  if r ~= '' then resets = r end
   if tonumber(e) == epoch then n, polls = tonumber(c), tonumber(p) end
+end
+local run_n, run_outcome, run_sig = 0, '', ''
+if m[11] then
+  local e, c, o, g = string.match(m[11], '^(%d+) (%d+) (%S+) (.*)$')
+  if tonumber(e) == epoch then run_n, run_outcome, run_sig = tonumber(c), o, g end
 end
 local record, approval, claimed = false, false, 0
 if key ~= '' then
@@ -160,11 +168,17 @@ if count and not m[6] then  -- a refused call of a halted task is free
   calls = redis.call('HINCRBY', KEYS[1], 'calls', 1)
   tool_calls = redis.call('HINCRBY', KEYS[1], 't:' .. tool, 1)
   if poll then polls = polls + 1 elseif not concurrent then n = n + 1 end
+  if m[10] ~= sig then  -- another call came in between: its run of resets starts afresh
+    resets = '0'
+    redis.call('HSET', KEYS[1], 'last', sig)
+  end
 end
-redis.call('HSET', KEYS[2], sig, epoch .. ' ' .. n .. ' ' .. polls .. ' ' .. digest)
+redis.call('HSET', KEYS[2], sig,
+           epoch .. ' ' .. n .. ' ' .. polls .. ' ' .. digest .. ' ' .. resets)
 touch(state_ms)
 return {epoch, calls, tool_calls, tonumber(m[8] or '0'), tonumber(m[3] or '0'),
-        tonumber(m[4] or '0'), started, math.max(n, 1), polls, record, approval, claimed, m[6]}
+        tonumber(m[4] or '0'), started, math.max(n, 1), polls, record, approval, claimed, m[6],
+        run_n, run_outcome, run_sig}
 """
 
 # MemoryStore.finish, line for line. The seen pair is length-prefixed: unambiguous for any
@@ -175,6 +189,7 @@ local executed, success, mutating = ARGV[4] == '1', ARGV[5] == '1', ARGV[6] == '
 local digest, mode, tail = ARGV[7], ARGV[8], ARGV[9]
 local rec_ms, now, rec_exp = tonumber(ARGV[10]), ARGV[11], ARGV[12]
 local halt, state_ms = ARGV[13], tonumber(ARGV[14])
+local outcome, max_resets = ARGV[15], tonumber(ARGV[16])
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 local changes = tonumber(redis.call('HGET', KEYS[1], 'changes') or '0')
 if executed and success and mutating then
@@ -187,20 +202,35 @@ if executed then
     redis.call('HINCRBY', KEYS[1], 'f:' .. tool, 1)
   end
   if success and digest ~= '' then
-    local e, n, polls, last = epoch, 0, 0, ''
+    local e, n, polls, last, resets = epoch, 0, 0, '', 0
     local raw = redis.call('HGET', KEYS[2], sig)
     if raw then
-      local se, c, p, d = string.match(raw, '^(%d+) (%d+) (%d+) (.*)$')
-      e, n, polls, last = tonumber(se), tonumber(c), tonumber(p), d
+      local se, c, p, d, r = string.match(raw, '^(%d+) (%d+) (%d+) (%S*) ?(%d*)$')
+      e, n, polls, last, resets = tonumber(se), tonumber(c), tonumber(p), d, tonumber(r) or 0
     end
     if mutating and redis.call('SADD', KEYS[3], #sig .. ':' .. sig .. digest) == 1 then
       -- progress (a): the world changed; this call is the first of the new epoch
       epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
       e, n, polls = epoch, 1, 0
     elseif last ~= '' and last ~= digest then
-      n = 1  -- progress (b): this signature's output moved
+      -- progress (b): this signature's output moved, unless it moved on every one of the
+      -- last max_resets back-to-back calls
+      if max_resets == 0 or resets < max_resets then n = 1 end
+      resets = resets + 1
     end
-    redis.call('HSET', KEYS[2], sig, e .. ' ' .. n .. ' ' .. polls .. ' ' .. digest)
+    redis.call('HSET', KEYS[2], sig,
+               e .. ' ' .. n .. ' ' .. polls .. ' ' .. digest .. ' ' .. resets)
+  end
+end
+if outcome ~= '' then  -- after progress: a call that made progress starts a new run
+  local run = redis.call('HGET', KEYS[1], 's:' .. tool)
+  local re, rn, ro, rs
+  if run then re, rn, ro, rs = string.match(run, '^(%d+) (%d+) (%S+) (.*)$') end
+  if not run or tonumber(re) ~= epoch or ro ~= outcome then
+    redis.call('HSET', KEYS[1], 's:' .. tool, epoch .. ' 1 ' .. outcome .. ' ' .. sig)
+  elseif rs ~= sig then
+    redis.call('HSET', KEYS[1], 's:' .. tool,
+               epoch .. ' ' .. (tonumber(rn) + 1) .. ' ' .. outcome .. ' ' .. sig)
   end
 end
 if key ~= '' then
@@ -516,7 +546,7 @@ class RedisStore:
                            "1" if req.call_id else "0",  # a call id to recognise its claim by
                        ])
         (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
-         record, approval, claimed, halted) = r
+         record, approval, claimed, halted, run, run_outcome, run_signature) = r
         return Snapshot(
             halted=None if halted is None else orjson.loads(halted),
             epoch=int(epoch),
@@ -530,6 +560,9 @@ class RedisStore:
             record=None if record is None else _record(record),
             approval=None if approval is None else _approval(approval),
             claimed=bool(claimed),
+            stagnation=int(run),
+            stagnation_outcome=_text(run_outcome),
+            stagnation_signature=_text(run_signature),
         )
 
     def finish(self, task_id: str, req: FinishRequest) -> None:
@@ -553,6 +586,7 @@ class RedisStore:
                        _ms(req.ttl_s), _time(req.now),
                        _time(req.now + min(req.ttl_s, _MAX_TTL_S)),
                        b"" if req.halt is None else _dumps(req.halt), self._state_ms_arg,
+                       req.outcome, str(req.max_progress_resets),
                    ])
 
     def get_record(self, task_id: str, key: str, now: float) -> IdempotencyRecord | None:
