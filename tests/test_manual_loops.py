@@ -345,3 +345,65 @@ def test_record_usage_keeps_its_count_signature_and_refuses_what_it_cannot_read(
     with pytest.raises(TypeError, match="alone"):
         task.record_usage(CompletionUsage(prompt_tokens=1, completion_tokens=1,
                                           total_tokens=2), 5)
+
+
+# -- the README's loops, run as written against hand-made SDK responses --------------------
+def _readme_blocks() -> list[str]:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = text.split("### A manual OpenAI or Anthropic loop", 1)[1].split("\n### ", 1)[0]
+    return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+
+
+class _Replies:
+    """Hands out hand-made replies in order, as ``client.<api>.create`` would."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        self.replies, self.seen = list(replies), 0
+
+    def create(self, **_: Any) -> Any:
+        self.seen += 1
+        return self.replies.pop(0)
+
+
+def _completion(message: ChatCompletionMessage) -> ChatCompletion:
+    return ChatCompletion(id="c", object="chat.completion", created=0, model="gpt-test",
+                          choices=[Choice(index=0, finish_reason="stop", message=message)],
+                          usage=CompletionUsage(prompt_tokens=10, completion_tokens=2,
+                                                total_tokens=12))
+
+
+def test_the_readme_openai_loop_runs_as_written() -> None:
+    from types import SimpleNamespace
+
+    world = World()
+    replies = _Replies([_completion(chat_message([READ])), _completion(chat_message([WRITE])),
+                        _completion(ChatCompletionMessage(role="assistant", content="done"))])
+    client = SimpleNamespace(chat=SimpleNamespace(completions=replies))
+    scope: dict[str, Any] = {"guard": world.guard(), "client": client, "MODEL": "gpt-test",
+                             "messages": []}
+    code = _readme_blocks()[0]
+    toolguard_lines = [ln for ln in code.splitlines() if "task." in ln or "guard." in ln]
+    assert len([ln for ln in toolguard_lines if "record_usage" not in ln]) <= 3
+    exec(code, scope)  # the README's own code
+    tool_messages = [m for m in scope["messages"] if isinstance(m, dict)]
+    assert [m["content"] for m in tool_messages] == ["contents of notes.txt", "wrote out.txt"]
+    assert scope["task"].usage.input_tokens == 30
+    assert world.runs == Counter({"read": 1, "write out.txt": 1})
+
+
+def test_the_readme_anthropic_loop_runs_as_written() -> None:
+    from types import SimpleNamespace
+
+    world = World()
+    done = Message(id="m", type="message", role="assistant", model="claude-test",
+                   stop_reason="end_turn", stop_sequence=None, content=[],
+                   usage=AnthropicUsage(input_tokens=1, output_tokens=1))
+    replies = _Replies([anthropic_message([READ, READ]), done])
+    scope: dict[str, Any] = {"guard": world.guard(), "MODEL": "claude-test", "messages": [],
+                             "client": SimpleNamespace(messages=replies)}
+    exec(_readme_blocks()[1], scope)  # the README's own code
+    results = scope["messages"][-1]["content"]
+    assert [r["content"].split("\n")[0] for r in results] == ["contents of notes.txt"] * 2
+    assert world.runs["read"] == 1  # identical calls in one message: one execution
