@@ -184,3 +184,9 @@ def test_a_tg_decorated_tool_per_run_capability_is_guarded_once(mode: str) -> No
     assert out.output == "done" and s.RUNS == {"save": 1}
     assert s.CACHED_NOTICE in str(script.returns()[1].content)
     assert guard.task("t").usage.per_tool == {"save": 2}  # not counted twice
+
+
+def test_two_capabilities_are_two_guards() -> None:
+    # the dataclass fields it inherits (id, description) are equal: identity decides
+    one, two = ToolGuard(guard()[0]), ToolGuard(guard()[0])
+    assert one != two and one == one and len({one, two}) == 2
