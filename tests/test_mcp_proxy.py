@@ -48,8 +48,14 @@ requires_approval = true
 async def test_stdio_scripted_loop_guards_and_passes_everything_through(tmp_path: Path) -> None:
     count_file, audit = tmp_path / "counts.json", tmp_path / "audit.jsonl"
     command = proxy_command("--audit", str(audit), upstream=upstream_command(count_file))
+    updated: list[str] = []
+
+    async def messages(message: object) -> None:
+        if isinstance(message, mt.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+
     with anyio.fail_after(TEST_TIMEOUT_S):
-        async with stdio_session(command) as session:
+        async with stdio_session(command, messages=messages) as session:
             tools = {t.name: t for t in (await session.list_tools()).tools}
             # names, schemas and annotations pass through untouched
             assert set(tools) == {"read_note", "write_note", "delete_note", "count_slowly"}
@@ -81,6 +87,8 @@ async def test_stdio_scripted_loop_guards_and_passes_everything_through(tmp_path
             text = resource.contents[0]
             assert isinstance(text, mt.TextResourceContents)
             assert '"write_note": 1' in text.text
+            # the upstream's notification (sent once, by the one execution) was relayed
+            assert updated == ["notes://executions"]
     # one upstream execution of the write; the read ran for allow, allow, warn only
     assert counts(count_file) == {"count_slowly": 1, "write_note": 1, "read_note": 3}
     decisions = [e["decision"] for e in audit_events(audit)
