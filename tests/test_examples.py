@@ -62,7 +62,8 @@ def test_example_policy_loads(path: Path) -> None:
     ("cat > t.py << 'EOF'\nprint(1)\nEOF", "mutating"),
     ("find . -name '*.pyc' -delete", "mutating"),
     ("git checkout src/a.py", "mutating"),
-    ("cat $(which python)", "mutating"),
+    ("cat $(which python)", "readonly"),  # both parts only read (the shell classifier)
+    ("cat $(rm -v x)", "mutating"),
     ("python reproduce.py", "mutating"),
     ("submit flag{x}\n", "mutating"),
     ("sleep 10", "poll"),
@@ -120,16 +121,19 @@ def test_anthropic_example_with_the_coding_agent_policy() -> None:
                     EXAMPLES / "policies" / "coding-agent.toml")
     [run] = report.runs
     steps = [(str(s.effect), str(s.decision)) for s in run.steps]
+    # a test run only observes the code (the shell classifier): the tolerant read-only
+    # ladder, never the idempotency cache
     assert steps == [
-        ("mutating", "allow"),   # run the test: it fails
+        ("readonly", "allow"),   # run the test: it fails
         ("poll", "allow"),       # sleep 5
-        ("mutating", "warn"),    # the same test again, nothing changed: warned
+        ("readonly", "allow"),   # the same test again, nothing changed: the 2nd read
         ("readonly", "allow"),   # read the test ...
         ("readonly", "allow"),   # ... and grep the code, in one message
-        ("mutating", "allow"),   # after the user's hint (a new turn) the test may run again
+        ("readonly", "allow"),   # after the user's hint (a new turn) the test runs again
         ("mutating", "allow"),   # the fix
-        ("mutating", "allow"),   # the test after the fix: it passes
+        ("readonly", "allow"),   # the test after the fix: it passes
     ]
+    assert run.steps[5].count == 1  # the new turn restarted the count
 
 
 # -- the policies for coding agents' own tools ------------------------------------------------

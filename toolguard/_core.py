@@ -252,8 +252,8 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
             return Verdict(
                 BLOCK,
                 reason=f"stagnation: {what} since the last progress",
-                notice=f"{what}, so this call was NOT executed. Change approach: use another "
-                       "tool, or fix the cause before calling it again.",
+                notice=f"Change approach: use another tool, or fix the cause before calling "
+                       f"{ctx.tool} again.",
             )
         if snap.count >= ladder.block_at:
             return Verdict(

@@ -38,35 +38,60 @@ from ._policy import ResultPolicy
 
 __all__ = ["DEFAULT_NORMALIZER", "ResultNormalizer", "field_path_problem", "normalizer_for"]
 
-_MONTH: Final = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                  "Dec")
+
+
+def _after(*words: str) -> str:
+    """A left context: one of ``words`` right before (lookbehinds: fixed width each, behind
+    a one-character check that fails fast at most positions)."""
+    ends = "".join(sorted({re.escape(w[-1]) for w in words}))
+    return f"(?<=[{ends}])(?:" + "|".join(
+        f"(?<={'' if w[:1] in '[0123456789' else chr(92) + 'b'}{re.escape(w)})"
+        for w in words) + ")"
+
+
+def _phrases(*words: str) -> tuple[str, ...]:
+    return tuple(f"{w}{sep}" for w in words for sep in (" ", "=", ": ", ":"))
+
+
+# Two passes. Every alternative of the first starts at a digit or "[", of the second at a
+# hex digit: the leading lookahead lets the regex engine skip all other positions at C speed
+# (~10x faster on prose than word-boundary anchors). None starts inside a word or a number
+# (the lookbehind); each ends at a word's end. Words that name a value (took, pid, port,
+# localhost, a month) are left contexts, so only the value becomes a placeholder.
 _VOLATILE: Final = re.compile(
-    "|".join((
+    r"(?=[0-9\[])(?<![\w.])(?:"
+    + "|".join((
         # ISO-8601 / RFC 3339 date-time (a date alone is data, not a clock reading)
-        r"(?P<time>\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2})?(?:[.,]\d{1,9})?"
+        r"(?P<time>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2})?(?:[.,]\d{1,9})?"
         r"(?:Z|[+-]\d{2}:?\d{2}|\s?UTC)?"
         # Apache common log: 05/Jan/2024:12:34:56 +0000
-        rf"|\b\d{{2}}/{_MONTH}/\d{{4}}:\d{{2}}:\d{{2}}:\d{{2}}(?:\s[+-]\d{{4}})?"
-        # syslog and date(1): [Tue ]Jan  5 12:34:56[ UTC][ 2024]
-        rf"|\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),?\s+)?{_MONTH}\s+\d{{1,2}},?\s+"
-        r"\d{2}:\d{2}:\d{2}(?:\s+[A-Z]{3,4})?(?:\s+\d{4})?"
+        rf"|\d{{2}}/(?:{'|'.join(_MONTHS)})/\d{{4}}:\d{{2}}:\d{{2}}:\d{{2}}(?:\s[+-]\d{{4}})?"
+        # syslog and date(1): Jan  5 12:34:56[ UTC][ 2024], after the month's name
+        + "|" + _after(*(f"{m}{sp}" for m in _MONTHS for sp in (" ", "  ")))
+        + r"\d{1,2},?\s+\d{2}:\d{2}:\d{2}(?:\s+[A-Z]{3,4})?(?:\s+\d{4})?"
         # a clock time with a fraction of a second (a log line's 12:34:56.789)
-        r"|\b\d{2}:\d{2}:\d{2}[.,]\d{3,9}\b)",
-        r"(?P<uuid>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
-        r"[0-9a-fA-F]{12}\b)",
+        r"|\d{2}:\d{2}:\d{2}[.,]\d{3,9})",
         # durations: sub-second units, fractional seconds, a phrase, or time(1)'s 1m2.5s
-        r"(?P<duration>\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms)\b"
-        r"|\b\d+\.\d+\s?(?:s|sec|secs|seconds)\b"
-        r"|\b(?:took|in|after|elapsed|duration:?|time:?)\s+\d+\s?"
-        r"(?:s|sec|secs|seconds|min|mins|minutes)\b"
-        r"|\b\d+m\d+(?:\.\d+)?s\b)",
-        r"(?P<pid>\b(?:pid|PID|Pid)\s*[=:]?\s*\d+\b|^\[\d+\]\s+\d+$)",
-        r"(?P<port>\b(?:port|Port|PORT)\s*[=:]?\s*\d{2,5}\b"
-        r"|\b(?:localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1?\]):\d{2,5}\b)",
-        r"(?P<hex>\b0x[0-9a-fA-F]{4,}\b|\b[0-9a-f]{12,}\b|\b[0-9A-F]{12,}\b)",
-    )),
-    re.MULTILINE,
+        r"(?P<duration>\d+(?:\.\d+)?\s?(?:ns|us|µs|ms)"
+        r"|\d+\.\d+\s?(?:s|sec|secs|seconds)"
+        + "|" + _after("took ", "in ", "after ", "elapsed ", "duration: ", "time: ")
+        + r"\d+\s?(?:s|sec|secs|seconds|min|mins|minutes)"
+        r"|\d+m\d+(?:\.\d+)?s)",
+        "(?P<pid>" + _after(*_phrases("pid", "PID", "Pid")) + r"\d+"
+        r"|(?m:^)\[\d+\]\s+\d+(?m:$))",
+        "(?P<port>" + _after(*_phrases("port", "Port", "PORT"), "localhost:", "127.0.0.1:",
+                             "0.0.0.0:", "[::1]:", "[::]:") + r"\d{2,5})",
+    ))
+    + r")(?!\w)",
 )
-_PLACEHOLDER: Final = {name: f"<{name}>" for name in _VOLATILE.groupindex}
+_IDS: Final = re.compile(
+    r"(?=[0-9a-fA-F])(?<![\w.])(?:"
+    r"(?P<uuid>[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"
+    r"|(?P<hex>0x[0-9a-fA-F]{4,}|[0-9a-f]{12,}|[0-9A-F]{12,}))(?!\w)",
+)
+_PLACEHOLDER: Final = {name: f"<{name}>" for name in (*_VOLATILE.groupindex, *_IDS.groupindex)}
 _HEX_LETTER: Final = re.compile(r"[a-fA-F]")
 
 
@@ -177,6 +202,11 @@ def _without(value: Any, steps: Sequence[_Step]) -> Any:
 
 
 # -- the normalizer ----------------------------------------------------------------------------
+MAX_NORMALIZED_CHARS: Final = 256 * 1024
+"""Text results longer than this are compared as they are (the built-in patterns are
+linear but cost ~0.1-0.4 µs per character; a result that large rarely repeats anyway)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ResultNormalizer:
     """A tool's compiled :class:`~toolguard.policy.ResultPolicy` (see the module docstring).
@@ -217,8 +247,10 @@ class ResultNormalizer:
         return value
 
     def _text(self, text: str) -> str:
+        if len(text) > MAX_NORMALIZED_CHARS:
+            return text
         if self.strip_volatile:
-            text = _VOLATILE.sub(_volatile, text)
+            text = _IDS.sub(_volatile, _VOLATILE.sub(_volatile, text))
         if self.ignore is not None:
             text = self.ignore.sub("", text)
         return text
