@@ -14,17 +14,18 @@ from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 from pydantic import Field
 
 import toolguard as tg
 from toolguard.adapters.langchain import ToolGuardHalt, ToolGuardMiddleware, guard_tools
 
 from . import adapter_support as s
+from .adapter_support import fresh_runs  # noqa: F401 - the autouse fixture
 
 
 class ScriptedChatModel(FakeMessagesListChatModel):
@@ -64,9 +65,7 @@ def _sync_lookup(city: str) -> str:  # LangChain's sync invoke cannot run an asy
     return asyncio.run(s.lookup(city))
 
 
-@pytest.fixture(autouse=True)
-def _fresh_runs() -> None:
-    s.RUNS.clear()
+
 
 
 CONFIG: Any = {"configurable": {"thread_id": "thread-1"}}
@@ -84,10 +83,11 @@ def tool_texts(messages: Sequence[BaseMessage]) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_the_adapter_script(mode: str) -> None:
-    guard = tg.Guard(s.policy())
+    lc_tools = tools()
+    guard, audit = s.guard(lc_tools)
     middleware = ToolGuardMiddleware(guard)
     fake = model(*(calls(c, n=i, tokens=10) for i, c in enumerate(s.SCRIPT)))
-    agent = create_agent(fake, tools(), middleware=[middleware], checkpointer=InMemorySaver())
+    agent = create_agent(fake, lc_tools, middleware=[middleware], checkpointer=InMemorySaver())
 
     # the refund goes to review: LangGraph's interrupt() with the request
     out = invoke(agent, {"messages": [("user", "go")]}, mode)
@@ -104,10 +104,7 @@ def test_the_adapter_script(mode: str) -> None:
     assert halted.value.tool == "read_file" and halted.value.count == 5
     task = middleware.task("thread-1")
     assert task.halted
-    assert s.decisions(task) == s.DECISIONS[:11]
-    refund_run = next(r.result for r in task.history
-                      if r.tool == "refund" and r.result.executed)
-    assert refund_run.count == 1
+    assert s.audited(audit) == s.expected(review=True, after_resume=0)
 
     # what the model was sent: the cached notice after the 2nd write, warn and block texts
     texts = tool_texts(fake.seen[-1])
@@ -125,8 +122,11 @@ def test_the_adapter_script(mode: str) -> None:
     task.resume()
     final = invoke(agent, None, mode)
     assert final["messages"][-1].content == "done"
-    assert s.decisions(task) == s.DECISIONS
-    assert s.RUNS == s.BODIES
+    # LangGraph re-runs the call that halted (count 1 after the resume's new turn), then the 6th
+    assert s.audited(audit) == s.expected(review=True, after_resume=2)
+    assert [(r.tool, r.result.decision) for r in task.history] == [
+        (tool, decision) for tool, decision, _ in s.audited(audit)]
+    assert s.bodies(after_resume=2) == s.RUNS
     assert len(tool_texts(final["messages"])) == len(s.SCRIPT)
     # every model response's usage_metadata reached the budget
     assert task.usage.input_tokens == 10 * len(s.SCRIPT)
@@ -134,7 +134,7 @@ def test_the_adapter_script(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_parallel_identical_calls_in_one_message_run_once(mode: str) -> None:
-    guard = tg.Guard(s.policy())
+    guard, _ = s.guard(tools())
     fake = model(calls(s.WRITE, s.WRITE, s.WRITE, n=0))
     agent = create_agent(fake, tools(), middleware=[ToolGuardMiddleware(guard)],
                          checkpointer=InMemorySaver())
@@ -147,7 +147,7 @@ def test_parallel_identical_calls_in_one_message_run_once(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_halt_is_not_retried_by_tool_retry_middleware(mode: str) -> None:
-    guard = tg.Guard(s.policy())
+    guard, _ = s.guard(tools())
     fake = model(*(calls(s.READ, n=i) for i in range(5)))
     retry = ToolRetryMiddleware(max_retries=3, initial_delay=0)
     agent = create_agent(fake, tools(),  # the retry middleware outermost: it sees the halt
@@ -161,7 +161,7 @@ def test_a_halt_is_not_retried_by_tool_retry_middleware(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_on_halt_end_ends_the_run_with_a_message_naming_the_halt(mode: str) -> None:
-    guard = tg.Guard(s.policy())
+    guard, _ = s.guard(tools())
     fake = model(*(calls(s.READ, n=i) for i in range(6)))
     middleware = ToolGuardMiddleware(guard, task_id="t-end", on_halt="end")
     agent = create_agent(fake, tools(), middleware=[middleware], checkpointer=InMemorySaver())
@@ -190,7 +190,7 @@ def test_on_halt_end_ends_the_run_with_a_message_naming_the_halt(mode: str) -> N
 ])
 def test_an_interrupted_call_is_answered_by_the_resume_value(
         answer: Any, decision: tg.Decision, text: str) -> None:
-    guard = tg.Guard(s.policy())
+    guard, _ = s.guard(tools())
     middleware = ToolGuardMiddleware(guard)
     agent = create_agent(model(calls(s.REFUND, n=0)), tools(), middleware=[middleware],
                          checkpointer=InMemorySaver())
@@ -200,12 +200,13 @@ def test_an_interrupted_call_is_answered_by_the_resume_value(
     (message,) = (m for m in out["messages"] if isinstance(m, ToolMessage))
     assert message.status == "error" and text in str(message.content)
     task = middleware.task("thread-1")
-    assert s.decisions(task) == [("refund", tg.Decision.REVIEW), ("refund", decision)]
-    assert [r.result.count for r in task.history] == [1, 1]  # the resumed attempt: same count
+    # the resumed attempt is the one that waited: same count
+    assert [(r.tool, r.result.decision, r.result.count) for r in task.history] == [
+        ("refund", tg.Decision.REVIEW, 1), ("refund", decision, 1)]
 
 
 def test_guard_tools_guards_a_plain_tool_node_graph() -> None:
-    guard = tg.Guard(s.policy())
+    guard, _ = s.guard(tools())
     guarded = guard_tools(guard, tools())
     assert [t.name for t in guarded] == ["lookup", "refund", "write_file", "read_file"]
     assert guarded[2].args == tools()[2].args
@@ -240,11 +241,11 @@ def test_a_tool_error_is_a_failed_call_not_a_crash() -> None:
         """Fails."""
         raise OSError(f"disk full at {path}")
 
-    guard = tg.Guard(tg.load_policy_dict({"strict_tools": False,
-                                          "tools": {"flaky": {"effect": "mutating"}}}))
+    tool = StructuredTool.from_function(flaky)
+    guard = tg.Guard(tools=[tg.mutating(tool)])
     middleware = ToolGuardMiddleware(guard, task_id="t-err")
-    agent = create_agent(model(calls(("flaky", {"path": "x"}), n=0)),
-                         [StructuredTool.from_function(flaky)], middleware=[middleware])
+    agent = create_agent(model(calls(("flaky", {"path": "x"}), n=0)), [tool],
+                         middleware=[middleware])
     out = agent.invoke({"messages": [("user", "go")]})
     (message,) = (m for m in out["messages"] if isinstance(m, ToolMessage))
     assert message.status == "error" and "Error (OSError): disk full at x" in message.content
@@ -254,7 +255,7 @@ def test_a_tool_error_is_a_failed_call_not_a_crash() -> None:
 
 def test_without_a_thread_id_or_task_id_the_error_says_what_to_pass() -> None:
     agent = create_agent(model(calls(s.READ, n=0)), tools(),
-                         middleware=[ToolGuardMiddleware(tg.Guard(s.policy()))])
+                         middleware=[ToolGuardMiddleware(s.guard(tools())[0])])
     with pytest.raises(ValueError, match="thread_id"):
         agent.invoke({"messages": [("user", "go")]})
 
@@ -265,9 +266,38 @@ def test_on_halt_must_be_raise_or_end() -> None:
 
 
 def test_token_usage_over_the_budget_halts_after_the_model_call() -> None:
-    guard = tg.Guard(s.policy(budget={"max_tokens": 50}))
+    guard, _ = s.guard(tools(), budget={"max_tokens": 50})
     agent = create_agent(model(calls(s.READ, n=0, tokens=100)), tools(),
                          middleware=[ToolGuardMiddleware(guard)], checkpointer=InMemorySaver())
     with pytest.raises(tg.BudgetExceeded) as halted:
         agent.invoke({"messages": [("user", "go")]}, CONFIG)
     assert halted.value.budget == "max_tokens" and s.RUNS == {}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_tg_decorated_function_under_tool_is_guarded_once(mode: str) -> None:
+    save = tool(s.save)  # @tool over @tg.mutating: the effect comes from the decorator
+    guard = tg.Guard(tools=[save])
+    agent = create_agent(model(calls(s.SAVE, n=0), calls(s.SAVE, n=1)), [save],
+                         middleware=[ToolGuardMiddleware(guard)], checkpointer=InMemorySaver())
+    out = invoke(agent, {"messages": [("user", "go")]}, mode)
+    texts = tool_texts(out["messages"])
+    assert s.RUNS == {"save": 1} and s.CACHED_NOTICE in texts[1]
+    assert guard.task("thread-1").usage.per_tool == {"save": 2}  # not counted twice
+
+
+def test_a_tool_that_interrupts_itself_still_interrupts_the_run() -> None:
+    def confirm(item: str) -> str:
+        """Ask a human, then act."""
+        answer = interrupt({"confirm": item})
+        s.RUNS["confirm"] += 1
+        return f"{item}: {answer}"
+
+    confirm_tool = StructuredTool.from_function(confirm)
+    guard = tg.Guard(tools=[tg.readonly(confirm_tool)])
+    agent = create_agent(model(calls(("confirm", {"item": "x"}), n=0)), [confirm_tool],
+                         middleware=[ToolGuardMiddleware(guard)], checkpointer=InMemorySaver())
+    out = agent.invoke({"messages": [("user", "go")]}, CONFIG)
+    assert out["__interrupt__"][0].value == {"confirm": "x"}
+    final = agent.invoke(Command(resume="yes"), CONFIG)
+    assert tool_texts(final["messages"]) == ["x: yes"] and s.RUNS == {"confirm": 1}

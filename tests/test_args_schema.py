@@ -250,7 +250,10 @@ def test_a_signature_validated_once_is_not_validated_again(
     assert len(validator._valid) == 3
 
 
-def test_explicit_null_is_validated_even_after_the_empty_call() -> None:
+def test_explicit_null_for_an_optional_argument_means_omitted_memo_or_not() -> None:
+    # A null where the schema takes none is the argument left out (OpenAI strict mode sends
+    # null for every optional argument not given); the tool never sees the null, and the
+    # validation memo (keyed by the exact arguments) does not change the verdict.
     received: list[dict[str, Any]] = []
 
     def send(**kwargs: Any) -> str:
@@ -259,10 +262,13 @@ def test_explicit_null_is_validated_even_after_the_empty_call() -> None:
 
     schema = {"type": "object", "properties": {"to": {"type": "string"}}}
     task = tg.Guard(tools=[tg.readonly(args_schema=schema)(send)]).task("t")
-    assert task.call("send", {"to": None}).decision is tg.Decision.INVALID
+    assert task.call("send", {"to": None}).decision is tg.Decision.ALLOW
     assert task.call("send", {}).decision is tg.Decision.ALLOW
-    assert task.call("send", {"to": None}).decision is tg.Decision.INVALID
-    assert received == [{}]
+    assert task.call("send", {"to": 5}).decision is tg.Decision.INVALID
+    assert received == [{}, {}]
+    required = {**schema, "required": ["to"]}
+    strict = tg.Guard(tools=[tg.readonly(args_schema=required, name="s")(send)]).task("t")
+    assert strict.call("s", {"to": None}).decision is tg.Decision.INVALID  # still missing
 
 
 def test_explicit_null_for_a_defaulted_argument_is_judged_the_same_every_time() -> None:
@@ -273,11 +279,12 @@ def test_explicit_null_for_a_defaulted_argument_is_judged_the_same_every_time() 
         return "ok"
 
     task = tg.Guard(tools=[tg.readonly(page)]).task("t")
-    first = task.call("page", {"name": "a", "n": None}).decision
-    task.call("page", {"name": "a"})
-    again = task.call("page", {"name": "a", "n": None}).decision
-    assert first is again
-    assert ("a", None) not in received  # type: ignore[comparison-overlap]
+    first = task.call("page", {"name": "a", "n": None})
+    plain = task.call("page", {"name": "a"})
+    again = task.call("page", {"name": "a", "n": None})
+    assert first.args_hash == plain.args_hash == again.args_hash  # one call, three times
+    assert [first.count, plain.count, again.count] == [1, 2, 3]
+    assert received == [("a", 1)] * 3  # the default, never None
 
 
 def test_tool_schemas_in_openai_format(guard: tg.Guard) -> None:

@@ -103,23 +103,29 @@ async def test_invalid_arguments_never_reach_the_tool() -> None:
     assert ran == {}
 
 
-@pytest.mark.parametrize(("annotations", "effect", "scope"), [
-    (None, tg.Effect.MUTATING, tg.IdempotencyScope.TASK),
-    (mt.ToolAnnotations(readOnlyHint=True), tg.Effect.READONLY, None),
-    (mt.ToolAnnotations(destructiveHint=False, openWorldHint=False), tg.Effect.MUTATING, None),
+@pytest.mark.parametrize(("annotations", "effect", "scope", "external"), [
+    (None, tg.Effect.MUTATING, tg.IdempotencyScope.TASK, True),
+    (mt.ToolAnnotations(readOnlyHint=True), tg.Effect.READONLY,
+     tg.IdempotencyScope.UNTIL_CHANGE, False),
+    (mt.ToolAnnotations(destructiveHint=False, openWorldHint=False), tg.Effect.MUTATING,
+     tg.IdempotencyScope.UNTIL_CHANGE, False),
     (mt.ToolAnnotations(destructiveHint=False, openWorldHint=True), tg.Effect.MUTATING,
-     tg.IdempotencyScope.TASK),
+     tg.IdempotencyScope.TASK, True),
     (mt.ToolAnnotations(destructiveHint=True, openWorldHint=False), tg.Effect.MUTATING,
-     tg.IdempotencyScope.TASK),
+     tg.IdempotencyScope.TASK, False),
     (mt.ToolAnnotations(readOnlyHint=False, idempotentHint=True, destructiveHint=False,
-                        openWorldHint=False), tg.Effect.MUTATING, None),
+                        openWorldHint=False), tg.Effect.MUTATING,
+     tg.IdempotencyScope.UNTIL_CHANGE, False),
 ])
 def test_effects_from_annotations(annotations: mt.ToolAnnotations | None, effect: tg.Effect,
-                                  scope: tg.IdempotencyScope | None) -> None:
+                                  scope: tg.IdempotencyScope, external: bool) -> None:
     tool = mt.Tool(name="t", input_schema={"type": "object"}, annotations=annotations)
-    effects = tool_settings(tool)
-    assert effects.effect is effect
-    assert effects.settings.get("idempotency_scope") is scope
+    middleware = GuardMiddleware(tg.Guard(tg.Policy()))
+    middleware.register_tools([tool])
+    settings = middleware.guard.settings("t")
+    assert (settings.effect, settings.idempotency_scope, settings.external) == (
+        effect, scope, external)
+    assert tool_settings(tool).effect is effect
 
 
 async def test_policy_overrides_annotations() -> None:

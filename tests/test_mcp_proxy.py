@@ -4,6 +4,7 @@ upstream server, each a subprocess (stdio and streamable HTTP on 127.0.0.1)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -19,8 +20,10 @@ import pytest
 from mcp.client.session import ClientRequestContext, ElicitationFnT
 
 from tests.mcp_support import (
+    EXAMPLE_SERVER,
     EXPECTED_READS,
     EXPECTED_WRITES,
+    ROOT,
     TEST_TIMEOUT_S,
     audit_events,
     call,
@@ -240,11 +243,17 @@ async def test_slow_upstream_malformed_arguments_and_unknown_tool(tmp_path: Path
             wrong_type = await session.call_tool("read_note", {"title": 5})
             missing = await session.call_tool("write_note", {"title": "a"})
             unknown = await session.call_tool("no_such_tool", {"x": 1})
+            # a cancelled call (5 s of work) returns control at once; the session goes on
+            started = anyio.current_time()
+            with anyio.move_on_after(0.5):
+                await session.call_tool("count_slowly", {"steps": 100})
             assert await call(session, "read_note", {"title": "todo"}) == "allow"  # still serving
+            assert anyio.current_time() - started < 4.0
     assert label(wrong_type) == "invalid" and "title" in str(wrong_type.content[0])
     assert label(missing) == "invalid" and "body" in str(missing.content[0])
     assert unknown.is_error and "no_such_tool" in str(unknown.content[0])
-    assert counts(count_file) == {"read_note": 1}  # none of the bad calls reached the tool
+    # none of the bad calls reached the tool
+    assert counts(count_file) == {"read_note": 1, "count_slowly": 1}
 
 
 def test_explain_prints_effects_from_annotations_and_policy(tmp_path: Path) -> None:
@@ -275,3 +284,26 @@ def test_bad_options_exit_2(args: list[str], message: str) -> None:
     done = subprocess.run(proxy_command(*args), stdin=subprocess.DEVNULL, capture_output=True,
                           text=True, timeout=TEST_TIMEOUT_S, check=False)
     assert done.returncode == 2 and message in done.stderr
+
+
+def test_demo_prints_the_scripted_loop() -> None:
+    done = subprocess.run([sys.executable, str(EXAMPLE_SERVER.with_name("demo.py"))],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=TEST_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line[:1] not in (" ", "")]
+    assert [line[35:].split()[0] for line in lines[:9]] == [
+        "ok", "ok", "ok", "ok", "ok", "ok", "error", "HALT", "HALT"]
+    assert lines[-1] == 'upstream executions: {"write_note": 1, "read_note": 3}'
+
+
+def test_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
+    out = tmp_path / "mcp.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mcp_proxy.py"), "--smoke",
+                           "--json", str(out)], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=TEST_TIMEOUT_S * 2, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["median_us"]) == {"direct", "proxy_guard_off", "proxy_guarded"}
+    assert all(v > 0 for v in report["median_us"].values()) and report["middleware_us"] > 0
+    assert report["status"] in ("PASS", "MISS")  # a timing is reported, never asserted

@@ -34,7 +34,8 @@ CASES: dict[str, Expected] = {
             2,
             1,
             "unknown key 'foo' (allowed: extends, mode, default_effect, strict_tools, "
-            "default_max_polls, budget, ladder, idempotency, approval, audit, store, tools)",
+            "require_task, default_max_polls, budget, ladder, idempotency, approval, audit, "
+            "store, tools)",
         ),
     ],
     "unknown_tool_key.toml": [

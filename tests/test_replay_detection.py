@@ -11,6 +11,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+from rich.progress import Progress, TaskID
+
 import toolguard as tg
 from toolguard.replay import RecordedCall, TokenUsage, UserTurn, open_file, readers, replay_runs
 
@@ -282,3 +285,209 @@ def test_an_agents_sdk_to_input_list_file() -> None:
     report = replay_runs([run])
     assert [str(s.decision) for s in report.runs[0].steps] == ["allow", "allow", "allow"]
     assert [r.format for r in report.runs] == ["responses"]
+
+
+# -- paths of the readers that the shared recordings do not take -------------------------------
+def test_codex_local_shell_custom_tools_token_dedupe_and_turns(tmp_path: Path) -> None:
+    def line(kind: str, payload: dict[str, Any], second: int = 0) -> dict[str, Any]:
+        return {"timestamp": f"2026-02-23T11:40:{second:02d}.000Z", "type": kind,
+                "payload": payload}
+
+    def tokens(total_in: int, total_out: int) -> dict[str, Any]:
+        usage = {"input_tokens": total_in, "output_tokens": total_out}
+        return line("event_msg", {"type": "token_count", "info": {
+            "total_token_usage": usage, "last_token_usage": usage}})
+
+    shell = {"type": "local_shell_call", "call_id": "c1", "status": "completed",
+             "action": {"type": "exec", "command": ["ls"]}}
+    path = write_lines(tmp_path / "rollout-x.jsonl", [
+        line("session_meta", {"id": "s-1", "cli_version": "0.1", "originator": "codex_cli"}),
+        line("turn_context", {"model": "gpt-5"}),
+        line("event_msg", {"type": "user_message", "message": "list files"}),
+        line("response_item", shell, 1),
+        line("response_item", {"type": "custom_tool_call", "call_id": "c2", "name":
+                               "apply_patch", "input": "*** Begin Patch"}, 1),
+        line("response_item", {"type": "local_shell_call_output", "call_id": "c1",
+                               "output": "a.py"}, 2),
+        line("response_item", {"type": "custom_tool_call_output", "call_id": "c2",
+                               "output": {"content": "failed", "success": False}}, 3),
+        tokens(100, 10), tokens(100, 10), tokens(250, 30),
+        line("compacted", {"message": ""}),
+        line("ghost_snapshot", {"x": 1}),
+        line("event_msg", {"type": "user_message", "message": "again"}),
+        line("response_item", shell, 9),
+    ])
+    opened = open_file(path)
+    [run] = list(opened.runs)
+    assert opened.format == "codex"
+    assert run.meta == {"session": "s-1", "cli_version": "0.1", "originator": "codex_cli",
+                        "model": "gpt-5"}
+    assert [type(s).__name__ for s in run.steps] == [
+        "UserTurn", "RecordedCall", "RecordedCall", "TokenUsage", "TokenUsage", "UserTurn",
+        "RecordedCall"]
+    first, patch, again = run.calls
+    assert (first.tool, first.args, first.result, first.elapsed_s) == (
+        "local_shell", {"action": {"type": "exec", "command": ["ls"]}}, "a.py", 1.0)
+    assert (patch.tool, patch.args, patch.is_error) == (
+        "apply_patch", {"input": "*** Begin Patch"}, True)
+    assert first.batch == patch.batch != again.batch
+    assert [s for s in run.steps if isinstance(s, TokenUsage)] == [
+        TokenUsage(100, 10, 8), TokenUsage(150, 20, 10)]
+    assert again.result is None  # no output recorded: replayed as an empty result
+    assert [(n.message, n.line) for n in opened.notes] == [("lines of type 'ghost_snapshot'",
+                                                            12)]
+
+
+def test_mini_swe_agent_before_tool_calling_reads_bash_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "x.traj.json"
+    path.write_text(json.dumps({"info": {"mini_version": "1.0", "exit_status": "Submitted"},
+                                "messages": [
+        {"role": "system", "content": "You are..."},
+        {"role": "user", "content": "<pr_description>fix it</pr_description>"},
+        {"role": "assistant", "content": "Look.\n```bash\nls -la\n```"},
+        {"role": "user", "content": "<returncode>0</returncode>\n<output>a.py</output>"},
+        {"role": "assistant", "content": "No command here."},
+        {"role": "user", "content": "Please always provide EXACTLY ONE action"},
+        {"role": "assistant", "content": "```bash\nls -la\n```"},
+        {"role": "user", "content": "<returncode>0</returncode>\n<output>a.py</output>"},
+        {"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}}]}))
+    opened = open_file(path)
+    [run] = list(opened.runs)
+    assert opened.format == "mini-swe-agent" and opened.problems == []
+    assert [(c.args, c.result) for c in run.calls] == [
+        ({"command": "ls -la"}, "<returncode>0</returncode>\n<output>a.py</output>")] * 2
+    assert not any(isinstance(s, UserTurn) for s in run.steps)  # format errors are no person
+
+
+def test_inspect_runs_are_samples_times_epochs(tmp_path: Path) -> None:
+    def sample(sample_id: int, epoch: int) -> dict[str, Any]:
+        return {"id": sample_id, "epoch": epoch, "events": [], "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "tool_calls": [
+                {"id": f"t{epoch}", "function": "bash", "arguments": {"cmd": "ls"}}]},
+            {"role": "tool", "tool_call_id": f"t{epoch}", "content": "",
+             "error": {"type": "timeout", "message": "timed out"}}]}
+
+    path = tmp_path / "log.json"
+    path.write_text(json.dumps({"version": 2, "status": "success",
+                                "eval": {"task": "t", "model": "m"},
+                                "samples": [sample(s, e) for s in (1, 2) for e in (1, 2)]}))
+    opened = open_file(path)
+    runs = list(opened.runs)
+    assert opened.format == "inspect"
+    assert [r.id for r in runs] == ["log/1:1", "log/1:2", "log/2:1", "log/2:2"]
+    assert all(r.calls[0].is_error for r in runs)
+    assert runs[0].meta == {"task": "t", "model": "m", "sample": 1, "epoch": 1}
+
+
+def test_big_inputs_get_a_progress_bar_per_file_on_a_terminal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolguard import _replay_cli
+
+    files = [write_lines(tmp_path / f"t{i:02}.jsonl", [{"case": f"c{i}"},
+                                                        {"tool": "x", "args": {}}])
+             for i in range(20)]
+    shown: list[tuple[str, int]] = []  # (the bar's label, calls replayed when it went)
+    add_task, remove_task = Progress.add_task, Progress.remove_task
+
+    def added(self: Progress, description: str, **fields: Any) -> TaskID:
+        shown.append((description, 0))
+        return add_task(self, description, **fields)
+
+    def removed(self: Progress, task: TaskID) -> None:
+        [bar] = [t for t in self.tasks if t.id == task]
+        shown[-1] = (shown[-1][0], bar.fields["calls"])
+        remove_task(self, task)
+
+    monkeypatch.setattr(_replay_cli, "_on_terminal", lambda: True)
+    monkeypatch.setattr(Progress, "add_task", added)
+    monkeypatch.setattr(Progress, "remove_task", removed)
+    result = replay(tmp_path, "--format", "json")
+    assert result.exit_code == 0
+    assert shown == [(f"[{i + 1}/20] {f.name}", 1) for i, f in enumerate(files)]
+    assert replay(files[0], "--format", "json").exit_code == 0  # small: no bar
+    assert len(shown) == 20
+
+
+def test_codex_rollouts_of_earlier_versions_hold_bare_items(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "rollout-old.jsonl", [
+        {"id": "s-0", "timestamp": "2025-05-01T10:00:00Z", "instructions": None},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "<environment_context>cwd</environment_context>"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text",
+                                                          "text": "fix the test"}]},
+        {"record_type": "state"},
+        {"type": "function_call", "name": "shell", "call_id": "c1",
+         "arguments": '{"command": ["bash", "-lc", "pytest"]}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "1 failed"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text",
+                                                               "text": "done"}]},
+    ])
+    opened = open_file(path)
+    [run] = list(opened.runs)
+    assert opened.format == "codex" and opened.notes == [] and opened.problems == []
+    assert run.meta == {"session": "s-0"}
+    assert [type(s).__name__ for s in run.steps] == ["UserTurn", "RecordedCall"]
+    assert (run.calls[0].tool, run.calls[0].result) == ("shell", "1 failed")
+
+
+def test_openai_and_anthropic_name_the_chat_reader() -> None:
+    tau = SHARED / "data" / "tau-bench" / "gpt-4o-airline.json"
+    for name in ("openai", "anthropic", "chat"):
+        result = replay(tau, "--input-format", name, "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        doc = json.loads(result.stdout)
+        assert doc["totals"]["calls"] == 1164
+        assert {r["format"] for r in doc["runs"]} == {"openai"}
+
+
+def test_a_claude_code_file_of_summaries_only_is_a_note(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "old.jsonl", [
+        {"type": "summary", "summary": "Fix the login bug", "leafUuid": "u-1"},
+        {"type": "summary", "summary": "Refactor", "leafUuid": "u-2"}])
+    shutil.copy(CLAUDE, tmp_path / "session.jsonl")
+    result = replay(tmp_path, "--format", "json")  # a project folder as Claude Code keeps it
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["problems"] == [] and [r["id"] for r in doc["runs"]] == ["session"]
+    assert [(Path(n["file"]).name, n["message"]) for n in doc["notes"]] == [
+        ("old.jsonl", "0 run(s), no tool call: only summary, snapshot or system lines")]
+    alone = replay(path)
+    assert alone.exit_code == 2 and "no runs to replay" in alone.stderr
+
+
+def test_a_reader_that_fails_on_a_file_is_a_problem_of_that_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolguard.replay import _trace
+
+    real = _trace.trace_run
+
+    def fragile(source: Any, chunk: list[tuple[int, dict[str, Any]]]) -> Any:
+        if chunk[0][1].get("run") == "b":
+            raise TypeError("unexpected shape")
+        return real(source, chunk)
+
+    monkeypatch.setattr(_trace, "trace_run", fragile)
+    bad = write_lines(tmp_path / "a.jsonl", [{"run": "a"}, {"tool": "x", "args": {}},
+                                              {"run": "b"}, {"tool": "y", "args": {}}])
+    good = write_lines(tmp_path / "b.jsonl", [{"run": "c"}, {"tool": "z", "args": {}}])
+    result = replay(bad, good, "--format", "json")
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert [r["id"] for r in doc["runs"]] == ["a", "c"]
+    assert [p["message"] for p in doc["problems"]] == [
+        "cannot be read as trace: TypeError: unexpected shape; runs handed on before it still "
+        "replay"]
+
+
+@pytest.mark.parametrize(("name", "content", "reader"), [
+    ("t.jsonl", '{"case": "c"}\n{"tool": "x", "args": {}}\n', "trace"),
+    ("t.jsonl", '{"messages": [{"role": "user", "content": "hi"}]}\n', "trace"),
+    ("t.json", '[{"role": "user", "content": "hi"}]', "chat"),
+    ("t.json", '{"messages": []}', "chat"),
+])
+def test_detection_of_the_existing_formats(tmp_path: Path, name: str, content: str,
+                                           reader: str) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    assert open_file(path).format == reader

@@ -30,18 +30,27 @@ from toolguard.stores import (
 )
 from toolguard.testing import FakeClock
 
-from .redis_support import REDIS_URL, delete_prefix, redis_prefix, redis_store  # noqa: F401
+from .redis_support import (  # noqa: F401
+    REDIS_URL,
+    delete_prefix,
+    redis_cluster_store,
+    redis_prefix,
+    redis_store,
+)
 
 TASK = "task-1"
 KEY = f"{TASK}:pay:s1"
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis),
+                        pytest.param("redis-cluster", marks=pytest.mark.redis)])
 def store(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Store]:
     if request.param == "memory":
         yield MemoryStore(clock=clock)
-    else:
+    elif request.param == "redis":
         yield request.getfixturevalue("redis_store")
+    else:
+        yield request.getfixturevalue("redis_cluster_store")
 
 
 def begin(store: Store, clock: FakeClock, sig: str = "s1", *, tool: str = "pay",

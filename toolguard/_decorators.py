@@ -183,11 +183,33 @@ def _mark(func: Callable[P, R], spec: ToolSpec) -> Callable[P, R]:
     return cast(Callable[P, R], wrapper)
 
 
+def _check_order(f: Any, decorator: str, name: str | NotGiven) -> None:
+    """Refuse, at decoration time, what the decorator cannot wrap, saying which order works.
+
+    Raises:
+        TypeError: ``f`` is a staticmethod/classmethod object, a framework object the guard
+            does not read, or a callable without a name.
+    """
+    if isinstance(f, staticmethod | classmethod):
+        kind = type(f).__name__
+        raise TypeError(f"@{decorator} must be applied under @{kind}: write @{kind} above "
+                        f"@{decorator}")
+    if not callable(f):
+        raise TypeError(
+            f"@{decorator} cannot mark a {type(f).__name__} object: apply it to the function "
+            f"first, under the framework's decorator (e.g. @agent.tool above @{decorator}, "
+            f"or Tool(tg.{decorator}(func))); LangChain, Agents SDK and Anthropic tool "
+            "objects may also be marked directly")
+    if name is NOT_GIVEN and not isinstance(getattr(f, "__name__", None), str):
+        raise TypeError(f"@{decorator} cannot name {f!r}: pass name=...")
+
+
 def _decorator(
     effect: Effect,
     requires_approval: bool,
     func: Callable[P, R] | None,
     options: dict[str, Any],
+    decorator_name: str,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     def apply(f: Callable[P, R]) -> Callable[P, R]:
         if getattr(f, "__toolguard_spec__", None) is not None:
@@ -210,6 +232,7 @@ def _decorator(
                    else {"args_schema": options["args_schema"]}))
             object.__setattr__(f, "__toolguard_spec__", marked)
             return f
+        _check_order(f, decorator_name, name)
         spec = ToolSpec(
             name=f.__name__ if name is NOT_GIVEN else name,
             func=f,
@@ -269,6 +292,7 @@ def readonly(
         func,
         {"name": name, "max_calls": max_calls, "args_schema": args_schema,
          "description": description},
+        "readonly",
     )
 
 
@@ -335,6 +359,7 @@ def mutating(
          "forwards_idempotency_key": forwards_idempotency_key, "external": external,
          "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
+        "mutating",
     )
 
 
@@ -384,6 +409,7 @@ def requires_approval(
          "forwards_idempotency_key": forwards_idempotency_key, "external": external,
          "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
+        "requires_approval",
     )
 
 

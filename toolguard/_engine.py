@@ -60,9 +60,10 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
+from ._exports import SchemaFormat, export_tools
 from ._frameworks import wrapped_arguments
 from ._injected import injected_parameters
-from ._integration import named_spec, sync_runner
+from ._integration import named_spec, refuse_outside_task, require_task_for, sync_runner
 from ._lock import YieldingLock
 from ._outcomes import is_unknown_outcome
 from ._policy import Policy
@@ -141,6 +142,11 @@ async def _until_done(future: asyncio.Future[Any]) -> None:
     while not future.done():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait([future])
+
+
+class _NotStarted(BaseException):  # a control-flow signal, not an error
+    """Thrown into the pipeline at its execute request when ``acall`` was cancelled while a
+    store operation ran off the loop: the tool never started, so its claim is given back."""
 
 
 class _RecordedError(Exception):
@@ -232,6 +238,7 @@ class _Config:
     timeout_types: tuple[str, ...]
     virtual: dict[str, _Entry]  # tools known only by name (replay), built on first use
     unknown: dict[str, _Entry]  # names the model called that no tool has (bounded)
+    require_task: bool = False  # a decorated tool called outside a task raises
 
 
 class CallRecord(NamedTuple):
@@ -320,6 +327,9 @@ class Guard:
         clock: returns the time in seconds (TTLs, budgets, approval timeouts); inject a fake
             clock in tests (``toolguard.testing.FakeClock``).
         strict_tools: override the policy's ``strict_tools``.
+        require_task: override the policy's ``require_task``: a registered ``@tg.*``
+            function called outside any task raises ``ToolGuardError`` (naming it) instead
+            of running unguarded.
 
     Raises:
         PolicyError: the policy names tools that are not registered (``strict_tools``), or
@@ -338,10 +348,12 @@ class Guard:
         audit: Iterable[AuditSink] = (),
         clock: Callable[[], float] = time.time,
         strict_tools: bool | None = None,
+        require_task: bool | None = None,
     ) -> None:
         self._clock = clock
         self._tools = [spec_of(t) for t in tools]
         self._strict = strict_tools
+        self._require_task = require_task
         self._approver: Approver = approver or deny_all
         self._sinks: tuple[AuditSink, ...] = tuple(audit)
         self._lock = YieldingLock()  # held for microseconds; waiters never convoy
@@ -350,6 +362,8 @@ class Guard:
         self._config = self._build(policy)
         self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
+        # a store whose operations wait on I/O runs off the event loop under acall
+        self._store_blocks = bool(getattr(self._store, "blocking", True))
         self._inflight: dict[str, threading.Event] = {}
 
     @classmethod
@@ -409,7 +423,11 @@ class Guard:
                               "allow)")
                 for name in unknown
             ])
-        return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {}, {})
+        require = policy.require_task if self._require_task is None else self._require_task
+        if require:
+            require_task_for(self, self._tools)
+        return _Config(policy, entries, tuple(policy.idempotency.timeout_exceptions), {}, {},
+                       require)
 
 
     @staticmethod
@@ -542,16 +560,28 @@ class Guard:
             self._config = config
         return spec
 
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        """Every registered tool in OpenAI function-tool format
-        (``{"type": "function", "function": {"name", "description", "parameters"}}``), from
-        the same schemas the guard validates with."""
-        return [
-            {"type": "function",
-             "function": {"name": name, "description": e.spec.description,
-                          "parameters": e.schema}}
-            for name, e in self._config.entries.items()
-        ]
+    def tool_schemas(self, format: SchemaFormat = "openai_chat", strict: bool = False  # noqa: A002 - the issue's name
+                     ) -> list[dict[str, Any]]:
+        """Every registered tool as a tool definition for the model, from the same schemas
+        the guard validates with (argument descriptions from the docstrings' ``Args:``).
+
+        Args:
+            format: ``"openai_chat"`` (default: ``{"type": "function", "function": {"name",
+                "description", "parameters"}}``), ``"openai_responses"``, ``"anthropic"``
+                or ``"mcp"``: each accepted as-is by that SDK's own type (see
+                :mod:`toolguard._exports`).
+            strict: rewrite the schemas for OpenAI strict mode (every property required,
+                optional ones nullable; a ``null`` the model sends counts as omitted).
+
+        Returns:
+            One JSON-ready dict per tool, in registration order (a fresh copy).
+
+        Raises:
+            ValueError: an unknown format, or (``strict``) a tool whose schema cannot be
+                made strict (an open object such as ``**kwargs``; the message names it).
+        """
+        return export_tools(((name, e.spec.description, e.schema)
+                             for name, e in self._config.entries.items()), format, strict)
 
     def task(self, task_id: str) -> Task:
         """A handle on one agent task; use it as ``with guard.task(id) as task:`` (or
@@ -759,9 +789,10 @@ class Task:
         (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
         event loop and concurrent identical calls share one execution. A sync tool bound to
         its thread (e.g. a ``sqlite3`` connection with ``check_same_thread``) should be
-        ``async def`` or called with :meth:`call`. The store is called synchronously (the
-        in-memory store takes microseconds; a Redis round trip blocks the event loop for its
-        ~0.2-0.6 ms).
+        ``async def`` or called with :meth:`call`. A store that waits on I/O (``RedisStore``,
+        any store without ``blocking = False``) is called from a worker thread, so a stalled
+        Redis never freezes the event loop; the in-memory store (microseconds) is called on
+        the loop.
 
         ``run`` as for :meth:`call`; here it may be ``async def`` or return an awaitable
         (awaited). A plain ``run`` is called on the event loop's thread (it is meant to hand
@@ -909,6 +940,12 @@ class Task:
         else:
             if entry.validator is not None:
                 invalid = entry.validator.validate(args)
+                if invalid is not None and None in args.values():
+                    # OpenAI strict mode sends null for an optional argument not given
+                    # (tool_schemas(strict=True)): null means omitted, as for the hash
+                    given = {k: v for k, v in args.items() if v is not None}
+                    if entry.validator.validate(given) is None:
+                        args, invalid = given, None
                 # a direct call's typed values (not parsed JSON text): judge their JSON form
                 if invalid is not None and not isinstance(raw, (str, bytes)):
                     invalid = _validate_typed(entry.validator, args, invalid)
@@ -1148,7 +1185,7 @@ class Task:
                 self._store_failed(cfg, p, exc, fallback=True,
                                    transition="executing->planning")
             except StoreError as error:
-                log.warning("toolguard: %s: the result is returned but not recorded", error)
+                log.warning("toolguard: %s (the result is returned)", error)
                 self._event("executing->planning", p.entry.spec.name, ALLOW,
                             f"state not recorded: {error}", p, cfg)
                 return None
@@ -1361,6 +1398,9 @@ class Task:
                 executing = True
                 try:
                     outcome = yield _Execute(cfg, p, executor)
+                except _NotStarted:  # cancelled before the tool started: give the claim back
+                    executing = False
+                    raise
                 except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
                     self._abandon(cfg, p, snap)
                     raise
@@ -1416,28 +1456,53 @@ class Task:
                          ) -> tuple[ToolResult, BaseException | None]:
         pipeline = self._pipeline(tool, raw, executor, approver, resumed)
         cancelled: BaseException | None = None  # a cancellation that waited for a thread
-        try:
-            io = next(pipeline)
-            while True:
-                try:
-                    if isinstance(io, _Execute):
-                        try:
-                            answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
-                        except _Outlived as outlived:  # record what happened, then cancel
-                            answer, cancelled = outlived.outcome, outlived.cancel
-                    elif isinstance(io, _Approve):
-                        answer = await self._ask_async(io)
-                    else:
-                        await self._wait_async(io.cfg, io.p)
-                        answer = None
-                except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
-                    io = pipeline.throw(exc)
+        done, io = await self._resume(pipeline, None, None)
+        while not done:
+            try:
+                if isinstance(io, _Execute):
+                    try:
+                        answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
+                    except _Outlived as outlived:  # record what happened, then cancel
+                        answer, cancelled = outlived.outcome, outlived.cancel
+                elif isinstance(io, _Approve):
+                    answer = await self._ask_async(io)
                 else:
-                    io = pipeline.send(answer)
-        except StopIteration as done:
-            if cancelled is not None:
-                raise cancelled from None
-            return done.value  # type: ignore[no-any-return]
+                    await self._wait_async(io.cfg, io.p)
+                    answer = None
+            except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
+                done, io = await self._resume(pipeline, None, exc)
+            else:
+                done, io = await self._resume(pipeline, answer, None)
+        if cancelled is not None:
+            raise cancelled from None
+        return io  # type: ignore[no-any-return]
+
+    async def _resume(self, pipeline: Generator[_Io, Any, Any], answer: Any,
+                      exc: BaseException | None) -> tuple[bool, Any]:
+        """Run the pipeline to its next I/O request (``(False, request)``) or its end
+        (``(True, value)``). The steps between requests call the store: for a store that
+        waits on I/O they run in a worker thread, so the event loop goes on. A cancellation
+        meanwhile lets the step end, then goes into the pipeline (which gives a claim back
+        or records an unknown outcome) and on to the caller."""
+        if not self.guard._store_blocks:
+            return _step(pipeline, answer, exc)
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
+        future = loop.run_in_executor(None, context.run, _step, pipeline, answer, exc)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError as cancel:
+            await _until_done(future)
+            if not future.cancelled() and future.exception() is None and not future.result()[0]:
+                # the pipeline waits at its next request, which never started: a tool that
+                # did not run is not an unknown outcome
+                io = future.result()[1]
+                into = _NotStarted() if isinstance(io, _Execute) else cancel
+                thrown = loop.run_in_executor(None, context.run, _step, pipeline, None, into)
+                await _until_done(thrown)
+                if not thrown.cancelled():
+                    thrown.exception()  # it re-raises what it was thrown: retrieved, dropped
+            raise
 
     async def _ask_async(self, io: _Approve) -> ApprovalDecision:
         """The approver's answer under ``acall``. A plain approver (``ConsoleApprover``, a
@@ -1522,7 +1587,8 @@ class Task:
         limit = cfg.policy.idempotency.wait_timeout_s
         start = time.monotonic()
         pause = _WAIT_POLL_S[0]
-        while not self._settled(cfg, p):
+        while not (await asyncio.to_thread(self._settled, cfg, p) if self.guard._store_blocks
+                   else self._settled(cfg, p)):
             waited = time.monotonic() - start
             if waited >= limit:
                 raise self._in_progress(cfg, p, CallInProgress(p.entry.spec.name, p.key,
@@ -1579,6 +1645,17 @@ def _no_such_argument(name: str, known: list[str]) -> str:
 
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
     raise RuntimeError("an unknown tool was executed")
+
+
+def _step(pipeline: Generator[_Io, Any, Any], answer: Any, exc: BaseException | None
+          ) -> tuple[bool, Any]:
+    """Resume ``pipeline`` with ``answer`` (or throw ``exc`` into it): ``(False, request)``
+    at its next I/O request, ``(True, value)`` when it returns (a StopIteration cannot cross
+    a thread's future)."""
+    try:
+        return False, (pipeline.throw(exc) if exc is not None else pipeline.send(answer))
+    except StopIteration as done:
+        return True, done.value
 
 
 def _loop_running() -> bool:
@@ -1729,9 +1806,14 @@ def direct_call(spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
 
     Raises:
         ToolBlocked: block / review / invalid. Halt: the task halts. Whatever the tool raised.
+        ToolGuardError: called outside any task while a guard that registered it has
+            ``require_task``.
     """
     task = _CURRENT_TASK.get()
-    if task is None or _executing(task, spec):
+    if task is None:
+        refuse_outside_task(spec, func)
+        return func(*args, **kwargs)
+    if _executing(task, spec):
         return func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
@@ -1744,7 +1826,10 @@ async def direct_call_async(spec: ToolSpec, func: Callable[..., Awaitable[Any]],
                             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """:func:`direct_call` for ``async def`` tools."""
     task = _CURRENT_TASK.get()
-    if task is None or _executing(task, spec):
+    if task is None:
+        refuse_outside_task(spec, func)
+        return await func(*args, **kwargs)
+    if _executing(task, spec):
         return await func(*args, **kwargs)
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:

@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from typing import Any
 
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, recorded_tool, spec_of
+from ._errors import ToolGuardError
 from ._types import Effect, IdempotencyScope
 
-__all__ = ["named_spec", "sync_runner"]
+__all__ = ["named_spec", "refuse_outside_task", "require_task_for", "sync_runner"]
 
 # ToolSpec options register(**settings) may set (the decorators' options).
 _SETTINGS = frozenset(f.name for f in fields(ToolSpec)) - {"name", "func", "effect",
@@ -73,3 +76,49 @@ def sync_runner(tool: str, run: Callable[[dict[str, Any]], Any]
         return value
 
     return execute
+
+
+# require_task: the decorated functions of guards that require a task, by function (weakly:
+# a guard or function that goes away leaves nothing behind). Read on direct calls outside
+# any task only, so the common path pays nothing.
+_REQUIRING: weakref.WeakKeyDictionary[Callable[..., Any], weakref.WeakSet[Any]] = (
+    weakref.WeakKeyDictionary())
+_REQUIRING_LOCK = threading.Lock()
+
+
+def require_task_for(guard: Any, specs: Iterable[ToolSpec]) -> None:
+    """Note that ``guard`` guards each spec's function (its ``require_task`` decides, when
+    read, whether a call outside a task is refused)."""
+    with _REQUIRING_LOCK:
+        for spec in specs:
+            for func in _functions(spec):
+                try:
+                    _REQUIRING.setdefault(func, weakref.WeakSet()).add(guard)
+                except TypeError:  # pragma: no cover - an object without weak references
+                    continue
+
+
+def _functions(spec: ToolSpec) -> list[Callable[..., Any]]:
+    """The functions a direct call of ``spec``'s tool arrives with: its own (unbound), and
+    the decorated function a framework object wraps."""
+    out = [getattr(spec.func, "__func__", spec.func)]
+    inner = getattr(spec.func, "__toolguard_wraps__", None)
+    if isinstance(inner, ToolSpec):
+        out.append(inner.func)
+    return out
+
+
+def refuse_outside_task(spec: ToolSpec, func: Callable[..., Any]) -> None:
+    """Raise if a guard that registered ``func`` requires a task (``require_task``).
+
+    Raises:
+        ToolGuardError: naming the tool and what to do.
+    """
+    guards = _REQUIRING.get(func)
+    if guards and any(g._config.require_task for g in list(guards)):
+        raise ToolGuardError(
+            f"{spec.name} was called outside a task, and the guard requires one "
+            "(require_task = true): run it inside `with guard.task(task_id):`, through "
+            "task.call / task.acall, or through a toolguard adapter. A framework that "
+            "registered the raw function (pydantic-ai tool_plain, an MCP @server.tool()) "
+            "calls it unguarded otherwise.")

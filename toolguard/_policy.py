@@ -168,7 +168,9 @@ class StorePolicy(_Frozen):
 
     Attributes:
         backend: ``memory`` (per process, the default) or ``redis`` (shared by workers).
-        url: the Redis URL, e.g. ``redis://127.0.0.1:6379/0``.
+        url: the Redis URL, e.g. ``redis://127.0.0.1:6379/0``; with ``cluster``, one or
+            several comma-separated startup nodes (``redis://10.0.0.1:7000,10.0.0.2:7000``).
+        cluster: the Redis URL points at a Redis Cluster (redis-py ``RedisCluster``).
         on_error: ``fail_closed`` blocks the call when the store fails; ``fail_open`` runs it
             unguarded with a warning audit event.
         timeout_s: timeout of every store operation, in seconds.
@@ -178,6 +180,7 @@ class StorePolicy(_Frozen):
 
     backend: Literal["memory", "redis"] = "memory"
     url: str | None = None
+    cluster: bool = False
     on_error: Literal["fail_closed", "fail_open"] = "fail_closed"
     timeout_s: float = Field(default=1.0, gt=0)
     key_prefix: str = "toolguard"
@@ -261,6 +264,10 @@ class Policy(_Frozen):
             entry); ``"deny"`` refuses such tools (decision ``block``).
         strict_tools: when a :class:`toolguard.Guard` is built, tools named in ``tools`` but
             not registered are an error.
+        require_task: a ``@tg.*`` function the guard has registered, called outside any
+            task (``with guard.task(...)``), raises ``ToolGuardError`` instead of running
+            unguarded: for frameworks that register the raw function themselves
+            (pydantic-ai ``tool_plain``, an MCP server's ``@server.tool()``).
         default_max_polls: ``max_polls`` of a poll call whose tool sets none.
         sources: files this policy was loaded from, most general first (informational).
     """
@@ -268,6 +275,7 @@ class Policy(_Frozen):
     mode: Mode = Mode.ENFORCE
     default_effect: Effect | Literal["deny"] = Effect.MUTATING
     strict_tools: bool = True
+    require_task: bool = False
     default_max_polls: int = Field(default=50, ge=1)
     budget: BudgetPolicy = BudgetPolicy()
     ladder: LadderPolicy = LadderPolicy()

@@ -38,6 +38,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as ModelValidationError
@@ -355,6 +356,7 @@ def _build(
         problems.extend(_ladder_problems(merged, applied, layers))
         if not problems:
             problems.extend(_lifetime_problems(merged, applied, layers))
+            problems.extend(_cluster_problems(merged, applied, layers))
     if problems:
         raise PolicyError(_unique(problems))
 
@@ -660,6 +662,48 @@ def _lifetime_problems(merged: Mapping[str, Any], applied: Mapping[KeyPath, int]
     if index == _BUILT_IN:  # pragma: no cover - the built-in defaults are consistent
         return [PolicyProblem("built-in", _display(path), message)]
     return [layers[index].problem(path, message)]
+
+
+def _cluster_problems(merged: Mapping[str, Any], applied: Mapping[KeyPath, int],
+                      layers: list[_Layer]) -> list[PolicyProblem]:
+    """``store.cluster`` with the rest of ``[store]``: a cluster needs a Redis store and its
+    startup nodes as TCP URLs on database 0; several comma-separated URLs need a cluster."""
+    store = merged["store"]
+    url, cluster = store.get("url"), store.get("cluster", False)
+    items = [item.strip() for item in url.split(",")] if isinstance(url, str) else []
+    message = ""
+    if cluster:
+        if store.get("backend") == "memory" and applied.get(("store", "backend")) is not None:
+            message = 'needs store.backend = "redis"'
+        elif not items:
+            message = "needs store.url: the cluster's startup nodes (comma-separated URLs)"
+        else:
+            for item in items:
+                parts = urlsplit(item if "://" in item else f"redis://{item}")
+                if parts.scheme == "unix" or not parts.hostname:
+                    message = f"needs startup nodes with a host and port, not {_show(item)}"
+                elif parts.path.strip("/") not in ("", "0"):
+                    message = (f"a Redis Cluster has only database 0, but {_show(item)} "
+                               f"names database {parts.path.strip('/')}")
+                if message:
+                    break
+    elif len(items) > 1:
+        path: KeyPath = ("store", "url")
+        return [_blame(path, applied, layers,
+                       "several comma-separated URLs are a cluster's startup nodes: set "
+                       "store.cluster = true, or give one URL")]
+    if not message:
+        return []
+    return [_blame(("store", "cluster"), applied, layers, message)]
+
+
+def _blame(path: KeyPath, applied: Mapping[KeyPath, int], layers: list[_Layer],
+           message: str) -> PolicyProblem:
+    """A problem at ``path``, in the layer that set it last."""
+    index = applied.get(path, _BUILT_IN)
+    if index == _BUILT_IN:  # pragma: no cover - the built-in defaults are consistent
+        return PolicyProblem("built-in", _display(path), message)
+    return layers[index].problem(path, message)
 
 
 def override_order_problems(given: Mapping[str, Any], values: Mapping[str, Any], effect: str

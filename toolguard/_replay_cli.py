@@ -204,13 +204,14 @@ class _FileProgress:
                 size += path.stat().st_size
         self.progress: Progress | None = None
         big = size >= _PROGRESS_MIN_BYTES or len(files) >= _PROGRESS_MIN_FILES
-        if big and sys.stderr.isatty():
+        if big and _on_terminal():
             self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                      TextColumn("{task.fields[calls]} calls"),
                                      console=Console(stderr=True), transient=True)
         self.task: TaskID | None = None
         self.files = len(files)
-        self.number = 0
+        self.number = 0  # of the file being replayed
+        self.calls = 0  # replayed in that file so far
 
     def __enter__(self) -> _FileProgress:
         if self.progress is not None:
@@ -224,6 +225,7 @@ class _FileProgress:
     def track(self, path: Path, runs: Iterator[Run]) -> Iterator[Run]:
         """Show ``path``'s bar (it pulses: a file's run count is known only once read)."""
         self.number += 1
+        self.calls = 0
         if self.progress is not None:
             self.task = self.progress.add_task(
                 f"[{self.number}/{self.files}] {path.name}", total=None, calls=0)
@@ -231,15 +233,20 @@ class _FileProgress:
 
     def advance(self, run: RunReport) -> None:
         """One more run replayed."""
+        self.calls += run.replayed
         if self.progress is not None and self.task is not None:
-            task = self.progress.tasks[self.task]
-            self.progress.update(self.task, calls=task.fields["calls"] + run.replayed)
+            self.progress.update(self.task, calls=self.calls)
 
     def done(self, path: Path) -> None:
         """``path`` is replayed: its bar goes."""
         if self.progress is not None and self.task is not None:
             self.progress.remove_task(self.task)
             self.task = None
+
+
+def _on_terminal() -> bool:
+    """A person is watching stderr (a progress bar would not garble a log)."""
+    return sys.stderr.isatty()
 
 
 def _print_formats(console: Console) -> None:

@@ -98,7 +98,27 @@ def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
                 "additionalProperties": extra,
             }
     schema.pop("title", None)
+    _describe_arguments(func, schema)
     return schema
+
+
+def _describe_arguments(func: Callable[..., Any], schema: dict[str, Any]) -> None:
+    """Give each property without a description the one its docstring's ``Args:`` (Google),
+    ``Parameters`` (NumPy), ``:param x:`` (reST) or ``@param`` (Epydoc) entry gives."""
+    doc = inspect.getdoc(func)
+    properties = schema.get("properties")
+    if not doc or not isinstance(properties, dict) or not properties:
+        return
+    import docstring_parser  # deferred: only tools with docstrings pay for it
+
+    try:
+        parsed = docstring_parser.parse(doc)
+    except docstring_parser.ParseError:
+        return
+    for param in parsed.params:
+        prop = properties.get(param.arg_name)
+        if isinstance(prop, dict) and param.description and "description" not in prop:
+            prop["description"] = " ".join(param.description.split())
 
 
 def _model_schema(name: str, config: ConfigDict, fields: dict[str, Any]) -> dict[str, Any]:

@@ -75,7 +75,8 @@ class ToolguardSettings(BaseSettings):
         env: ``TOOLGUARD_ENV``: the name of a file in ``policy_dir`` without ``.toml``.
         policy: ``TOOLGUARD_POLICY``: a policy file path.
         policy_dir: ``TOOLGUARD_POLICY_DIR``: where ``env`` files live (default ``policies``).
-        mode, default_effect, strict_tools, default_max_polls: top-level policy keys.
+        mode, default_effect, strict_tools, require_task, default_max_polls: top-level
+            policy keys.
         budget, ladder, idempotency, approval, audit, store, tools: policy tables, nested by
             ``__`` (or a whole table as one JSON object).
     """
@@ -94,6 +95,7 @@ class ToolguardSettings(BaseSettings):
     mode: str | None = None
     default_effect: str | None = None
     strict_tools: str | None = None
+    require_task: str | None = None
     default_max_polls: str | None = None
     budget: dict[str, Any] | str | None = None
     ladder: dict[str, Any] | str | None = None

@@ -136,6 +136,7 @@ def explain(
         table.add_row(item.name, shown, source)
     table.add_section()
     table.add_row("mode", str(policy.mode), policy.source_of("mode"))
+    table.add_row("require_task", _show(policy.require_task), policy.source_of("require_task"))
     for name in BudgetPolicy.model_fields:
         key = f"budget.{name}"
         table.add_row(key, _show(getattr(policy.budget, name)), policy.source_of(key))

@@ -1,14 +1,14 @@
 """One-line integrations with agent frameworks, one module per framework.
 
-=====================================  ==============================  ===========================
-module                                 what you add                    extra
-=====================================  ==============================  ===========================
-:mod:`toolguard.adapters.langchain`    ``ToolGuardMiddleware(guard)``  ``toolguard[langchain]``
-                                       / ``guard_tools(guard, tools)``
-:mod:`toolguard.adapters.openai_agents`  ``guard_tools(guard, tools)``  ``toolguard[openai-agents]``
-:mod:`toolguard.adapters.pydantic_ai`  ``ToolGuard(guard)``            ``toolguard[pydantic-ai]``
-:mod:`toolguard.adapters.mcp`          ``guard_server(server, guard)`` ``toolguard[mcp]``
-=====================================  ==============================  ===========================
+===================  ===============================  ============================
+toolguard.adapters.  what you add                     extra
+===================  ===============================  ============================
+``langchain``        ``ToolGuardMiddleware(guard)``   ``toolguard[langchain]``
+                     ``guard_tools(guard, tools)``
+``openai_agents``    ``guard_tools(guard, tools)``    ``toolguard[openai-agents]``
+``pydantic_ai``      ``ToolGuard(guard)``             ``toolguard[pydantic-ai]``
+``mcp``              ``guard_server(server, guard)``  ``toolguard[mcp]``
+===================  ===============================  ============================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``
 and this package import no framework), and raises an :class:`ImportError` naming the extra

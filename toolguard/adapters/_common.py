@@ -11,9 +11,19 @@ from typing import Any, TypeVar
 
 from cachetools import LRUCache
 
-from toolguard import ApprovalDecision, ApprovalRequest, Guard, Halt, Task, approve, defer, reject
+from toolguard import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Guard,
+    Halt,
+    PolicyError,
+    Task,
+    approve,
+    defer,
+    reject,
+)
 
-__all__ = ["Tasks", "approval_payload", "as_decision", "framework_halt", "require"]
+__all__ = ["Tasks", "approval_payload", "as_decision", "framework_halt", "known", "require"]
 
 E = TypeVar("E", bound=Exception)
 
@@ -30,6 +40,31 @@ def require(extra: str, *modules: str) -> list[ModuleType]:
         raise ImportError(
             f"toolguard.adapters needs the {extra} extra: pip install 'toolguard[{extra}]' "
             f"({exc})") from exc
+
+
+def known(guard: Guard, name: str, tool: Any, **options: Any) -> None:
+    """Register ``tool`` (a framework's tool object, or ``name`` with ``options`` for
+    :meth:`~toolguard.Guard.register`) unless the guard knows a tool called ``name``: its
+    schema then validates the calls, and the policy's ``[tools.<name>]`` applies to it.
+
+    Raises:
+        PolicyError: the policy refuses it (e.g. another tool of that name appeared).
+    """
+    if _registered(guard, name):
+        return
+    try:
+        guard.register(tool, **options)
+    except PolicyError:
+        if not _registered(guard, name):  # else another thread registered it meanwhile
+            raise
+
+
+def _registered(guard: Guard, name: str) -> bool:
+    try:
+        guard.settings(name)
+    except KeyError:
+        return False
+    return True
 
 
 class Tasks:

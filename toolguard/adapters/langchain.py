@@ -41,8 +41,11 @@ The task id is the run's ``config["configurable"]["thread_id"]``, or ``task_id=`
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, cast
+
+from cachetools import LRUCache
 
 from toolguard import (
     ApprovalDecision,
@@ -55,7 +58,7 @@ from toolguard import (
     defer,
 )
 
-from ._common import Tasks, approval_payload, as_decision, framework_halt, require
+from ._common import Tasks, approval_payload, as_decision, framework_halt, known, require
 
 require("langchain", "langchain.agents", "langgraph.types")
 
@@ -103,6 +106,29 @@ class _Run:
         self.tool_call_id = tool_call_id
         self.output: Any = None
         self.ran = False
+        self.bubbled: GraphBubbleUp | None = None  # the tool's own interrupt() or Command
+
+    def sync(self, execute: Callable[[], Any]) -> Callable[[Any], Any]:
+        def go(_: Any) -> Any:
+            try:
+                output = execute()
+            except GraphBubbleUp as exc:  # recorded as a failed call, then re-raised
+                self.bubbled = exc
+                raise
+            return self.record(output)
+
+        return go
+
+    def async_(self, execute: Callable[[], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def go(_: Any) -> Any:
+            try:
+                output = await execute()
+            except GraphBubbleUp as exc:
+                self.bubbled = exc
+                raise
+            return self.record(output)
+
+        return go
 
     def record(self, output: Any) -> Any:
         self.output, self.ran = output, True
@@ -159,7 +185,8 @@ class _Dispatch:
         self.tasks = Tasks(guard)
         self.task_id = task_id
         self.on_halt = on_halt
-        self.halts: dict[str, str] = {}  # task id -> the text of its last halt ("end")
+        self.halts: LRUCache[str, str] = LRUCache(1024)  # task id -> its last halt ("end")
+        self._lock = threading.Lock()
 
     def task(self, thread_id: Any) -> Task:
         task_id = self.task_id or thread_id
@@ -172,47 +199,60 @@ class _Dispatch:
     def task_of(self, config: RunnableConfig | None) -> Task:
         return self.task(((config or {}).get("configurable") or {}).get("thread_id"))
 
+    def known(self, tool: BaseTool | None) -> None:
+        if tool is not None:
+            known(self.tasks.guard, tool.name, tool)
+
     def call(self, config: RunnableConfig | None, tool_call: Mapping[str, Any],
              execute: Callable[[], Any]) -> Any:
         task = self.task_of(config)
         run, asker = _Run(tool_call.get("id")), _Interrupt()
         try:
             result = task.call(tool_call["name"], tool_call.get("args") or {},
-                               run=lambda _: run.record(execute()), approver=asker.ask,
-                               resumed=True)
+                               run=run.sync(execute), approver=asker.ask, resumed=True)
         except Halt as halt:
             return self.halted(task, tool_call, halt)
-        asker.raise_pending()
-        return run.reply(result, tool_call)
+        return self.reply(run, asker, result, tool_call)
 
     async def acall(self, config: RunnableConfig | None, tool_call: Mapping[str, Any],
                     execute: Callable[[], Awaitable[Any]]) -> Any:
         task = self.task_of(config)
         run, asker = _Run(tool_call.get("id")), _Interrupt()
-
-        async def go(_: Any) -> Any:
-            return run.record(await execute())
-
         try:
             result = await task.acall(tool_call["name"], tool_call.get("args") or {},
-                                      run=go, approver=asker.aask, resumed=True)
+                                      run=run.async_(execute), approver=asker.aask,
+                                      resumed=True)
         except Halt as halt:
             return self.halted(task, tool_call, halt)
+        return self.reply(run, asker, result, tool_call)
+
+    @staticmethod
+    def reply(run: _Run, asker: _Interrupt, result: ToolResult,
+              tool_call: Mapping[str, Any]) -> Any:
+        """LangGraph's control flow first (the approval's interrupt, the tool's own), then
+        the message for ``result``."""
         asker.raise_pending()
+        if run.bubbled is not None:
+            raise run.bubbled
         return run.reply(result, tool_call)
 
     def halted(self, task: Task, tool_call: Mapping[str, Any], halt: Halt) -> ToolMessage:
         if self.on_halt == "raise" or tool_call.get("id") is None:
             raise framework_halt(halt, ToolGuardHalt) from halt
-        self.halts[task.task_id] = str(halt)
+        self.remember(task, halt)
         return ToolMessage(content=f"[toolguard] Halted: {halt}", tool_call_id=tool_call["id"],
                            name=tool_call.get("name"), status="error")
+
+    def remember(self, task: Task, halt: Halt) -> None:
+        with self._lock:
+            self.halts[task.task_id] = str(halt)
 
     def end_if_halted(self, task: Task) -> dict[str, Any] | None:
         """``on_halt="end"``: a halted task's run ends with an AI message naming the halt."""
         if self.on_halt != "end" or not task.halted:
             return None
-        why = self.halts.get(task.task_id, f"task {task.task_id!r} is halted")
+        with self._lock:
+            why = self.halts.get(task.task_id, f"task {task.task_id!r} is halted")
         return {"messages": [AIMessage(content=f"[toolguard] Stopped: {why}. The task stays "
                                                "halted until the host calls task.resume().")],
                 "jump_to": "end"}
@@ -232,7 +272,7 @@ class _Dispatch:
         except Halt as halt:
             if self.on_halt == "raise":
                 raise framework_halt(halt, ToolGuardHalt) from halt
-            self.halts[task.task_id] = str(halt)
+            self.remember(task, halt)
             return self.end_if_halted(task)
         return None
 
@@ -269,6 +309,7 @@ class ToolGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], _Output]
     ) -> _Output:
         """Guard one tool call; ``handler`` runs it when the guard allows."""
+        self._dispatch.known(request.tool)
         out: _Output = self._dispatch.call(request.runtime.config, request.tool_call,
                                            lambda: handler(request))
         return out
@@ -277,6 +318,7 @@ class ToolGuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[_Output]]
     ) -> _Output:
         """:meth:`wrap_tool_call` for ``ainvoke`` / ``astream``."""
+        self._dispatch.known(request.tool)
         out: _Output = await self._dispatch.acall(request.runtime.config, request.tool_call,
                                                   lambda: handler(request))
         return out
@@ -387,6 +429,7 @@ def guard_tools(guard: Guard, tools: Sequence[BaseTool], *, task_id: str | None 
         if not isinstance(tool, BaseTool):
             raise TypeError(f"guard_tools takes LangChain BaseTool objects (@tool), got "
                             f"{type(tool).__name__}")
+        dispatch.known(tool)
         guarded.append(_GuardedTool(
             name=tool.name, description=tool.description, args_schema=tool.args_schema,
             return_direct=tool.return_direct, response_format=tool.response_format,

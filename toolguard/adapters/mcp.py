@@ -84,8 +84,8 @@ class ToolEffects:
 
     Attributes:
         effect: readonly or mutating.
-        settings: the settings given to ``guard.register`` (``idempotency_scope``), as decorator
-            arguments: a policy's ``[tools.X]`` beats them.
+        settings: the settings given to ``guard.register`` (``external``,
+            ``idempotency_scope``), as decorator arguments: a policy's ``[tools.X]`` beats them.
         hints: the annotations the server gave, by their MCP names (for ``--explain``).
     """
 
@@ -101,6 +101,8 @@ def tool_settings(tool: mt.Tool) -> ToolEffects:
     ``openWorldHint`` is true (the MCP spec's default for both when absent: a tool with no
     annotations may destroy and act on the outside world) → idempotency scope ``task``: a
     completed call is never repeated in the task, whatever the agent does in between.
+    ``openWorldHint`` is toolguard's ``external = true`` (which implies that scope);
+    ``destructiveHint`` alone sets the scope.
     ``idempotentHint`` is recorded in ``hints`` only: a repeated identical call is still a
     loop worth stopping.
 
@@ -119,7 +121,9 @@ def tool_settings(tool: mt.Tool) -> ToolEffects:
     if read_only:
         return ToolEffects(Effect.READONLY, {}, hints)
     settings: dict[str, Any] = {}
-    if destructive or open_world:
+    if open_world:
+        settings["external"] = True  # toolguard's own name for it: scope task, and says why
+    elif destructive:
         settings["idempotency_scope"] = IdempotencyScope.TASK
     return ToolEffects(Effect.MUTATING, settings, hints)
 

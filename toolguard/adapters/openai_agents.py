@@ -42,7 +42,7 @@ from typing import Any
 
 from toolguard import ApprovalDecision, ApprovalRequest, Guard, Halt, Task, approve
 
-from ._common import Tasks, framework_halt, require
+from ._common import Tasks, framework_halt, known, require
 
 require("openai-agents", "agents")
 
@@ -138,7 +138,8 @@ def guard_tools(guard: Guard, tools: Sequence[FunctionTool | Callable[..., Any]]
         task_id: the task id; default the run context's ``"toolguard_task_id"``.
 
     Returns:
-        New ``FunctionTool`` objects, in order; the originals are left as they were.
+        New ``FunctionTool`` objects, in order; the originals are left as they were. (The
+        SDK types ``Agent.tools`` as ``list[Tool]``; under mypy pass ``[*guard_tools(...)]``.)
 
     Raises:
         TypeError: an item is neither a ``FunctionTool`` nor a callable.
@@ -153,6 +154,7 @@ def guard_tools(guard: Guard, tools: Sequence[FunctionTool | Callable[..., Any]]
         else:
             raise TypeError(f"guard_tools takes FunctionTool objects or functions, got "
                             f"{type(item).__name__}")
+        known(guard, tool.name, tool)
         side = _Guarded(tasks, task_id, tool)
         wrapped = copy.copy(tool)  # the SDK's own copy: names, schema, settings, bindings
         wrapped.on_invoke_tool = side.invoke

@@ -35,7 +35,7 @@ from typing import Any
 
 from toolguard import ApprovalDecision, ApprovalRequest, Decision, Guard, Task, approve, defer
 
-from ._common import Tasks, require
+from ._common import Tasks, known, require
 
 require("pydantic-ai", "pydantic_ai")
 
@@ -103,6 +103,8 @@ class ToolGuard(AbstractCapability[Any]):
                                 handler: WrapToolExecuteHandler) -> Any:
         """Guard one tool call; ``handler`` runs it when the guard allows."""
         task = self._task(ctx)
+        known(self._tasks.guard, call.tool_name, call.tool_name,
+              args_schema=tool_def.parameters_json_schema, description=tool_def.description or "")
         raised: list[BaseException] = []
 
         async def run(_: Any) -> Any:
@@ -113,7 +115,8 @@ class ToolGuard(AbstractCapability[Any]):
                 raise
 
         approved = ctx.tool_call_approved
-        result = await task.acall(call.tool_name, args, run=run,
+        # the guard judges what the model sent; pydantic-ai's validated values run it
+        result = await task.acall(call.tool_name, call.args_as_dict(), run=run,
                                   approver=_approved if approved else _deferred,
                                   resumed=approved)
         if raised:

@@ -52,8 +52,10 @@ _SIGNATURE: Final = re.compile(rb'"(?:messages|traj|role|tool)"\s*:')
 
 
 def _detect(path: Path, head: bytes) -> bool:
+    # JSON lines (a trace, or a chat per line) are the trace reader's
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
-    return start in (b"[", b"{") and bool(_SIGNATURE.search(head))
+    return (path.suffix != ".jsonl" and start in (b"[", b"{")
+            and bool(_SIGNATURE.search(head)))
 
 
 def _read(source: Source) -> Iterator[Run]:

@@ -8,7 +8,8 @@ block in a user line answers the call with its ``tool_use_id`` (``is_error`` as 
 A user turn is a user line with text of its own: not ``isMeta`` (caveats the CLI inserts), not
 a compact summary (``isCompactSummary``), not a line of tool results only. Lines of a subagent
 (``isSidechain``, ``agentId``) form a run of their own, as does a subagent's own file. Summary,
-file-history snapshot and system lines carry no call and are skipped. Timestamps give each
+file-history snapshot and system lines carry no call and are skipped (a file of nothing else,
+which Claude Code writes too, is a note, not a problem). Timestamps give each
 call its ``elapsed_s``.
 """
 
@@ -29,6 +30,7 @@ from ._model import (
     UserTurn,
     arguments,
     head_objects,
+    text_field,
     usage_counts,
 )
 from ._registry import Reader
@@ -41,7 +43,7 @@ _INPUT_KEYS: Final = ("input_tokens", "cache_creation_input_tokens", "cache_read
 
 def _detect(path: Path, head: bytes) -> bool:
     return any(obj.get("type") in ("user", "assistant", *_QUIET)
-               and ("sessionId" in obj or "uuid" in obj or "messageId" in obj)
+               and obj.keys() & {"sessionId", "uuid", "messageId", "leafUuid"}
                for obj in head_objects(head))
 
 @dataclass
@@ -55,9 +57,11 @@ class _Thread:
 
 def _read(source: Source) -> Iterator[Run]:
     threads: dict[str, _Thread] = {}
+    quiet = 0
     for number, line in source.json_lines():
-        kind = line.get("type")
+        kind = text_field(line, "type")
         if kind in _QUIET:
+            quiet += 1
             continue
         message = line.get("message")
         if kind not in ("user", "assistant") or not isinstance(message, dict):
@@ -77,6 +81,8 @@ def _read(source: Source) -> Iterator[Run]:
             _assistant(source, thread, message, number, elapsed)
         else:
             _user(source, thread, line, message, number)
+    if not threads and quiet:  # Claude Code keeps files of summaries or snapshots alone
+        source.no_calls_by_design = "only summary, snapshot or system lines"
     yield from (t.run for t in threads.values())
 
 def _assistant(source: Source, thread: _Thread, message: dict[str, Any], number: int,

@@ -115,9 +115,12 @@ def _read(reader: Reader, source: Source, out: FileRuns, allow_empty: bool) -> I
             source.runs += 1
             source.calls += len(run.calls)
             yield run
-    except ReplayInputError as error:  # the file as a whole cannot be read
+    except Exception as error:  # noqa: BLE001 - the file is data: a record shaped in a
+        # way the reader does not expect must end this file, not the replay
         out.problems.extend(sorted(source.problems, key=lambda p: p.line or 0))
-        out.fail(error)
+        out.fail(error if isinstance(error, ReplayInputError) else ReplayInputError(
+            source.file, None, f"cannot be read as {reader.name}: {type(error).__name__}: "
+            f"{error}; runs handed on before it still replay"))
         out.notes.extend(source.notes)
         return
     out.problems.extend(sorted(source.problems, key=lambda p: p.line or 0))
@@ -125,6 +128,9 @@ def _read(reader: Reader, source: Source, out: FileRuns, allow_empty: bool) -> I
     if source.calls or allow_empty or source.problems:  # problems: not silent already
         return
     found = f"{source.runs} run(s), no tool call"
+    if source.no_calls_by_design is not None:
+        out.notes.append(ReplayNote(source.file, f"{found}: {source.no_calls_by_design}"))
+        return
     if source.model_turns and not reader.calls_expected:
         out.notes.append(ReplayNote(source.file, f"{found}: the model answered "
                                     f"{source.model_turns} time(s) without calling a tool"))

@@ -54,7 +54,7 @@ def _read(source: Source) -> Iterator[Run]:
         source.problem(None, "expected an Inspect log object")
         return
     meta = _meta(log.get("eval"))
-    for sample in log.get("samples") or []:
+    for sample in field_list(log, "samples"):
         if isinstance(sample, dict):
             yield _sample_run(source, sample, meta)
 
@@ -95,13 +95,13 @@ def _meta(spec: Any) -> dict[str, Any]:
 
 
 def _sample_run(source: Source, sample: Mapping[str, Any], meta: dict[str, Any]) -> Run:
-    usages = [event["output"].get("usage") for event in sample.get("events") or []
+    usages = [event["output"].get("usage") for event in field_list(sample, "events")
               if isinstance(event, dict) and event.get("event") == "model"
               and isinstance(event.get("output"), dict)]
     spent = iter(usages)
     steps: list[Step] = []
     pending = Pending(steps)
-    for i, m in enumerate(sample.get("messages") or []):
+    for i, m in enumerate(field_list(sample, "messages")):
         role = m.get("role") if isinstance(m, dict) else None
         if role == "user":
             steps.append(UserTurn())

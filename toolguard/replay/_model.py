@@ -265,6 +265,8 @@ class Source:
         model_turns: model messages seen (a file with some and no call is a chat without tools,
             not an unread file).
         calls: calls in the runs read so far. runs: runs handed on so far.
+        no_calls_by_design: set by a reader when the file is one its tool writes without any
+            conversation (say, a Claude Code file of summaries only): then no call is a note.
     """
 
     def __init__(self, path: Path, format_name: str) -> None:
@@ -275,6 +277,7 @@ class Source:
         self.model_turns = 0
         self.calls = 0
         self.uncaptured = 0
+        self.no_calls_by_design: str | None = None  # why this file has no call, if it is fine
         self._kinds: Counter[str] = Counter()
         self._first: dict[str, int | None] = {}
         self.runs = 0  # runs handed on so far
@@ -468,3 +471,10 @@ class Pending:
         assert isinstance(call, RecordedCall)  # only calls are waiting
         self.steps[position] = replace(call, result=result, is_error=is_error)
         return True
+
+
+def text_field(value: Any, key: str) -> str | None:
+    """``value[key]`` if ``value`` is an object and that is a string, else ``None`` (record
+    kinds are compared with sets, which a list or an object in their place would break)."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, str) else None

@@ -25,6 +25,8 @@ from ._model import (
     Step,
     UserTurn,
     arguments,
+    field_list,
+    text_field,
     usage_counts,
 )
 from ._registry import Reader
@@ -57,7 +59,7 @@ def _read(source: Source) -> Iterator[Run]:
             source.unrecognised("events that are not objects")
             continue
         elapsed = clock.elapsed(event.get("timestamp"))
-        action, observation = event.get("action"), event.get("observation")
+        action, observation = text_field(event, "action"), event.get("observation")
         metadata = event.get("tool_call_metadata")
         if action is not None and isinstance(metadata, dict):
             call = _call(source, steps, event, metadata, responses, elapsed, i)
@@ -105,7 +107,7 @@ def _call(source: Source, steps: list[Step], event: Mapping[str, Any],
 
 def _model_arguments(response: Mapping[str, Any], call_id: Any) -> Any:
     """The ``function.arguments`` the model emitted for ``call_id``, or ``None``."""
-    for choice in response.get("choices") or []:
+    for choice in field_list(response, "choices"):
         message = choice.get("message") if isinstance(choice, dict) else None
         calls = message.get("tool_calls") if isinstance(message, dict) else None
         for tc in calls if isinstance(calls, list) else []:

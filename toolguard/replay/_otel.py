@@ -30,6 +30,7 @@ from ._model import (
     TokenUsage,
     arguments,
     field_dict,
+    field_list,
     head_objects,
     unrecorded_args,
 )
@@ -127,7 +128,7 @@ def _list(value: Any, *keys: str) -> list[Any]:
 
 
 def _view(span: Mapping[str, Any]) -> SpanView:
-    attrs = {a["key"]: _value(a.get("value")) for a in span.get("attributes") or []
+    attrs = {a["key"]: _value(a.get("value")) for a in field_list(span, "attributes")
              if isinstance(a, dict) and isinstance(a.get("key"), str)}
     status = field_dict(span, "status")
     error = status.get("code") in (2, "STATUS_CODE_ERROR") or "error.type" in attrs
@@ -147,10 +148,10 @@ def _value(value: Any, depth: int = 0) -> Any:
         except (TypeError, ValueError):
             return None
     if "arrayValue" in value:
-        return [_value(v, depth + 1) for v in (value["arrayValue"] or {}).get("values", [])]
+        return [_value(v, depth + 1) for v in field_list(value["arrayValue"], "values")]
     if "kvlistValue" in value:
         return {kv.get("key"): _value(kv.get("value"), depth + 1)
-                for kv in (value["kvlistValue"] or {}).get("values", [])
+                for kv in field_list(value["kvlistValue"], "values")
                 if isinstance(kv, dict)}
     for key in ("stringValue", "boolValue", "doubleValue", "bytesValue"):
         if key in value:

@@ -30,6 +30,7 @@ from ._model import (
     UserTurn,
     call_arguments,
     field_list,
+    text_field,
     unrecorded_args,
     usage_counts,
 )
@@ -70,7 +71,7 @@ class ItemSteps:
     def item(self, item: Mapping[str, Any], line: int | None, elapsed: float | None = None,
              where: str = "") -> None:
         """Add the steps of one item (``where`` names it when there is no line, e.g. ``item 3``)."""
-        kind = item.get("type", "message" if "role" in item else None)
+        kind = text_field(item, "type") or ("message" if "role" in item else None)
         if kind in _PAIRED:
             self.call(str(kind), item, line, elapsed, where)
             return

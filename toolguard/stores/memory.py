@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from toolguard._lock import YieldingLock, wait_for
 from toolguard._types import COMPLETED, IN_PROGRESS, UNKNOWN
@@ -139,7 +139,13 @@ class MemoryStore:
         state_ttl_s: a task is forgotten this many seconds after its last use.
         max_tasks: bound on tasks kept at once (least recently used first out).
         clock: returns the current time in seconds; the guard passes its own.
+
+    Attributes:
+        blocking: False: operations take microseconds and never wait on I/O, so ``acall``
+            calls them on the event loop.
     """
+
+    blocking: Final = False
 
     def __init__(
         self,
