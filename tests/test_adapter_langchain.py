@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-if sys.version_info < (3, 11):  # CI runs 3.11: there these tests always run
+if sys.version_info < (3, 11) and not TYPE_CHECKING:  # CI runs 3.11: there they always run
     pytest.skip("LangChain 1.5 needs Python 3.11", allow_module_level=True)
 
 from langchain.agents import create_agent
