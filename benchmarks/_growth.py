@@ -38,8 +38,9 @@ __all__ = ["growth", "memory"]
 
 def _task(effect: Effect, max_entries: int | None = None) -> tuple[Guard, Task, str]:
     tool = sized("small").tool
-    # default policy but the stagnation rule: the no-op tool returns None to every call
-    ladder = LadderPolicy(stagnation_warn_at=0, stagnation_block_at=0)
+    # never-repeated arguments with one result: the stagnation rule stays on (its cost is
+    # measured) but out of reach
+    ladder = LadderPolicy(stagnation_warn_at=10**9, stagnation_block_at=10**9)
     policy = Policy(ladder=ladder) if max_entries is None else Policy(
         ladder=ladder, idempotency=IdempotencyPolicy(max_entries=max_entries))
     guard = Guard(policy, [ToolSpec(name=tool.__name__, func=tool, effect=effect)])

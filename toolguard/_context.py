@@ -23,7 +23,8 @@ __all__ = ["CURRENT_KEY", "CURRENT_TASK", "REQUIRING", "refuse_outside_task"]
 CURRENT_TASK: contextvars.ContextVar[Task | None] = contextvars.ContextVar(
     "toolguard_task", default=None
 )
-CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+# the running call's idempotency key and the id of the execution it belongs to
+CURRENT_KEY: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "toolguard_idempotency_key", default=None
 )
 

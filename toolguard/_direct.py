@@ -45,7 +45,8 @@ def _executing(task: Task, spec: ToolSpec) -> bool:
     """The guard is executing this very tool (its ``run=`` or a framework object invoking
     the decorated function it wraps): the inner direct call is that execution, not a
     second call to count."""
-    key = CURRENT_KEY.get()
+    current = CURRENT_KEY.get()
+    key = None if current is None else current[0]
     prefix = f"{task.task_id}:{spec.name}:"
     return key is not None and key.startswith(prefix) and ":" not in key[len(prefix):]
 
