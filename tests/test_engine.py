@@ -466,12 +466,12 @@ async def test_async_tools_and_async_direct_calls(clock: FakeClock) -> None:
 
 def test_internal_bug_surfaces_as_toolguard_error(guard: tg.Guard,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import toolguard._engine as engine
+    import toolguard._admit as admit  # the stage that calls the decision core
 
     def broken(*_: Any) -> Any:
         raise KeyError("oops")
 
-    monkeypatch.setattr(engine, "decide", broken)
+    monkeypatch.setattr(admit, "decide", broken)
     task = guard.task("t")
     with pytest.raises(tg.ToolGuardError, match="internal error") as info:
         task.call("grep_search", {"pattern": "x"})
@@ -570,7 +570,7 @@ def test_internal_error_after_execution_releases_the_claim(clock: FakeClock,
                                                           ) -> None:
     """Regression: a failure while recording a mutating call's result left its claim behind,
     so every identical retry waited and failed with CallInProgress."""
-    import toolguard._engine as engine
+    import toolguard._record as record  # the stage that records the outcome
 
     @tg.mutating
     def write(path: str) -> str:
@@ -578,11 +578,11 @@ def test_internal_error_after_execution_releases_the_claim(clock: FakeClock,
 
     policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=0.05))
     task = tg.Guard(policy, [write], clock=clock).task("t")
-    real = engine.value_digest  # type: ignore[attr-defined]
-    monkeypatch.setattr(engine, "value_digest", lambda v: 1 / 0)
+    real = record.value_digest  # type: ignore[attr-defined]
+    monkeypatch.setattr(record, "value_digest", lambda v: 1 / 0)
     with pytest.raises(tg.ToolGuardError, match="internal error"):
         task.call("write", {"path": "a"})
-    monkeypatch.setattr(engine, "value_digest", real)
+    monkeypatch.setattr(record, "value_digest", real)
     retry = task.call("write", {"path": "a"})  # no CallInProgress: the claim was released
     assert retry.decision is not D.CACHED
 

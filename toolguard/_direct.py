@@ -14,8 +14,9 @@ from ._frameworks import wrapped_arguments
 from ._types import ALLOW, CACHED, WARN
 
 if TYPE_CHECKING:
+    from ._call import _Entry
     from ._decorators import ToolSpec
-    from ._engine import Task, _Entry
+    from ._engine import Task
     from ._results import ToolResult
 
 __all__ = ["direct_call", "direct_call_async"]

@@ -1,0 +1,50 @@
+"""The audit stage: ``task.history`` and one :class:`~toolguard.AuditEvent` per state
+transition of a call (DESIGN.md §2), to every sink of the guard."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._audit import AuditEvent
+from ._call import CallRecord, _Config, _Prepared
+from ._core import Verdict
+from ._results import ToolResult
+from ._types import Decision
+from .stores._base import Snapshot
+
+if TYPE_CHECKING:
+    from ._engine import Task
+
+
+def _record(task: Task, p: _Prepared, result: ToolResult, transition: str, cfg: _Config) -> None:
+    task.history.append(CallRecord(p.entry.spec.name, p.raw_args, result))
+    if task.guard._sinks:
+        extra: dict[str, Any] = {}
+        if result.observed is not None:
+            extra["observed"] = str(result.observed)
+        if result.error_type:
+            extra["error_type"] = result.error_type
+        task.guard._emit(AuditEvent(
+            time=task.guard._clock(), task_id=task.task_id, call_id=p.call_id,
+            tool=p.entry.spec.name, transition=transition, decision=str(result.decision),
+            reason=result.reason, effect=str(p.effect), args_hash=p.sig,
+            args=task._redacted(p, cfg), count=result.count, duration_s=result.duration_s,
+            extra=extra,
+        ))
+
+
+def _event(task: Task, transition: str, tool: str, decision: Decision, reason: str,
+           p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0) -> None:
+    if task.guard._sinks:
+        task.guard._emit(AuditEvent(
+            time=task.guard._clock(), task_id=task.task_id,
+            call_id=p.call_id if p else "", tool=tool, transition=transition,
+            decision=str(decision), reason=reason,
+            effect=str(p.effect) if p else "", args_hash=p.sig if p else "",
+            args=task._redacted(p, cfg) if p and cfg else {}, count=count,
+        ))
+
+
+def _executing(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> None:
+    task._event("validating->executing", p.entry.spec.name, verdict.decision,
+                verdict.reason, p, cfg, snap.count)

@@ -1,0 +1,202 @@
+"""The record stage: ``store.finish`` records the outcome (progress, failures, the
+idempotency record, a halt), and the result the model reads is built: the tool's, or a
+synthetic one saying why the call did not run."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ._call import CallRecord, _Config, _Outcome, _Prepared
+from ._canonical import value_digest
+from ._content import as_text as _as_text
+from ._content import with_notice as _with_notice
+from ._core import Verdict, halt_kind, outcome_kind, stagnation_after
+from ._errors import (
+    BudgetExceeded,
+    Halt,
+    StoreError,
+)
+from ._results import ToolResult, new_result
+from ._types import (
+    ALLOW,
+    CACHED,
+    HALT,
+    INVALID,
+    MUTATING,
+    POLL,
+    READONLY,
+    REVIEW,
+    Decision,
+)
+from .stores._base import (
+    ApprovalRecord,
+    ApprovalState,
+    FinishRequest,
+    Snapshot,
+)
+
+if TYPE_CHECKING:
+    from ._engine import Task
+
+log = logging.getLogger("toolguard")
+
+
+def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
+            halt: dict[str, Any] | None = None) -> Verdict | None:
+    """Record the call's outcome; return the stagnation warn it earned, if any."""
+    executed = outcome is not None
+    if not executed and not snap.claimed and halt is None:
+        return None  # nothing to record: the attempt was counted by begin
+    success = outcome is not None and outcome.success
+    content = outcome.content if outcome is not None and success else None
+    mutating = p.effect is MUTATING
+    settings = p.entry.settings
+    result_digest, judged = "", ""
+    if outcome is not None and not outcome.unknown:
+        # compared without its volatile parts (the model still gets it whole)
+        normalized = settings.result(outcome.content)
+        result_digest = value_digest(normalized) if success else ""
+        if p.effect is not POLL and (settings.stagnation_warn_at
+                                     or settings.stagnation_block_at):
+            judged = outcome_kind(success, normalized) + (
+                result_digest or value_digest(normalized))
+    req = FinishRequest(  # positional, in FinishRequest's order (hot path)
+        p.entry.spec.name, p.signature, p.key, executed, success,
+        outcome is not None and mutating and outcome.unknown,  # unknown
+        mutating, result_digest,
+        success and p.claim and p.remember,  # store_result
+        content, snap.claimed, settings.idempotency_ttl_s, task.guard._clock(),
+        halt, p.call_id, judged, settings.max_progress_resets,
+    )
+    try:
+        task.guard._store.finish(task.task_id, req)
+    except Exception as exc:  # noqa: BLE001 - _store_failed re-raises or falls back
+        if not executed:
+            task._store_failed(cfg, p, exc, fallback=False)
+        # The tool already ran: a store failure now must not lose its result. Record
+        # what we can, warn, and return the result (the claim expires by its TTL).
+        try:
+            task._store_failed(cfg, p, exc, fallback=True,
+                               transition="executing->planning")
+        except StoreError as error:
+            log.warning("toolguard: %s (the result is returned)", error)
+            task._event("executing->planning", p.entry.spec.name, ALLOW,
+                        f"state not recorded: {error}", p, cfg)
+            return None
+    if req.unknown and (p.entry.settings.requires_approval
+                        or not p.entry.settings.forwards_idempotency_key):
+        # An earlier approval covered a call that may now have happened: a retry needs
+        # a fresh decision.
+        record = ApprovalRecord(ApprovalState.PENDING, task.guard._clock(),
+                                "outcome unknown", p.entry.spec.name,
+                                dict(p.args), p.exact)
+        task._store_op(cfg, p, lambda: task.guard._store.set_approval(
+            task.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
+            fallback=lambda: None)
+    return stagnation_after(settings, p.signature, snap, judged) if judged else None
+
+
+def _halt_exc(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
+    kind = verdict.halt or halt_kind("Halt")
+    common: dict[str, Any] = {
+        "task_id": task.task_id, "tool": p.entry.spec.name, "args": task._redacted(p, cfg),
+        "args_hash": p.sig, "count": snap.count,
+    }
+    if issubclass(kind, BudgetExceeded):
+        return kind(verdict.reason, budget=verdict.budget or "unknown",
+                    limit=verdict.limit, usage=verdict.usage, **common)
+    return kind(verdict.reason, **common)
+
+
+def _conclude(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
+              outcome: _Outcome | None, observed: Decision | None) -> ToolResult:
+    """Record the outcome and build the result (or raise the halt)."""
+    tool = p.entry.spec.name
+    decision = verdict.decision
+    if decision is HALT and observed is None:
+        exc = task._halt_exc(cfg, p, snap, verdict)
+        halt = None if snap.halted is not None else {
+            "kind": type(exc).__name__, "reason": verdict.reason, "tool": tool,
+            "args_hash": p.sig, "count": snap.count}
+        if halt is not None and verdict.budget:  # later calls raise the same details
+            halt.update(budget=verdict.budget, limit=verdict.limit, usage=verdict.usage)
+        task._finish(cfg, p, snap, None, halt=halt)
+        result = ToolResult(tool, p.call_id, HALT, f"[toolguard] Halted: {exc}",
+                            is_error=True, reason=verdict.reason, count=snap.count,
+                            effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
+        task._record(p, result, "validating->failed", cfg)
+        raise exc
+    stagnant = task._finish(cfg, p, snap, outcome)
+    if outcome is not None:
+        content = outcome.content
+        if stagnant is not None and decision is ALLOW:  # this call made the run long
+            verdict, decision = stagnant, stagnant.decision
+            if observed is not None:
+                observed = decision
+        notice = verdict.notice if observed is None else None
+        if notice and (outcome.success or verdict is stagnant):
+            content = _with_notice(content, notice)
+        elif outcome.success is False:
+            notice = None
+        result = new_result(  # positional, in ToolResult's order (hot path)
+            tool, p.call_id, ALLOW if observed is not None else decision, content,
+            outcome.value, not outcome.success, outcome.error_type, verdict.reason, notice,
+            snap.count, p.effect, p.sig, p.key, outcome.duration_s, observed,
+        )
+        if outcome.success and p.effect is READONLY:
+            task._last_content[p.signature] = outcome.content
+            if len(task._last_content) > task._limit:
+                task._last_content.popitem(last=False)
+        task._record(p, result, "executing->planning", cfg)
+        return result
+    result = task._synthetic(p, snap, verdict)
+    transition = ("validating->needs_review" if decision is REVIEW
+                  else "validating->planning")
+    task._record(p, result, transition, cfg)
+    return result
+
+
+def _synthetic(task: Task, p: _Prepared, snap: Snapshot, verdict: Verdict) -> ToolResult:
+    tool = p.entry.spec.name
+    decision = verdict.decision
+    common: dict[str, Any] = {"reason": verdict.reason, "count": snap.count,
+                              "effect": p.effect, "args_hash": p.sig,
+                              "idempotency_key": p.key}
+    if decision is CACHED and snap.record is not None:
+        stored = snap.record.content
+        return new_result(tool, p.call_id, decision, _with_notice(stored, verdict.notice),
+                          value=stored, notice=verdict.notice, **common)
+    if decision is INVALID and p.entry.unknown:
+        names = ", ".join(sorted(task.guard._config.entries)) or "none"
+        text = f"[toolguard] Unknown tool {tool!r}. Available tools: {names}."
+    elif decision is INVALID:
+        text = (f"[toolguard] Invalid arguments for {tool}, not executed: {verdict.reason}. "
+                "Fix the arguments and call again.")
+    elif decision is REVIEW:
+        text = (f"[toolguard] {tool} was not executed: {verdict.reason}. It is waiting for a "
+                "human decision; do not retry it until told it was approved.")
+    else:
+        text = f"[toolguard] Blocked, not executed: {verdict.reason}."
+        if verdict.notice:  # what to do instead (the stagnation rule says)
+            text += f" {verdict.notice}"
+        if verdict.reason.startswith(tool) and "same arguments" in verdict.reason:
+            text += (" It will not run again with these arguments: change the arguments, "
+                     "use another tool, or tell the user what is blocking you.")
+            previous = task._last_content.get(p.signature)
+            if p.effect is READONLY and previous is not None:
+                text += f"\nThe previous result of this call was:\n{_as_text(previous)}"
+    return new_result(tool, p.call_id, decision, text, is_error=True, **common)
+
+
+def _plain(task: Task, p: _Prepared, outcome: _Outcome) -> ToolResult:
+    result = new_result(p.entry.spec.name, p.call_id, ALLOW, outcome.content,
+                        value=outcome.value, is_error=not outcome.success,
+                        error_type=outcome.error_type, effect=p.effect, args_hash=p.sig,
+                        idempotency_key=p.key, duration_s=outcome.duration_s)
+    task._remember(CallRecord(p.entry.spec.name, p.raw_args, result))
+    return result
+
+
+def _remember(task: Task, record: CallRecord) -> None:
+    task.history.append(record)
