@@ -32,7 +32,6 @@ from ._threads import Handoff
 from ._types import Effect
 
 if TYPE_CHECKING:
-
     from ._policy import Policy
 
 

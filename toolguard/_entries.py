@@ -14,7 +14,6 @@ from ._errors import (
 from ._resolve import ToolSettings
 
 if TYPE_CHECKING:
-
     from ._policy import Policy
 
 

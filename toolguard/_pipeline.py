@@ -32,8 +32,6 @@ from ._types import (
 from .stores._base import Snapshot
 
 if TYPE_CHECKING:
-    import asyncio
-
     from ._engine import Task
 
 from ._approve import _ask, _sync_answer

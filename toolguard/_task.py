@@ -1,0 +1,391 @@
+"""One agent task: :class:`Task`, the unit that counts, remembers and halts. Its public
+methods (``call``, ``acall``, batches, usage, approvals, ``resume``) are here; the stages of
+the call path are module functions bound as its private methods (``_prepare``,
+``_begin``, ...), one module per stage (see ``toolguard._engine``)."""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import os
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, cast
+
+from . import _admit as _admit_stage
+from . import _approve as _approve_stage
+from . import _batch as _batch_stage
+from . import _events as _events_stage
+from . import _execute as _execute_stage
+from . import _pipeline as _pipeline_stage
+from . import _prepare as _prepare_stage
+from . import _record as _record_stage
+from . import _wait as _wait_stage
+from ._approval import Approver
+from ._call import CallRecord, _RecordedError
+from ._context import CURRENT_KEY as _CURRENT_KEY
+from ._context import CURRENT_TASK as _CURRENT_TASK
+from ._decorators import ToolSpec, is_recorded
+from ._direct import direct_call, direct_call_async
+from ._errors import (
+    BudgetExceeded,
+    Halt,
+)
+from ._integration import sync_runner
+from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
+from ._outcomes import forwarded_key
+from ._results import ToolResult, Usage
+from ._types import (
+    ALLOW,
+    ENFORCE,
+    HALT,
+)
+from .stores._base import (
+    ApprovalRecord,
+    ApprovalState,
+)
+
+if TYPE_CHECKING:
+    from ._guard import Guard
+
+__all__ = ["Task", "current_idempotency_key"]
+
+
+def current_idempotency_key() -> str | None:
+    """Inside a guarded tool, the key to forward to its backend (``"task:tool:args_hash:"``
+    and a digest of the execution it belongs to, :func:`toolguard._outcomes.forwarded_key`);
+    ``None`` outside one. Pass it on (e.g. as an ``Idempotency-Key`` header) and declare the
+    tool ``forwards_idempotency_key=True``: a retry after a timeout then reuses the key and
+    the backend deduplicates, instead of the retry going to review."""
+    current = _CURRENT_KEY.get()
+    return None if current is None else forwarded_key(*current)
+
+
+class Task:
+    """One agent task: the unit that counts, remembers and halts. From :meth:`Guard.task`.
+
+    Thread-safe and asyncio-safe: several threads or coroutines may call through one task
+    (parallel tool calls); state changes are atomic in the store. ``history`` is per process.
+    """
+
+    # the call path's stages (one module each; see the module list in the README)
+    _begin = _admit_stage._begin
+    _store_op = _admit_stage._store_op
+    _store_failed = _admit_stage._store_failed
+    _waited = _admit_stage._waited
+    _decide = _admit_stage._decide
+    _decide_approval = _approve_stage._decide_approval
+    _approval_request = _approve_stage._approval_request
+    _store_approval = _approve_stage._store_approval
+    _spend_approval = _approve_stage._spend_approval
+    _ask_async = _approve_stage._ask_async
+    _batch = _batch_stage._batch
+    _dedupe = _batch_stage._dedupe
+    _copy_for = staticmethod(_batch_stage._copy_for)
+    _record = _events_stage._record
+    _event = _events_stage._event
+    _executing = _events_stage._executing
+    _execute_sync = _execute_stage._execute_sync
+    _execute_async = _execute_stage._execute_async
+    _failure = staticmethod(_execute_stage._failure)
+    _give_back = _execute_stage._give_back
+    _abandon = _execute_stage._abandon
+    _pipeline = _pipeline_stage._pipeline
+    _run_sync = _pipeline_stage._run_sync
+    _run_async = _pipeline_stage._run_async
+    _resume = _pipeline_stage._resume
+    _prepare = _prepare_stage._prepare
+    _unknown_entry = _prepare_stage._unknown_entry
+    _redacted = _prepare_stage._redacted
+    _finish = _record_stage._finish
+    _halt_exc = _record_stage._halt_exc
+    _conclude = _record_stage._conclude
+    _synthetic = _record_stage._synthetic
+    _plain = _record_stage._plain
+    _remember = _record_stage._remember
+    _enter_flight = _wait_stage._enter_flight
+    _notify = _wait_stage._notify
+    _waiter = _wait_stage._waiter
+    _settled = _wait_stage._settled
+    _wait_sync = _wait_stage._wait_sync
+    _in_progress = _wait_stage._in_progress
+    _wait_async = _wait_stage._wait_async
+
+    def __init__(self, guard: Guard, task_id: str) -> None:
+        self.guard = guard
+        self.task_id = task_id
+        self._limit = guard._config.policy.idempotency.max_entries
+        self.history: deque[CallRecord] = deque(maxlen=self._limit)
+        self._ids = itertools.count(1)
+        # Call ids are unique across Task handles, processes and hosts, not only within this
+        # handle: a claim (Redis) is released only by the call that made it, and a web worker
+        # that opens a handle per request would otherwise reuse "task#1" for every call.
+        self._id_suffix = f"@{os.urandom(4).hex()}"  # what secrets.token_hex(4) does
+        # signature -> last result, for read-only blocks; oldest first, bounded
+        self._last_content: OrderedDict[str, Any] = OrderedDict()
+        self._tokens: list[contextvars.Token[Task | None]] = []
+
+    # -- context management -------------------------------------------------------------
+    def __enter__(self) -> Task:
+        self._tokens.append(_CURRENT_TASK.set(self))
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        _CURRENT_TASK.reset(self._tokens.pop())
+        if self.guard._sinks:
+            failed = exc_type is not None and issubclass(exc_type, Halt)
+            self._event("planning->failed" if failed else "planning->completed", "",
+                        HALT if failed else ALLOW,
+                        "the turn ended in a halt" if failed else "")
+
+    async def __aenter__(self) -> Task:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        self.__exit__(exc_type, *rest)
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def usage(self) -> Usage:
+        """The task's budget counters (tool calls, tokens, elapsed seconds)."""
+        u = self.guard._store.usage(self.task_id)
+        elapsed = 0.0 if u.started_at is None else self.guard._clock() - u.started_at
+        return Usage(u.tool_calls, u.per_tool, u.input_tokens, u.output_tokens, elapsed)
+
+    @property
+    def halted(self) -> bool:
+        """True while the task is halted."""
+        return self.guard._store.usage(self.task_id).halted is not None
+
+    @property
+    def pending_approvals(self) -> dict[str, ApprovalRecord]:
+        """Calls waiting for a human decision, by idempotency key."""
+        return self.guard._store.pending_approvals(self.task_id)
+
+    def record_usage(self, input_tokens: int | Any = 0, output_tokens: int = 0) -> None:
+        """Report model token usage (counts toward ``budget.max_tokens``).
+
+        Args:
+            input_tokens / output_tokens: token counts of one model call (integers ≥ 0).
+                Or, as the only argument, an SDK response or its ``usage``: OpenAI Chat
+                (``prompt_tokens`` / ``completion_tokens``), OpenAI Responses and Anthropic
+                (``input_tokens`` / ``output_tokens``; Anthropic's cache creation and cache
+                read tokens are added to the input), SDK objects or dicts.
+
+        Raises:
+            ValueError: a count is not an integer ≥ 0.
+            TypeError: an object with no token usage in it.
+            BudgetExceeded: the task's total tokens now exceed ``max_tokens``; the task halts.
+        """
+        if not isinstance(input_tokens, int | float | str | bytes | type(None)):
+            # a response or usage object (a count of the wrong type stays a ValueError)
+            if output_tokens:
+                raise TypeError("pass a response (or usage) alone, or two token counts")
+            input_tokens, output_tokens = usage_tokens(input_tokens)
+        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
+        total = self.guard._store.add_usage(self.task_id, cast(int, input_tokens), output_tokens,
+                                            self.guard._clock())
+        limit = self.guard._config.policy.budget.max_tokens
+        if (limit is not None and total > limit
+                and self.guard._config.policy.mode is ENFORCE):
+            reason = f"budget max_tokens exceeded: too many tokens (limit {limit}, used {total})"
+            self.guard._store.set_halted(self.task_id, {
+                "kind": "BudgetExceeded", "reason": reason, "budget": "max_tokens",
+                "limit": limit, "usage": total})
+            self._event("planning->failed", "", HALT, reason)  # no call: the tokens halted it
+            raise BudgetExceeded(reason, budget="max_tokens", limit=limit, usage=total,
+                                 task_id=self.task_id, tool="")
+
+    def new_turn(self) -> None:
+        """A new user message: progress for every signature (counts restart, until_change
+        idempotency records lapse), unless the policy sets ``reset_on_user_turn = false``."""
+        if self.guard._config.policy.ladder.reset_on_user_turn:
+            self.guard._store.new_turn(self.task_id)
+
+    def resume(self) -> None:
+        """Lift a halt (the user added a hint and wants to continue). A new turn starts, so
+        the call that halted may be tried again, and pending approvals wait afresh."""
+        store, now = self.guard._store, self.guard._clock()
+        store.set_halted(self.task_id, None)
+        store.new_turn(self.task_id)
+        # approvals still pending get a fresh approval.timeout_s (else a call that halted on
+        # ApprovalTimedOut would halt again at once)
+        ttl = self.guard._config.policy.idempotency.ttl_s
+        for key, record in self.pending_approvals.items():
+            store.set_approval(self.task_id, key, replace(record, requested_at=now), ttl)
+        self._event("halted->planning", "", ALLOW, "resumed")
+
+    def approve(self, key: str) -> None:
+        """Approve the call with idempotency ``key`` (from ``ToolResult.idempotency_key`` or
+        ``pending_approvals``); its next identical attempt executes. Host code only: nothing
+        the model sends reaches this."""
+        self._decide_approval(key, ApprovalState.APPROVED, "")
+
+    def reject(self, key: str, reason: str = "rejected by the reviewer") -> None:
+        """Reject the call with idempotency ``key``; its attempts are blocked with ``reason``."""
+        self._decide_approval(key, ApprovalState.REJECTED, reason)
+
+
+    def _direct_call(self, spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
+        """A decorated tool called directly inside this task's ``with`` block."""
+        return direct_call(self, spec, func, args, kwargs)
+
+    async def _direct_call_async(self, spec: ToolSpec, func: Callable[..., Awaitable[Any]],
+                                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """:meth:`_direct_call` for ``async def`` tools."""
+        return await direct_call_async(self, spec, func, args, kwargs)
+
+    # -- calls -------------------------------------------------------------------------
+    def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
+             run: Callable[[dict[str, Any]], Any] | None = None,
+             approver: Approver | None = None, resumed: bool = False) -> ToolResult:
+        """Run one tool call the model proposed, through the guard.
+
+        Args:
+            tool: the tool name. args: the arguments as a dict, or the model's JSON text.
+            run: what executes the call when the guard lets it run (allow, warn), in place
+                of the registered function: ``run(args)`` is passed the validated
+                arguments (a dict), and what it returns or raises is recorded exactly as a
+                tool result (an error result, an unknown outcome for a timeout type, the
+                idempotency record, progress). For a framework's own handler, a tool of
+                another process (MCP) or one registered by name only
+                (:meth:`Guard.register`). A name no registered tool has is then guarded
+                as a tool known by name only (effect from the policy's ``default_effect``
+                or ``[tools.<name>]``). ``run`` must not return an awaitable here (an
+                error result says to use :meth:`acall`).
+            approver: asked instead of the guard's approver if this call needs approval
+                (a framework's own human in the loop: a LangGraph ``interrupt()``, an
+                SDK's approval that was already given).
+            resumed: the framework may be re-running an attempt that went to review (a
+                LangGraph resume, pydantic-ai's ``DeferredToolResults``): if this call's
+                approval is still pending, this is that same attempt, so it is not counted
+                again (not in the repeat count, not in the budgets). Otherwise it counts
+                as any call does.
+
+        Returns:
+            A :class:`ToolResult`; never a traceback (a tool's exception becomes an error
+            result; malformed arguments become decision ``invalid``).
+
+        Raises:
+            Halt: the turn must end (``RepeatedToolCalls``, ``BudgetExceeded``,
+                ``ApprovalTimedOut``); also every later call until :meth:`resume`.
+            CallInProgress: an identical call kept running past the wait timeout.
+            StoreError: the store failed and the policy fails closed.
+            ToolGuardError: a bug inside the guard (chained to the original exception).
+            TypeError: without ``run``, the tool is known by name only (nothing here can
+                execute it); raised before the call is counted.
+        """
+        if run is None:
+            self._runnable(tool)
+            return self._run_sync(tool, args, None, approver, resumed)[0]
+        return self._run_sync(tool, args, sync_runner(tool, run), approver, resumed)[0]
+
+    async def acall(
+        self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
+        run: Callable[[dict[str, Any]], Any] | None = None,
+        approver: Approver | None = None, resumed: bool = False,
+    ) -> ToolResult:
+        """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers; a plain
+        (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
+        event loop and concurrent identical calls share one execution. A sync tool bound to
+        its thread (e.g. a ``sqlite3`` connection with ``check_same_thread``) should be
+        ``async def`` or called with :meth:`call`. A store that waits on I/O (``RedisStore``,
+        any store without ``blocking = False``) is called from a worker thread, so a stalled
+        Redis never freezes the event loop; the in-memory store (microseconds) is called on
+        the loop.
+
+        ``run`` as for :meth:`call`; here it may be ``async def`` or return an awaitable
+        (awaited). A plain ``run`` is called on the event loop's thread (it is meant to hand
+        over to a framework's handler, not to block). ``approver`` and ``resumed`` as for
+        :meth:`call`."""
+        if run is None:
+            self._runnable(tool)
+        return (await self._run_async(tool, args, run, approver, resumed))[0]
+
+    def _runnable(self, tool: str) -> None:
+        entry = self.guard._config.entries.get(tool)
+        if entry is not None and is_recorded(entry.spec):
+            raise TypeError(
+                f"tool {tool!r} is known by name only (guard.register, or a framework tool "
+                "object the guard cannot run by itself): pass run= to task.call/acall with "
+                "what executes it")
+
+    def _replay_call(self, tool: str, args: Mapping[str, Any] | str | None, result: Any,
+                     *, is_error: bool = False, timeout: bool = False) -> ToolResult:
+        """Guard a *recorded* call: nothing runs; if the guard lets it run, the recorded
+        ``result`` stands in for the tool's (an error when ``is_error``; an unknown outcome
+        when ``timeout``). Tools need not be registered: unknown names take their effect from
+        the policy. Used by ``toolguard replay``.
+
+        Raises:
+            Halt: as for :meth:`call`.
+        """
+        def recorded(_: dict[str, Any]) -> Any:
+            if timeout:
+                raise TimeoutError(str(result))
+            if is_error:
+                raise _RecordedError(result)
+            return result
+
+        return self._run_sync(tool, args, recorded)[0]
+
+    def run_tool_calls(self, message: Any, *, on_halt: OnHalt = "raise"
+                       ) -> list[dict[str, Any]]:
+        """Run the tool calls of one model message and answer them in its provider's shape.
+
+        ``messages += task.run_tool_calls(reply)`` closes a manual loop: an OpenAI Chat
+        assistant message (or ``ChatCompletion``) gives ``{"role": "tool", ...}`` messages,
+        Responses output items (or a ``Response``) give ``function_call_output`` items, an
+        Anthropic ``Message`` gives one user message of ``tool_result`` blocks (with
+        ``is_error``); SDK objects or plain dicts (:mod:`toolguard._loops`). Contents carry
+        the guard's notices (warn, cached, blocked). The calls run as one batch
+        (:meth:`call_batch`: identical calls execute once). A message without tool calls
+        gives ``[]``.
+
+        Args:
+            message: the model's message, as above.
+            on_halt: ``"raise"`` (default): after a halt, every call of the message still
+                gets a closing result (the halt, or "not executed"), then the
+                :class:`Halt` is raised carrying them as ``tool_messages``; ``"return"``:
+                they are returned and ``task.halted`` tells.
+
+        Raises:
+            Halt: as above. TypeError: not a message of these shapes, or a tool known by
+                name only (it needs ``task.call(..., run=)``). Otherwise as :meth:`call`.
+        """
+        return run_tool_calls(self, message, on_halt)
+
+    async def arun_tool_calls(self, message: Any, *, on_halt: OnHalt = "raise"
+                              ) -> list[dict[str, Any]]:
+        """:meth:`run_tool_calls` for asyncio: the distinct calls run concurrently
+        (:meth:`acall_batch`); a halt is raised once every call has finished."""
+        return await arun_tool_calls(self, message, on_halt)
+
+    def call_batch(
+        self, calls: Sequence[tuple[str, Mapping[str, Any] | str | bytes | None]]
+    ) -> list[ToolResult]:
+        """Run the parallel tool calls of one model message, in order. Identical calls
+        (same tool and signature) execute once; the others get that result with decision
+        ``cached``. A halt raises after the calls before it ran."""
+        return self._batch(calls, self.call)
+
+    async def acall_batch(
+        self, calls: Sequence[tuple[str, Mapping[str, Any] | str | bytes | None]]
+    ) -> list[ToolResult]:
+        """:meth:`call_batch` for asyncio: distinct calls run concurrently. A halt (or any
+        other error) raises once every call of the batch has finished, the first in call
+        order, so no call is left running, unrecorded, behind it."""
+        import asyncio
+
+        order, unique = self._dedupe(calls)
+        outcomes = await asyncio.gather(*(self.acall(t, a) for t, a in unique),
+                                        return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        results = cast(list[ToolResult], outcomes)
+        return [self._copy_for(results[i], dup) for i, dup in order]
