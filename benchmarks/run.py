@@ -32,6 +32,7 @@ from _args import args_for
 from _cases import block_variants, guard_variant, main_variants
 from _growth import growth, memory
 from _harness import calibrate, machine_info, run_rounds
+from _replay_bench import replay_markdown, replay_section
 from _report import evaluate_targets, markdown, summarise
 
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "latest.json"
@@ -172,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     if "skipped" in redis:
         _say(f"redis: skipped: {redis['skipped']}")
 
+    _say("replay: recorded calls read and replayed per second")
+    replayed = replay_section(opts.smoke)
+
     targets = evaluate_targets(rows, redis.get("round_trips"))
     info["loadavg_end"] = list(os.getloadavg())
     report: dict[str, Any] = {
@@ -185,10 +189,11 @@ def main(argv: list[str] | None = None) -> int:
         "growth": grown,
         "memory": held,
         "redis": redis,
+        "replay": replayed,
     }
     opts.json.parent.mkdir(parents=True, exist_ok=True)
     opts.json.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
-    summary = markdown(report)
+    summary = markdown(report) + "\n" + replay_markdown(replayed)
     opts.json.with_suffix(".md").write_text(summary, encoding="utf-8")
     print(summary)
     passed = sum(t["status"] == "PASS" for t in targets)

@@ -23,3 +23,10 @@ def shared() -> Path:
     if not SHARED.is_dir():
         pytest.fail(f"shared data folder not found at {SHARED} (set TOOLGUARD_SHARED)")
     return SHARED
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # the Redis Cluster a test started for this session (redis_servers.cluster_url)
+    from .redis_servers import stop_session_cluster
+
+    stop_session_cluster()

@@ -4,6 +4,8 @@ proxy that injects faults without disturbing the shared server.
 The server is ``TOOLGUARD_TEST_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``: a
 dedicated database). Every test gets its own key prefix and deletes only keys under it. If
 the server is unreachable, Redis tests skip with the reason, or fail when ``CI=true``.
+The cluster (``redis_cluster_store``, ``require_cluster``) is the 3-master Redis Cluster of
+``redis_servers.cluster_url()``: ``.ci/run``'s, or one started for the test session.
 
 Use the fixtures by importing them into a test module::
 
@@ -85,6 +87,51 @@ def redis_store(redis_prefix: str) -> Iterator[RedisStore]:
     store = RedisStore(url=REDIS_URL, key_prefix=redis_prefix, timeout_s=5.0)
     yield store
     store.close()
+
+
+def require_cluster() -> str:
+    """The test cluster's startup nodes (comma-separated URLs); skips the test (fails it
+    when ``CI=true``) if no cluster can be reached or started."""
+    from .redis_servers import cluster_url
+
+    try:
+        url = cluster_url()
+        from toolguard.stores.redis import unreachable
+
+        reason = unreachable(url, 2.0, cluster=True)
+    except (ImportError, OSError, RuntimeError) as exc:
+        reason = f"no Redis Cluster: {type(exc).__name__}: {exc}"
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI=true requires it")
+        pytest.skip(reason)
+    return url
+
+
+def delete_cluster_prefix(url: str, prefix: str) -> None:
+    """Delete every key under ``prefix:`` on every master of the cluster at ``url``."""
+    from toolguard.stores.redis import RedisStore
+
+    store = RedisStore(url=url, cluster=True, timeout_s=5.0)
+    client = store.client
+    try:
+        for key in list(client.scan_iter(match=f"{prefix}:*", count=1000)):
+            client.delete(key)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def redis_cluster_store() -> Iterator[RedisStore]:
+    """A :class:`RedisStore` on the test cluster under a fresh key prefix."""
+    from toolguard.stores.redis import RedisStore
+
+    url = require_cluster()
+    prefix = new_prefix()
+    store = RedisStore(url=url, cluster=True, key_prefix=prefix, timeout_s=5.0)
+    yield store
+    store.close()
+    delete_cluster_prefix(url, prefix)
 
 
 class FaultProxy:

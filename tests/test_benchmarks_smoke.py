@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .conftest import ROOT
 
-SECTIONS = {"meta", "targets", "per_call", "growth", "memory", "redis"}
+SECTIONS = {"meta", "targets", "per_call", "growth", "memory", "redis", "replay"}
 PATHS = {"allow", "allow_new", "warn", "cached", "block", "executed"}
 
 
@@ -46,6 +46,10 @@ def test_benchmark_smoke_run_writes_every_section(tmp_path: Path) -> None:
     assert report["memory"]["scenarios"]
     assert all(s["points"][-1]["history"] <= s["max_entries"]
                for s in report["memory"]["scenarios"])
+
+    replayed = report["replay"]
+    assert all(row["calls_per_s"] > 0 and row["problems"] == 0 for row in replayed["sets"])
+    assert replayed["memory"]["streamed_peak_bytes"] > 0
 
     redis = report["redis"]
     if os.environ.get("CI") == "true":

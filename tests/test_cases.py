@@ -1,6 +1,8 @@
 """Every case in ../shared/cases (real agent loops and legitimate repeats rebuilt from public
-bug reports) replayed through the engine with a policy built from its ``effects``; every
-``must`` property asserted."""
+bug reports) and in tests/cases (synthetic ones of the same format, one per detection rule
+and its look-alikes) replayed through the engine with a policy built from its ``effects``;
+every ``must`` property asserted. tests/cases may also give a tool ``shell`` (the argument
+the shell classifier reads) and ``result`` (``[tools.X.result]``)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ from typing import Any
 import pytest
 
 import toolguard as tg
-from toolguard._policy import ArgOptions, ToolPolicy, ToolRule
+from toolguard._policy import ArgOptions, ResultPolicy, ToolPolicy, ToolRule
 from toolguard.testing import FakeClock, auto_defer
 
-from .conftest import SHARED
+from .conftest import ROOT, SHARED
 
-CASES = sorted((SHARED / "cases").glob("*.jsonl"))
+SHARED_CASES = sorted((SHARED / "cases").glob("*.jsonl"))
+CASES = SHARED_CASES + sorted((ROOT / "tests" / "cases").glob("*.jsonl"))
 
 
 def policy_for(effects: dict[str, Any]) -> tg.Policy:
@@ -27,6 +30,8 @@ def policy_for(effects: dict[str, Any]) -> tg.Policy:
             args={a: ArgOptions(**o) for a, o in spec.get("args", {}).items()},
             rules=tuple(ToolRule(match=r["match"], effect=r["effect"])
                         for r in spec.get("rules", [])),
+            shell=spec.get("shell"),
+            result=ResultPolicy(**spec["result"]) if "result" in spec else None,
         )
     return tg.Policy(tools=tools)
 
@@ -73,4 +78,5 @@ def test_case_must_properties(path: Path) -> None:
 
 
 def test_every_case_is_checked() -> None:
-    assert len(CASES) >= 13
+    assert len(SHARED_CASES) == 13
+    assert len(CASES) >= 22

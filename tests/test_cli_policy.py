@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "policies"
 VALID = FIXTURES / "valid"
 INVALID = FIXTURES / "invalid"
-WIDE = {"COLUMNS": "250"}  # rich tables must not fold the values under test
+WIDE = {"COLUMNS": "400"}  # rich tables must not fold the values under test
 
 
 @pytest.fixture

@@ -25,7 +25,9 @@ def test_every_example_is_exercised() -> None:
     assert {p.name for p in TRACES} == {
         "grep-loop.jsonl", "duplicate-payment.jsonl", "test-rerun-after-edit.jsonl",
         "openai-airline.json", "anthropic-coding.json"}
-    assert [p.name for p in POLICIES] == ["airline.toml", "coding-agent.toml"]
+    assert [p.name for p in POLICIES] == ["airline.toml", "claude-code.toml", "codex.toml",
+                                          "coding-agent.toml", "openhands.toml",
+                                          "swe-agent.toml"]
 
 
 def test_quickstart_prints_allow_warn_block_halt() -> None:
@@ -60,7 +62,8 @@ def test_example_policy_loads(path: Path) -> None:
     ("cat > t.py << 'EOF'\nprint(1)\nEOF", "mutating"),
     ("find . -name '*.pyc' -delete", "mutating"),
     ("git checkout src/a.py", "mutating"),
-    ("cat $(which python)", "mutating"),
+    ("cat $(which python)", "readonly"),  # both parts only read (the shell classifier)
+    ("cat $(rm -v x)", "mutating"),
     ("python reproduce.py", "mutating"),
     ("submit flag{x}\n", "mutating"),
     ("sleep 10", "poll"),
@@ -118,13 +121,86 @@ def test_anthropic_example_with_the_coding_agent_policy() -> None:
                     EXAMPLES / "policies" / "coding-agent.toml")
     [run] = report.runs
     steps = [(str(s.effect), str(s.decision)) for s in run.steps]
+    # a test run only observes the code (the shell classifier): the tolerant read-only
+    # ladder, never the idempotency cache
     assert steps == [
-        ("mutating", "allow"),   # run the test: it fails
+        ("readonly", "allow"),   # run the test: it fails
         ("poll", "allow"),       # sleep 5
-        ("mutating", "warn"),    # the same test again, nothing changed: warned
+        ("readonly", "allow"),   # the same test again, nothing changed: the 2nd read
         ("readonly", "allow"),   # read the test ...
         ("readonly", "allow"),   # ... and grep the code, in one message
-        ("mutating", "allow"),   # after the user's hint (a new turn) the test may run again
+        ("readonly", "allow"),   # after the user's hint (a new turn) the test runs again
         ("mutating", "allow"),   # the fix
-        ("mutating", "allow"),   # the test after the fix: it passes
+        ("readonly", "allow"),   # the test after the fix: it passes
     ]
+    assert run.steps[5].count == 1  # the new turn restarted the count
+
+
+# -- the policies for coding agents' own tools ------------------------------------------------
+AGENT_POLICIES = {name: EXAMPLES / "policies" / f"{name}.toml"
+                  for name in ("claude-code", "codex", "openhands", "swe-agent")}
+
+
+def effect_of(policy: str, tool: str, args: dict[str, object]) -> str:
+    guard = tg.Guard(tg.load_policy(AGENT_POLICIES[policy], env={}), strict_tools=False)
+    return str(guard.task("t")._replay_call(tool, args, "").effect)
+
+
+@pytest.mark.parametrize(("policy", "tool", "args", "effect"), [
+    ("claude-code", "Read", {"file_path": "/a.py"}, "readonly"),
+    ("claude-code", "Grep", {"pattern": "x"}, "readonly"),
+    ("claude-code", "Glob", {"pattern": "*.py"}, "readonly"),
+    ("claude-code", "LS", {"path": "/"}, "readonly"),
+    ("claude-code", "WebFetch", {"url": "https://example.com"}, "readonly"),
+    ("claude-code", "Edit", {"file_path": "/a.py"}, "mutating"),
+    ("claude-code", "Write", {"file_path": "/a.py"}, "mutating"),
+    ("claude-code", "BashOutput", {"bash_id": "1"}, "poll"),
+    ("claude-code", "Task", {"prompt": "x"}, "mutating"),
+    ("claude-code", "Bash", {"command": "ls -la"}, "readonly"),
+    ("claude-code", "Bash", {"command": "git status"}, "readonly"),
+    ("claude-code", "Bash", {"command": "sleep 5"}, "poll"),
+    ("claude-code", "Bash", {"command": "ls > out.txt"}, "mutating"),
+    ("claude-code", "Bash", {"command": "cat a && rm a"}, "mutating"),
+    ("claude-code", "Bash", {"command": "find . -name x -delete"}, "mutating"),
+    ("claude-code", "Bash", {"command": "python hello.py"}, "mutating"),
+    ("codex", "write_stdin", {"session_id": 1, "chars": ""}, "poll"),
+    ("codex", "apply_patch", {"input": "*** Begin Patch"}, "mutating"),
+    ("codex", "exec_command", {"cmd": "rg -n foo src"}, "readonly"),
+    ("codex", "exec_command", {"cmd": "sed -n '1,80p' a.py"}, "readonly"),
+    ("codex", "exec_command", {"cmd": "sed -i 's/a/b/' a.py"}, "mutating"),
+    ("codex", "exec_command", {"cmd": "cargo test"}, "mutating"),
+    ("codex", "update_plan", {"plan": []}, "mutating"),
+    ("openhands", "str_replace_editor", {"command": "view", "path": "/a"}, "readonly"),
+    ("openhands", "str_replace_editor", {"command": "create", "path": "/a"}, "mutating"),
+    ("openhands", "execute_bash", {"command": ""}, "poll"),
+    ("openhands", "execute_bash", {"command": "grep -rn x ."}, "readonly"),
+    ("openhands", "execute_bash", {"command": "pip install x"}, "mutating"),
+    ("openhands", "think", {"thought": "hm"}, "readonly"),
+    ("swe-agent", "open", {"path": "a.py"}, "readonly"),
+    ("swe-agent", "scroll_down", {}, "readonly"),
+    ("swe-agent", "edit", {"search": "a", "replace": "b"}, "mutating"),
+    ("swe-agent", "submit", {}, "mutating"),
+    ("swe-agent", "bash", {"command": "find_file fields.py src"}, "readonly"),
+    ("swe-agent", "bash", {"command": "python reproduce.py"}, "mutating"),
+])
+def test_agent_policies_classify_their_tools(policy: str, tool: str, args: dict[str, object],
+                                             effect: str) -> None:
+    assert effect_of(policy, tool, args) == effect
+
+
+TRANSCRIPTS = SHARED / "data" / "transcripts"
+
+
+@pytest.mark.parametrize(("policy", "folder", "runs", "calls"), [
+    ("claude-code", "claude-code", 2, 10), ("codex", "codex-rollout", 3, 366),
+    ("openhands", "openhands", 2, 3), ("swe-agent", "swe-agent", 2, 18),
+    ("swe-agent", "mini-swe-agent", 1, 93),
+])
+def test_agent_policies_replay_their_agents_recordings_without_a_stop(
+        policy: str, folder: str, runs: int, calls: int) -> None:
+    """Real sessions of each agent: ordinary work, nothing to warn, cache, block or halt."""
+    report = replay_runs(read_runs([TRANSCRIPTS / folder])[0],
+                         tg.load_policy(AGENT_POLICIES[policy], env={}))
+    assert report.problems == []
+    assert (len(report.runs), report.totals()["calls"]) == (runs, calls)
+    assert {str(s.decision) for r in report.runs for s in r.steps} == {"allow"}

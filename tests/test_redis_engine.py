@@ -15,7 +15,7 @@ import os
 import queue
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -31,7 +31,14 @@ from toolguard._policy import (
 from toolguard.stores import ApprovalRecord, BeginRequest, FinishRequest, MemoryStore, Store
 from toolguard.testing import FakeClock, auto_approve, capture_audit
 
-from .redis_support import REDIS_URL, FaultProxy, redis_prefix, require_redis  # noqa: F401
+from .redis_support import (  # noqa: F401
+    REDIS_URL,
+    FaultProxy,
+    delete_cluster_prefix,
+    redis_prefix,
+    require_cluster,
+    require_redis,
+)
 
 try:
     import redis
@@ -109,6 +116,7 @@ def test_policy_selects_redis(redis_prefix: str) -> None:
     store = guard.store
     assert isinstance(store, RedisStore)
     assert store.on_error == "fail_open"
+    assert isinstance(store.client, redis.Redis)
     kwargs = store.client.connection_pool.connection_kwargs
     assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.75, 0.75)
     store.new_turn("t")
@@ -116,8 +124,36 @@ def test_policy_selects_redis(redis_prefix: str) -> None:
     store.close()
 
 
+def test_environment_selects_a_cluster(redis_prefix: str) -> None:
+    url = require_cluster()
+    guard = tg.Guard.from_env([_writer([])], env={
+        "TOOLGUARD_STORE__BACKEND": "redis", "TOOLGUARD_STORE__URL": url,
+        "TOOLGUARD_STORE__CLUSTER": "true", "TOOLGUARD_STORE__KEY_PREFIX": redis_prefix})
+    store = guard.store
+    assert isinstance(store, RedisStore)
+    assert isinstance(store.client, redis.RedisCluster)
+    assert guard.policy.store.cluster is True
+    task = guard.task("on-the-cluster")
+    assert [str(task.call("write", {"path": "a"}).decision) for _ in range(2)] == [
+        "allow", "cached"]
+    # every node is a startup node: the first one down, the cluster is still found
+    first, rest = url.split(",", 1)
+    dead = first.rsplit(":", 1)[0] + ":1"
+    other = RedisStore(url=f"{dead},{rest}", cluster=True, key_prefix=redis_prefix)
+    assert other.usage("on-the-cluster").tool_calls == 2
+    other.close()
+    client = redis.RedisCluster.from_url(rest.split(",")[0], socket_timeout=5.0)
+    assert RedisStore(client, key_prefix=redis_prefix).usage("on-the-cluster").tool_calls == 2
+    client.close()
+    store.close()
+    delete_cluster_prefix(url, redis_prefix)
+
+
 # -- round trips ------------------------------------------------------------------------
-def test_round_trips_per_call(redis_prefix: str) -> None:
+@pytest.mark.parametrize("deployment", ["node", "cluster"])
+def test_round_trips_per_call(redis_prefix: str, deployment: str) -> None:
+    # A cached or blocked call is 1 round trip, an executed call 2 (issue 18's Redis target),
+    # on one node and on a cluster alike.
     ran: list[str] = []
 
     @tg.mutating
@@ -129,8 +165,13 @@ def test_round_trips_per_call(redis_prefix: str) -> None:
     def lookup(q: str) -> str:
         return q
 
-    store = _store(redis_prefix)
-    task = tg.Guard(tools=[write, lookup], store=store).task("rt")
+    if deployment == "node":
+        store = _store(redis_prefix)
+    else:
+        store = _store(redis_prefix, url=require_cluster(), cluster=True)
+    policy = tg.Policy(ladder=LadderPolicy(readonly=LadderThresholds(warn_at=2, block_at=3,
+                                                                      halt_at=9)))
+    task = tg.Guard(policy, tools=[write, lookup], store=store).task("rt")
     task.call("write", {"path": "warm-up"})  # loads the scripts on a fresh server
 
     def trips(tool: str, args: dict[str, Any]) -> tuple[tg.Decision, int]:
@@ -141,14 +182,35 @@ def test_round_trips_per_call(redis_prefix: str) -> None:
     assert trips("write", {"path": "a"}) == (tg.Decision.ALLOW, 2)
     assert trips("write", {"path": "a"}) == (tg.Decision.CACHED, 1)
     assert trips("lookup", {"q": "a"}) == (tg.Decision.ALLOW, 2)
+    assert trips("lookup", {"q": "a"}) == (tg.Decision.WARN, 2)
+    assert trips("lookup", {"q": "a"}) == (tg.Decision.BLOCK, 1)
     assert ran == ["warm-up", "a"]
     store.close()
+    if deployment == "cluster":
+        delete_cluster_prefix(require_cluster(), redis_prefix)
 
 
-# -- several processes, one task --------------------------------------------------------
-def _same_call_worker(prefix: str, ladder: bool, barrier: Any, results: Any) -> None:
+# -- several processes, one task (on one node and on a 3-master cluster) -----------------
+Where = tuple[str, bool]  # (url, cluster) of the store the workers share
+
+
+@pytest.fixture(params=["node", "cluster"])
+def where(request: pytest.FixtureRequest, redis_prefix: str) -> Iterator[Where]:
+    """The deployment the workers share: the test server, or the test cluster (its keys
+    under ``redis_prefix`` are deleted afterwards; side-channel counters stay on the test
+    server)."""
+    if request.param == "node":
+        yield REDIS_URL, False
+        return
+    url = require_cluster()
+    yield url, True
+    delete_cluster_prefix(url, redis_prefix)
+
+
+def _same_call_worker(prefix: str, ladder: bool, where: Where, barrier: Any,
+                      results: Any) -> None:
     counter = redis.Redis.from_url(REDIS_URL)
-    store = _store(prefix)
+    store = _store(prefix, url=where[0], cluster=where[1])
     try:
         def charge(order: str) -> str:
             n = counter.incr(f"{prefix}:charges")
@@ -171,9 +233,9 @@ def _same_call_worker(prefix: str, ladder: bool, barrier: Any, results: Any) -> 
         counter.close()
 
 
-def _budget_worker(prefix: str, proc: int, barrier: Any, results: Any) -> None:
+def _budget_worker(prefix: str, proc: int, where: Where, barrier: Any, results: Any) -> None:
     counter = redis.Redis.from_url(REDIS_URL)
-    store = _store(prefix)
+    store = _store(prefix, url=where[0], cluster=where[1])
     try:
         def write(proc: int, n: int) -> str:
             counter.incr(f"{prefix}:writes")
@@ -220,8 +282,8 @@ def _run_processes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> 
                 p.kill()
 
 
-def test_four_processes_same_call_execute_once(redis_prefix: str) -> None:
-    out = _run_processes(_same_call_worker, [(redis_prefix, True)] * 4)
+def test_four_processes_same_call_execute_once(redis_prefix: str, where: Where) -> None:
+    out = _run_processes(_same_call_worker, [(redis_prefix, True, where)] * 4)
     check = redis.Redis.from_url(REDIS_URL)
     assert check.get(f"{redis_prefix}:charges") == b"1"
     check.close()
@@ -229,10 +291,10 @@ def test_four_processes_same_call_execute_once(redis_prefix: str) -> None:
     assert {v for _, v in out} == {"charged A-17 (#1)"}
 
 
-def test_four_processes_same_call_default_ladder(redis_prefix: str) -> None:
+def test_four_processes_same_call_default_ladder(redis_prefix: str, where: Where) -> None:
     # Four identical attempts reach the default mutating halt_at = 4 whatever their timing;
     # the side effect still happens exactly once.
-    out = _run_processes(_same_call_worker, [(redis_prefix, False)] * 4)
+    out = _run_processes(_same_call_worker, [(redis_prefix, False, where)] * 4)
     check = redis.Redis.from_url(REDIS_URL)
     assert check.get(f"{redis_prefix}:charges") == b"1"
     check.close()
@@ -241,8 +303,8 @@ def test_four_processes_same_call_default_ladder(redis_prefix: str) -> None:
     assert set(decisions) <= {"allow", "cached", "RepeatedToolCalls"}, out
 
 
-def test_budget_shared_by_four_processes(redis_prefix: str) -> None:
-    out = _run_processes(_budget_worker, [(redis_prefix, i) for i in range(4)])
+def test_budget_shared_by_four_processes(redis_prefix: str, where: Where) -> None:
+    out = _run_processes(_budget_worker, [(redis_prefix, i, where) for i in range(4)])
     assert all(isinstance(e, int) for e, _ in out), out
     assert sum(e for e, _ in out) == 10
     assert sum(h for _, h in out) == 10

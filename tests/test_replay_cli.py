@@ -9,12 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
-from typer.testing import CliRunner, Result
-
-from toolguard._replay_cli import register
+from typer.testing import CliRunner
 
 from .conftest import ROOT
+from .replay_support import make_app, replay
 
 TRACES = ROOT / "examples" / "traces"
 POLICIES = ROOT / "examples" / "policies"
@@ -24,17 +22,6 @@ SUMMARY_KEYS = {"calls", "replayed", "not_replayed", "executed", "allow", "warn"
                 "block", "review", "invalid", "halt", "halted_at", "halt_reason", "error", "meta"}
 
 
-def make_app() -> typer.Typer:
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-    @app.callback()
-    def root() -> None:
-        """toolguard (test app)."""
-
-    register(app)
-    return app
-
-
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
@@ -42,14 +29,6 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.upper().startswith("TOOLGUARD_") and name != "TOOLGUARD_SHARED":
             monkeypatch.delenv(name)
-
-
-def replay(*args: str) -> Result:
-    result = CliRunner().invoke(make_app(), ["replay", *args])
-    # never a traceback: any exception is the SystemExit that carries the exit code
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    assert "Traceback" not in result.output
-    return result
 
 
 def write(path: Path, lines: list[Any]) -> Path:
@@ -87,10 +66,11 @@ def test_json_output_schema() -> None:
                     "--format", "json")
     assert result.exit_code == 0
     doc = json.loads(result.stdout)
-    assert set(doc) == {"runs", "totals", "problems"}
+    assert set(doc) == {"runs", "totals", "problems", "notes"}
     assert [r["id"] for r in doc["runs"]] == ["grep-loop", "duplicate-payment-after-timeout"]
     for run in doc["runs"]:
-        assert set(run) == {"id", "file", "steps", "summary"}
+        assert set(run) == {"id", "file", "format", "steps", "summary"}
+        assert run["format"] == "trace" and run["file"].endswith(".jsonl")
         assert set(run["summary"]) == SUMMARY_KEYS
         for index, step in enumerate(run["steps"]):
             assert set(step) == STEP_KEYS

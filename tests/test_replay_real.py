@@ -21,6 +21,7 @@ import pytest
 
 import toolguard as tg
 from toolguard._schema import ArgsValidator
+from toolguard._shell import classify_command
 from toolguard.replay import ReplayReport, read_runs, read_tool_definitions, replay_runs
 from toolguard.testing import FakeClock
 
@@ -137,8 +138,28 @@ def test_swe_only_two_genuine_loops_are_blocked_or_halted() -> None:
                if r.reached(tg.Decision.BLOCK) or r.halted}
     assert stopped == {"swe-agent-03", "mini-swe-agent-31"}
     totals = report.totals()
-    assert totals["runs_with"] == {"warn": 4, "cached": 3, "block": 1, "review": 0,
+    assert totals["runs_with"] == {"warn": 4, "cached": 2, "block": 1, "review": 0,
                                    "invalid": 0, "halt": 2}
+
+
+def test_swe_read_only_commands_are_never_answered_from_the_cache() -> None:
+    """Regression: with bash mutating unless a regex said otherwise, a re-run of the same test
+    (django-15738, step 104) was answered from the idempotency cache. The shell classifier
+    reads it as read-only; the only cached answers left are duplicate writes."""
+    report = swe_report()
+    runs, _ = read_runs([SWE])
+    commands = {Path(r.file).stem: [str((c.args or {}).get("command")) for c in r.calls]
+                for r in runs}
+    cached = [(Path(r.file).stem, s.index)
+              for r in report.runs for s in r.steps if s.decision is tg.Decision.CACHED]
+    assert cached == [("mini-swe-agent-16", 25), ("mini-swe-agent-31", 58),
+                      ("mini-swe-agent-31", 60)]
+    for stem, i in cached:  # a backup copied twice; the same patch file written again
+        assert classify_command(commands[stem][i]) is tg.Effect.MUTATING
+    [django] = [r for r in report.runs if Path(r.file).stem == "mini-swe-agent-32"]
+    command = commands["mini-swe-agent-32"][104]
+    assert "pytest" in command and classify_command(command) is tg.Effect.READONLY
+    assert django.steps[104].executed
 
 
 def test_swe_a_write_after_restoring_a_backup_runs_again() -> None:

@@ -30,18 +30,27 @@ from toolguard.stores import (
 )
 from toolguard.testing import FakeClock
 
-from .redis_support import REDIS_URL, delete_prefix, redis_prefix, redis_store  # noqa: F401
+from .redis_support import (  # noqa: F401
+    REDIS_URL,
+    delete_prefix,
+    redis_cluster_store,
+    redis_prefix,
+    redis_store,
+)
 
 TASK = "task-1"
 KEY = f"{TASK}:pay:s1"
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis),
+                        pytest.param("redis-cluster", marks=pytest.mark.redis)])
 def store(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Store]:
     if request.param == "memory":
         yield MemoryStore(clock=clock)
-    else:
+    elif request.param == "redis":
         yield request.getfixturevalue("redis_store")
+    else:
+        yield request.getfixturevalue("redis_cluster_store")
 
 
 def begin(store: Store, clock: FakeClock, sig: str = "s1", *, tool: str = "pay",
@@ -56,16 +65,107 @@ def finish(store: Store, clock: FakeClock, sig: str = "s1", *, tool: str = "pay"
            key: str = "", executed: bool = True, success: bool = True, unknown: bool = False,
            mutating: bool = True, digest: str = "d1", store_result: bool = False,
            content: Any = None, release: bool = False, ttl_s: float = 3600.0,
-           halt: dict[str, Any] | None = None, call_id: str = "", task: str = TASK) -> None:
+           halt: dict[str, Any] | None = None, call_id: str = "", task: str = TASK,
+           outcome: str = "", max_progress_resets: int = 0) -> None:
     store.finish(task, FinishRequest(
         tool=tool, signature=sig, idempotency_key=key, executed=executed, success=success,
         unknown=unknown, mutating=mutating, result_digest=digest, store_result=store_result,
         content=content, release=release, ttl_s=ttl_s, now=clock(), halt=halt,
-        call_id=call_id))
+        call_id=call_id, outcome=outcome, max_progress_resets=max_progress_resets))
 
 
 def test_is_a_store(store: Store) -> None:
     assert isinstance(store, Store)
+
+
+# -- the stagnation rule's run and the cap on progress resets ---------------------------------
+def _search(store: Store, clock: FakeClock, sig: str, outcome: str = "0empty",
+            digest: str = "d-empty", tool: str = "search") -> Snapshot:
+    """One executed read-only call: begin, then finish with ``outcome``."""
+    snap = begin(store, clock, sig, tool=tool)
+    finish(store, clock, sig, tool=tool, mutating=False, digest=digest, outcome=outcome)
+    return snap
+
+
+def test_stagnation_run_grows_under_other_arguments(store: Store, clock: FakeClock) -> None:
+    runs = [_search(store, clock, f"search:q{i}") for i in range(4)]
+    assert [(s.stagnation, s.stagnation_outcome) for s in runs] == [
+        (0, ""), (1, "0empty"), (2, "0empty"), (3, "0empty")]
+    assert runs[-1].stagnation_signature == "search:q2"
+    assert begin(store, clock, "search:q9", tool="search").stagnation == 4
+    assert begin(store, clock, "other:x", tool="other").stagnation == 0  # per tool
+
+
+def test_stagnation_same_arguments_neither_grow_nor_break_it(store: Store,
+                                                            clock: FakeClock) -> None:
+    _search(store, clock, "search:a")
+    _search(store, clock, "search:b")
+    _search(store, clock, "search:b")  # the repeat ladder's business
+    assert begin(store, clock, "search:c", tool="search").stagnation == 2
+
+
+def test_stagnation_restarts_at_another_outcome(store: Store, clock: FakeClock) -> None:
+    for i in range(3):
+        _search(store, clock, f"search:q{i}")
+    _search(store, clock, "search:q3", outcome="rfound", digest="d-found")
+    snap = begin(store, clock, "search:q4", tool="search")
+    assert (snap.stagnation, snap.stagnation_outcome) == (1, "rfound")
+
+
+def test_stagnation_restarts_at_progress(store: Store, clock: FakeClock) -> None:
+    for i in range(3):
+        _search(store, clock, f"search:q{i}")
+    begin(store, clock, "write:a", tool="write")
+    finish(store, clock, "write:a", tool="write", digest="w1")  # a write: progress
+    assert begin(store, clock, "search:q3", tool="search").stagnation == 0
+    store.new_turn(TASK)
+    assert begin(store, clock, "search:q4", tool="search").stagnation == 0
+
+
+def test_a_call_the_rule_does_not_count_leaves_the_run(store: Store, clock: FakeClock) -> None:
+    for i in range(2):
+        _search(store, clock, f"search:q{i}")
+    _search(store, clock, "search:poll", outcome="")  # a poll, an unknown outcome
+    assert begin(store, clock, "search:q5", tool="search").stagnation == 2
+
+
+def test_errors_form_runs_too(store: Store, clock: FakeClock) -> None:
+    for i in range(3):
+        begin(store, clock, f"book:{i}", tool="book")
+        finish(store, clock, f"book:{i}", tool="book", success=False, digest="",
+               outcome="eSameError")
+    snap = begin(store, clock, "book:9", tool="book")
+    assert (snap.stagnation, snap.stagnation_outcome) == (3, "eSameError")
+
+
+def _poll_changing(store: Store, clock: FakeClock, n: int, cap: int, sig: str = "date:x"
+                   ) -> list[int]:
+    counts = []
+    for i in range(n):
+        counts.append(begin(store, clock, sig, tool="date").count)
+        finish(store, clock, sig, tool="date", mutating=False, digest=f"out{i}",
+               max_progress_resets=cap)
+    return counts
+
+
+def test_progress_resets_are_capped_back_to_back(store: Store, clock: FakeClock) -> None:
+    # an output that changes every time restarts the count only max_progress_resets times
+    assert _poll_changing(store, clock, 7, cap=3) == [1, 2, 2, 2, 2, 3, 4]
+
+
+def test_no_cap_keeps_every_reset(store: Store, clock: FakeClock) -> None:
+    assert _poll_changing(store, clock, 6, cap=0) == [1, 2, 2, 2, 2, 2]
+
+
+def test_another_call_in_between_restarts_the_resets(store: Store, clock: FakeClock) -> None:
+    counts = []
+    for i in range(8):
+        if i % 2:
+            begin(store, clock, "other:y", tool="other")  # the agent did something else
+        counts.append(begin(store, clock, "date:x", tool="date").count)
+        finish(store, clock, "date:x", tool="date", mutating=False, digest=f"out{i}",
+               max_progress_resets=2)
+    assert max(counts) == 2
 
 
 # -- counting ---------------------------------------------------------------------------
@@ -503,6 +603,8 @@ _OPS = st.one_of(
     st.tuples(st.just("new_turn")),
     st.tuples(st.just("halt"), st.booleans()),
     st.tuples(st.just("usage"), st.integers(0, 50)),
+    st.tuples(st.just("judged"), _SIGS, st.booleans(), st.sampled_from(["", "d1", "d2"]),
+              st.sampled_from(["", "0a", "eb"]), st.sampled_from([0, 1, 2])),
 )
 
 
@@ -519,6 +621,11 @@ def _apply(store: Store, clock: FakeClock, op: tuple[Any, ...]) -> Any:
                unknown=outcome == "unknown", release=outcome == "release", content=[sig],
                ttl_s=10.0, call_id=sig)
         return [store.get_record(TASK, f"{TASK}:pay:{s}", clock()) for s in ("s1", "s2")]
+    if name == "judged":  # stagnation outcomes and capped progress resets
+        _, sig, success, digest, outcome, cap = op
+        finish(store, clock, sig, mutating=False, success=success, digest=digest,
+               outcome=outcome, max_progress_resets=cap)
+        return None
     if name == "advance":
         clock.advance(op[1])
         return None

@@ -16,14 +16,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ._canonical import fields_of
+from ._redact import REDACTED, redact, redact_text, secrets_in
 
 __all__ = [
     "AuditEvent",
@@ -34,9 +34,6 @@ __all__ = [
     "redact",
     "scrub",
 ]
-
-REDACTED = "[REDACTED]"
-
 
 @dataclass(frozen=True, slots=True)
 class AuditEvent:
@@ -73,73 +70,23 @@ class AuditEvent:
 AuditSink = Callable[[AuditEvent], None]
 
 
-def redact(
-    args: Mapping[str, Any], pattern: re.Pattern[str] | None, max_chars: int
-) -> dict[str, Any]:
-    """A copy of ``args`` safe to log: values of keys matching ``pattern`` (searched,
-    case-insensitive) replaced by ``"[REDACTED]"`` at any depth, strings longer than
-    ``max_chars`` characters truncated with a note of the original length."""
-    return {k: _redact_value(k, v, pattern, max_chars) for k, v in args.items()}
-
-
-def _redact_value(key: str, value: Any, pattern: re.Pattern[str] | None, max_chars: int) -> Any:
-    if pattern is not None and pattern.search(key):
-        return REDACTED
-    if isinstance(value, str):
-        if len(value) > max_chars:
-            return f"{value[:max_chars]}…[{len(value)} chars]"
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _redact_value(str(k), v, pattern, max_chars) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_redact_value("", v, pattern, max_chars) for v in value]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    fields = _fields_of(value)
-    if fields is not None:  # a dataclass or pydantic model: its repr would show every field
-        return {"$type": type(value).__qualname__,
-                **{k: _redact_value(k, v, pattern, max_chars) for k, v in fields.items()}}
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a foreign __repr__ failed
-        text = f"<{type(value).__qualname__}>"
-    return text if len(text) <= max_chars else f"{text[:max_chars]}…"
-
-
-def _fields_of(value: Any) -> dict[str, Any] | None:
-    """The fields of a dataclass instance or a pydantic model, by name; else None."""
-    structured = fields_of(value)
-    return None if structured is None else structured[1]
-
-
 def scrub(message: str, args: Mapping[str, Any], pattern: re.Pattern[str] | None) -> str:
     """``message`` with the value of every key matching ``pattern``, at any depth of
     ``args``, replaced by ``"[REDACTED]"`` (validation messages quote the offending value,
-    which may be a container holding a secret: ``[{'token': '…'}] is not of type 'object'``)."""
-    if pattern is None:
-        return message
-    for value in _secrets(args, pattern, 0):
-        text = value if isinstance(value, str) else repr(value)
-        message = message.replace(repr(value), REDACTED).replace(text, REDACTED)
-    return message
+    which may be a container holding a secret: ``[{'token': '…'}] is not of type 'object'``),
+    and credentials of a known shape too (:func:`toolguard._redact.redact_text`)."""
+    if pattern is not None:
+        for value in secrets_in(args, pattern):
+            text = value if isinstance(value, str) else _safe_repr(value)
+            message = message.replace(_safe_repr(value), REDACTED).replace(text, REDACTED)
+    return redact_text(message)
 
 
-def _secrets(value: Any, pattern: re.Pattern[str], depth: int) -> Iterator[Any]:
-    """The values of the keys matching ``pattern`` inside ``value``, at any depth."""
-    if depth > 100:  # deeper than any validation message quotes
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if isinstance(key, str) and pattern.search(key):
-                if item is not None and item != "":
-                    yield item
-            else:
-                yield from _secrets(item, pattern, depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _secrets(item, pattern, depth + 1)
-    elif (fields := _fields_of(value)) is not None:
-        yield from _secrets(fields, pattern, depth + 1)
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a foreign __repr__ failed (or recursed)
+        return f"<{type(value).__qualname__}>"
 
 
 class MemorySink:

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANONICAL_VERSION",
+    "RESULT_DIGEST_VERSION",
     "ArgumentsError",
     "args_hash",
     "args_hash_and_floats",
@@ -528,25 +529,33 @@ def args_hash(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None 
     return _hexdigest(canonical_args(args, options), CANONICAL_VERSION)  # = digest(...)
 
 
+RESULT_DIGEST_VERSION: Final = 2
+"""Version of :func:`value_digest`; its seed. 2: the JSON type is part of the digest."""
+
+
 def value_digest(value: Any) -> str:
     """A digest of a tool *result*, to tell "the output changed" from "the same output again".
 
-    Strings and bytes hash directly; other values by their canonical form, falling back to
-    ``repr`` (results, unlike arguments, may be arbitrary objects; this only compares them).
+    The digest is typed: a text result is tagged ``s``, bytes ``b`` and any other value ``j``
+    with its JSON text (sorted keys), so ``1`` and ``"1"``, ``None`` and ``"null"``, ``True``
+    and ``"true"``, ``{"a": 1}`` and the text ``'{"a":1}'`` all differ. Values orjson cannot
+    take go by their canonical form, falling back to ``repr`` (tagged ``r``; results, unlike
+    arguments, may be arbitrary objects; this only compares them). XXH3-64 seeded with
+    :data:`RESULT_DIGEST_VERSION`, 16 hex digits.
     """
     if isinstance(value, str):
-        data = value.encode("utf-8", errors="surrogatepass")
+        data = b"s" + value.encode("utf-8", errors="surrogatepass")
     elif isinstance(value, bytes):
-        data = value
+        data = b"b" + value
     else:
         try:
-            data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            data = b"j" + orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):
             try:
-                data = orjson.dumps(canonicalize(value), option=orjson.OPT_SORT_KEYS)
+                data = b"j" + orjson.dumps(canonicalize(value), option=orjson.OPT_SORT_KEYS)
             except (CanonicalizationError, TypeError):  # TypeError: nested past orjson's 255
                 try:
-                    data = repr(value).encode("utf-8", errors="replace")
+                    data = b"r" + repr(value).encode("utf-8", errors="replace")
                 except Exception:  # noqa: BLE001 - a foreign __repr__ failed: compare by identity
-                    data = f"{type(value).__qualname__}@{id(value)}".encode()
-    return xxhash.xxh3_64_hexdigest(data)
+                    data = f"r{type(value).__qualname__}@{id(value)}".encode()
+    return xxhash.xxh3_64_hexdigest(data, RESULT_DIGEST_VERSION)

@@ -22,7 +22,13 @@ ValidateSchema, with the ladder of DESIGN.md §1):
    review / block (rejected) / halt (``ApprovalTimedOut``);
 7. idempotency: a completed record → cached;
 8. ladder: count ≥ ``block_at`` → block; ≥ ``warn_at`` → warn; else allow (a call a human
-   approved skips this rung: its earlier attempts were waiting, not looping).
+   approved skips this rung: its earlier attempts were waiting, not looping);
+9. stagnation: the tool's calls since the last progress form a run of ``stagnation_block_at
+   - 1`` calls with other arguments each and one outcome → block (its next call would most
+   likely only repeat that outcome).
+
+After the call ran, :func:`stagnation_after` judges its outcome: the call that makes such a
+run ``stagnation_warn_at`` long is a warn, with a notice naming what repeated.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from ._types import (
 )
 from .stores._base import ApprovalState, Snapshot
 
-__all__ = ["CallContext", "Verdict", "decide"]
+__all__ = ["CallContext", "Verdict", "decide", "outcome_kind", "stagnation_after"]
 
 
 class CallContext(NamedTuple):
@@ -240,6 +246,15 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
         )
 
     if ladder is not None and not approved:
+        block_at = s.stagnation_block_at
+        if block_at and snap.stagnation + 1 >= block_at:
+            what = _stagnated(ctx.tool, snap.stagnation, snap.stagnation_outcome)
+            return Verdict(
+                BLOCK,
+                reason=f"stagnation: {what} since the last progress",
+                notice=f"Change approach: use another tool, or fix the cause before calling "
+                       f"{ctx.tool} again.",
+            )
         if snap.count >= ladder.block_at:
             return Verdict(
                 BLOCK,
@@ -255,3 +270,61 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
                        "query, the path or the arguments, or use another tool.",
             )
     return ALLOWED
+
+
+# Outcome kinds: the first character of a stagnation outcome digest (FinishRequest.outcome).
+EMPTY_RESULT, ERROR_RESULT, SOME_RESULT = "0", "e", "r"
+
+
+def outcome_kind(success: bool, normalized: object) -> str:
+    """The kind character of a call's outcome: an error, an empty result (``""``, ``[]``,
+    ``{}``, ``None``, or text saying it found nothing), or any other result."""
+    if not success:
+        return ERROR_RESULT
+    if normalized is None or normalized in ("", [], {}):
+        return EMPTY_RESULT
+    if isinstance(normalized, str):
+        text = normalized.strip().lower()
+        if not text or text in _EMPTY_TEXTS or text.startswith(("found 0 ", "no results",
+                                                                "no matches", "0 results")):
+            return EMPTY_RESULT
+    return SOME_RESULT
+
+
+_EMPTY_TEXTS: Final = frozenset({"[]", "{}", "null", "none", "0"})
+
+
+def _stagnated(tool: str, run: int, outcome: str) -> str:
+    kind = outcome[:1]
+    what = ("failed with the same error" if kind == ERROR_RESULT
+            else "returned the same empty result" if kind == EMPTY_RESULT
+            else "returned the same result")
+    return f"{run} different {tool} calls {what}"
+
+
+def stagnation_after(settings: ToolSettings, signature: str, snap: Snapshot, outcome: str
+                     ) -> Verdict | None:
+    """The stagnation warn for a call of ``settings.name`` that has just run, or None.
+
+    ``signature`` is the call's ``tool:args_hash``; ``snap`` the snapshot its decision read;
+    ``outcome`` its outcome digest (its kind character, then the digest of its normalised
+    result or error; "" for a call the rule does not count: a poll, an unknown outcome).
+    The run grows when the outcome repeats under other arguments than the run's last call;
+    the same arguments again are the repeat ladder's to judge, and neither grow nor break
+    the run. Pure: it mirrors what the store records for the same call.
+    """
+    warn_at = settings.stagnation_warn_at
+    if not warn_at or not outcome:
+        return None
+    run = 1
+    if outcome == snap.stagnation_outcome:
+        run = snap.stagnation + (snap.stagnation_signature != signature)
+    if run < warn_at:
+        return None
+    what = _stagnated(settings.name, run, outcome)
+    return Verdict(
+        WARN,
+        reason=f"stagnation: {what} since the last progress",
+        notice=f"{what} since the last progress. Rewording the arguments is not helping: "
+               "change approach (another tool, a different strategy), or stop and report.",
+    )

@@ -65,6 +65,9 @@ class ToolSpec:
             backend (e.g. an ``Idempotency-Key`` header), so a retry after an unknown outcome
             is safe; or NOT_GIVEN.
         max_calls: per-task limit of calls of this tool, or NOT_GIVEN.
+        external: the tool acts on the outside world (a payment, an email, a ticket, a
+            message: MCP's ``openWorldHint``), so a completed call is remembered for the
+            whole task (scope ``task``) instead of until the next change; or NOT_GIVEN.
         args_schema: a JSON Schema of the arguments (an OpenAI function ``parameters``
             object), or None to derive one from the type hints.
         description: for ``guard.tool_schemas()`` (default: the docstring's first paragraph).
@@ -80,6 +83,7 @@ class ToolSpec:
     max_calls: int | NotGiven | None = NOT_GIVEN
     args_schema: Mapping[str, Any] | None = None
     description: str = ""
+    external: bool | NotGiven = NOT_GIVEN
 
     @property
     def is_async(self) -> bool:
@@ -90,7 +94,7 @@ class ToolSpec:
         """The options that were passed explicitly, by policy key name."""
         out: dict[str, Any] = {}
         for key in ("effect", "idempotency_scope", "idempotency_ttl_s",
-                    "forwards_idempotency_key", "max_calls"):
+                    "forwards_idempotency_key", "max_calls", "external"):
             value = getattr(self, key)
             if value is not NOT_GIVEN:
                 out[key] = value
@@ -303,6 +307,7 @@ def mutating(
     idempotency_scope: Scope | NotGiven = ...,
     idempotency_ttl_s: float | NotGiven = ...,
     forwards_idempotency_key: bool | NotGiven = ...,
+    external: bool | NotGiven = ...,
     max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
@@ -315,6 +320,7 @@ def mutating(
     idempotency_scope: Scope | NotGiven = NOT_GIVEN,
     idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
     forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
+    external: bool | NotGiven = NOT_GIVEN,
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
@@ -326,12 +332,17 @@ def mutating(
 
     Args:
         name: the tool name the model calls (default: the function name).
-        idempotency_scope: ``"until_change"`` (default: forgotten at the next progress),
-            ``"task"`` (once per task) or ``"off"``.
+        idempotency_scope: ``"until_change"`` (forgotten at the next progress: the default
+            for local state such as files), ``"task"`` (once per task: the default for an
+            ``external`` tool) or ``"off"``.
         idempotency_ttl_s: seconds a completed call is remembered (default: the policy's).
         forwards_idempotency_key: the tool passes ``toolguard.current_idempotency_key()`` to its
             backend, so after a timeout an identical retry runs with the same key instead of
             going to review.
+        external: the tool acts on the outside world (payments, email, tickets, messages:
+            MCP's ``openWorldHint``): its idempotency scope defaults to ``"task"``, since a
+            later, unrelated write does not undo a payment. Local state (files, a shell)
+            keeps ``"until_change"``.
         max_calls: per-task limit of calls of this tool (``None``: no limit).
         args_schema: JSON Schema of the arguments; default: derived from the type hints.
         description: for ``guard.tool_schemas()``; default: the docstring's first paragraph.
@@ -345,7 +356,8 @@ def mutating(
         func,
         {"name": name, "idempotency_scope": _scope(idempotency_scope),
          "idempotency_ttl_s": idempotency_ttl_s,
-         "forwards_idempotency_key": forwards_idempotency_key, "max_calls": max_calls,
+         "forwards_idempotency_key": forwards_idempotency_key, "external": external,
+         "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
         "mutating",
     )
@@ -362,6 +374,7 @@ def requires_approval(
     idempotency_scope: Scope | NotGiven = ...,
     idempotency_ttl_s: float | NotGiven = ...,
     forwards_idempotency_key: bool | NotGiven = ...,
+    external: bool | NotGiven = ...,
     max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
@@ -374,6 +387,7 @@ def requires_approval(
     idempotency_scope: Scope | NotGiven = NOT_GIVEN,
     idempotency_ttl_s: float | NotGiven = NOT_GIVEN,
     forwards_idempotency_key: bool | NotGiven = NOT_GIVEN,
+    external: bool | NotGiven = NOT_GIVEN,
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
@@ -392,7 +406,8 @@ def requires_approval(
         {"name": name,
          "idempotency_scope": IdempotencyScope.TASK if scope is NOT_GIVEN else scope,
          "idempotency_ttl_s": idempotency_ttl_s,
-         "forwards_idempotency_key": forwards_idempotency_key, "max_calls": max_calls,
+         "forwards_idempotency_key": forwards_idempotency_key, "external": external,
+         "max_calls": max_calls,
          "args_schema": args_schema, "description": description},
         "requires_approval",
     )

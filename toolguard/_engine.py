@@ -47,7 +47,7 @@ from ._canonical import (
     parse_arguments,
     value_digest,
 )
-from ._core import CallContext, Verdict, decide, halt_kind
+from ._core import CallContext, Verdict, decide, halt_kind, outcome_kind, stagnation_after
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool, spec_of
 from ._errors import (
     BudgetExceeded,
@@ -66,6 +66,7 @@ from ._injected import injected_parameters
 from ._integration import named_spec, refuse_outside_task, require_task_for, sync_runner
 from ._lock import YieldingLock
 from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
+from ._outcomes import is_unknown_outcome
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
@@ -76,6 +77,7 @@ from ._schema import (
     int_parameters,
     schema_from_signature,
 )
+from ._shell import classify_argv
 from ._types import (
     ALLOW,
     BLOCK,
@@ -141,6 +143,11 @@ async def _until_done(future: asyncio.Future[Any]) -> None:
     while not future.done():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait([future])
+
+
+class _NotStarted(BaseException):  # a control-flow signal, not an error
+    """Thrown into the pipeline at its execute request when ``acall`` was cancelled while a
+    store operation ran off the loop: the tool never started, so its claim is given back."""
 
 
 class _RecordedError(Exception):
@@ -280,6 +287,7 @@ class _Approve(NamedTuple):
     """I/O request: ask the approver (answer: an ``ApprovalDecision``)."""
 
     request: ApprovalRequest
+    approver: Approver
 
 
 class _Wait(NamedTuple):
@@ -355,6 +363,8 @@ class Guard:
         self._config = self._build(policy)
         self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
+        # a store whose operations wait on I/O runs off the event loop under acall
+        self._store_blocks = bool(getattr(self._store, "blocking", True))
         self._inflight: dict[str, threading.Event] = {}
 
     @classmethod
@@ -738,7 +748,8 @@ class Task:
 
     # -- calls -------------------------------------------------------------------------
     def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
-             run: Callable[[dict[str, Any]], Any] | None = None) -> ToolResult:
+             run: Callable[[dict[str, Any]], Any] | None = None,
+             approver: Approver | None = None, resumed: bool = False) -> ToolResult:
         """Run one tool call the model proposed, through the guard.
 
         Args:
@@ -753,6 +764,14 @@ class Task:
                 as a tool known by name only (effect from the policy's ``default_effect``
                 or ``[tools.<name>]``). ``run`` must not return an awaitable here (an
                 error result says to use :meth:`acall`).
+            approver: asked instead of the guard's approver if this call needs approval
+                (a framework's own human in the loop: a LangGraph ``interrupt()``, an
+                SDK's approval that was already given).
+            resumed: the framework may be re-running an attempt that went to review (a
+                LangGraph resume, pydantic-ai's ``DeferredToolResults``): if this call's
+                approval is still pending, this is that same attempt, so it is not counted
+                again (not in the repeat count, not in the budgets). Otherwise it counts
+                as any call does.
 
         Returns:
             A :class:`ToolResult`; never a traceback (a tool's exception becomes an error
@@ -769,27 +788,30 @@ class Task:
         """
         if run is None:
             self._runnable(tool)
-            return self._run_sync(tool, args, None)[0]
-        return self._run_sync(tool, args, sync_runner(tool, run))[0]
+            return self._run_sync(tool, args, None, approver, resumed)[0]
+        return self._run_sync(tool, args, sync_runner(tool, run), approver, resumed)[0]
 
     async def acall(
         self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
         run: Callable[[dict[str, Any]], Any] | None = None,
+        approver: Approver | None = None, resumed: bool = False,
     ) -> ToolResult:
         """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers; a plain
         (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
         event loop and concurrent identical calls share one execution. A sync tool bound to
         its thread (e.g. a ``sqlite3`` connection with ``check_same_thread``) should be
-        ``async def`` or called with :meth:`call`. The store is called synchronously (the
-        in-memory store takes microseconds; a Redis round trip blocks the event loop for its
-        ~0.2-0.6 ms).
+        ``async def`` or called with :meth:`call`. A store that waits on I/O (``RedisStore``,
+        any store without ``blocking = False``) is called from a worker thread, so a stalled
+        Redis never freezes the event loop; the in-memory store (microseconds) is called on
+        the loop.
 
         ``run`` as for :meth:`call`; here it may be ``async def`` or return an awaitable
         (awaited). A plain ``run`` is called on the event loop's thread (it is meant to hand
-        over to a framework's handler, not to block)."""
+        over to a framework's handler, not to block). ``approver`` and ``resumed`` as for
+        :meth:`call`."""
         if run is None:
             self._runnable(tool)
-        return (await self._run_async(tool, args, run))[0]
+        return (await self._run_async(tool, args, run, approver, resumed))[0]
 
     def _runnable(self, tool: str) -> None:
         entry = self.guard._config.entries.get(tool)
@@ -944,6 +966,9 @@ class Task:
             bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
             if settings.rules and (ruled := entry.effect_for(bound)) is not None:
                 effect, denied = ruled, False  # a matching rule classifies the call
+            elif settings.shell is not None and (
+                    parsed := classify_argv(bound.get(settings.shell))) is not None:
+                effect, denied = parsed, False  # so does a recognised shell command
             try:
                 sig, floats = args_hash_and_floats(bound, settings.args)
             except CanonicalizationError as exc:
@@ -1059,6 +1084,14 @@ class Task:
         log.warning("toolguard: %s", reason)
         self._event(transition, p.entry.spec.name, ALLOW, reason, p, cfg)
 
+    def _waited(self, cfg: _Config, p: _Prepared) -> bool:
+        """This call's approval is pending: a resumed attempt is the one that waited."""
+        if p.effect is not MUTATING and not p.entry.settings.requires_approval:
+            return False  # no approval record can exist
+        pending: dict[str, ApprovalRecord] = self._store_op(
+            cfg, p, lambda: self.guard._store.pending_approvals(self.task_id), fallback=dict)
+        return p.key in pending
+
     def _decide(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> Verdict:
         policy = cfg.policy
         return decide(CallContext(  # positional, in CallContext's order (hot path)
@@ -1142,9 +1175,7 @@ class Task:
         # The error envelope (DESIGN.md §2, cause 1): a one-line structured error, no
         # traceback, so the model does not guess at its own arguments.
         name = type(exc).__name__
-        qualified = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        unknown = any(t in (name, qualified) for t in cfg.timeout_types) or any(
-            t in (c.__name__ for c in type(exc).__mro__) for t in cfg.timeout_types)
+        unknown = is_unknown_outcome(exc, cfg.timeout_types)
         if isinstance(exc, _RecordedError):
             content = exc.content
         else:
@@ -1160,21 +1191,31 @@ class Task:
                         exc=exc, duration_s=duration_s)
 
     def _finish(self, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
-                halt: dict[str, Any] | None = None) -> None:
+                halt: dict[str, Any] | None = None) -> Verdict | None:
+        """Record the call's outcome; return the stagnation warn it earned, if any."""
         executed = outcome is not None
         if not executed and not snap.claimed and halt is None:
-            return  # nothing to record: the attempt was counted by begin
+            return None  # nothing to record: the attempt was counted by begin
         success = outcome is not None and outcome.success
         content = outcome.content if outcome is not None and success else None
         mutating = p.effect is MUTATING
+        settings = p.entry.settings
+        result_digest, judged = "", ""
+        if outcome is not None and not outcome.unknown:
+            # compared without its volatile parts (the model still gets it whole)
+            normalized = settings.result(outcome.content)
+            result_digest = value_digest(normalized) if success else ""
+            if p.effect is not POLL and (settings.stagnation_warn_at
+                                         or settings.stagnation_block_at):
+                judged = outcome_kind(success, normalized) + (
+                    result_digest or value_digest(normalized))
         req = FinishRequest(  # positional, in FinishRequest's order (hot path)
             p.entry.spec.name, p.signature, p.key, executed, success,
             outcome is not None and mutating and outcome.unknown,  # unknown
-            mutating,
-            value_digest(content) if success else "",  # result_digest
+            mutating, result_digest,
             success and p.claim,  # store_result
-            content, snap.claimed, p.entry.settings.idempotency_ttl_s, self.guard._clock(),
-            halt, p.call_id,
+            content, snap.claimed, settings.idempotency_ttl_s, self.guard._clock(),
+            halt, p.call_id, judged, settings.max_progress_resets,
         )
         try:
             self.guard._store.finish(self.task_id, req)
@@ -1187,10 +1228,10 @@ class Task:
                 self._store_failed(cfg, p, exc, fallback=True,
                                    transition="executing->planning")
             except StoreError as error:
-                log.warning("toolguard: %s: the result is returned but not recorded", error)
+                log.warning("toolguard: %s (the result is returned)", error)
                 self._event("executing->planning", p.entry.spec.name, ALLOW,
                             f"state not recorded: {error}", p, cfg)
-                return
+                return None
         if req.unknown and (p.entry.settings.requires_approval
                             or not p.entry.settings.forwards_idempotency_key):
             # An earlier approval covered a call that may now have happened: a retry needs
@@ -1208,6 +1249,7 @@ class Task:
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
                 self.task_id, p.key, used, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
+        return stagnation_after(settings, p.signature, snap, judged) if judged else None
 
     def _give_back(self, cfg: _Config, claimed: tuple[_Prepared, Snapshot] | None) -> None:
         """Release the claim of a call that will not run (best effort: the store may be the
@@ -1256,11 +1298,15 @@ class Task:
                                 effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
             self._record(p, result, "validating->failed", cfg)
             raise exc
-        self._finish(cfg, p, snap, outcome)
+        stagnant = self._finish(cfg, p, snap, outcome)
         if outcome is not None:
             content = outcome.content
+            if stagnant is not None and decision is ALLOW:  # this call made the run long
+                verdict, decision = stagnant, stagnant.decision
+                if observed is not None:
+                    observed = decision
             notice = verdict.notice if observed is None else None
-            if notice and outcome.success:
+            if notice and (outcome.success or verdict is stagnant):
                 content = _with_notice(content, notice)
             elif outcome.success is False:
                 notice = None
@@ -1302,6 +1348,8 @@ class Task:
                     "human decision; do not retry it until told it was approved.")
         else:
             text = f"[toolguard] Blocked, not executed: {verdict.reason}."
+            if verdict.notice:  # what to do instead (the stagnation rule says)
+                text += f" {verdict.notice}"
             if verdict.reason.startswith(tool) and "same arguments" in verdict.reason:
                 text += (" It will not run again with these arguments: change the arguments, "
                          "use another tool, or tell the user what is blocking you.")
@@ -1341,7 +1389,8 @@ class Task:
         self._event("validating->executing", p.entry.spec.name, verdict.decision,
                     verdict.reason, p, cfg, snap.count)
 
-    def _pipeline(self, tool: str, raw: Any, executor: Executor | None
+    def _pipeline(self, tool: str, raw: Any, executor: Executor | None,
+                  approver: Approver | None = None, resumed: bool = False,
                   ) -> Generator[_Io, Any, tuple[ToolResult, BaseException | None]]:
         """The whole pipeline of one call, sans I/O that differs between sync and async: it
         yields an :data:`_Io` request (run the tool, ask the approver, wait for an identical
@@ -1359,14 +1408,15 @@ class Task:
                 self.guard._warn_off()
                 outcome: _Outcome = yield _Execute(cfg, p, executor)
                 return self._plain(p, outcome), outcome.exc
-            snap = self._begin(cfg, p, count=True)
+            snap = self._begin(cfg, p, count=not (resumed and self._waited(cfg, p)))
             if snap.claimed:
                 claimed = (p, snap)
             while True:
                 verdict = self._decide(cfg, p, snap)
                 if verdict.ask_approval and cfg.policy.mode is ENFORCE:
                     req = self._approval_request(cfg, p, snap, verdict)
-                    answer: ApprovalDecision = yield _Approve(req)
+                    answer: ApprovalDecision = yield _Approve(req,
+                                                              approver or self.guard._approver)
                     snap = self._store_approval(cfg, p, snap, req, answer)
                     if answer.verdict != "defer":
                         continue
@@ -1391,6 +1441,9 @@ class Task:
                 executing = True
                 try:
                     outcome = yield _Execute(cfg, p, executor)
+                except _NotStarted:  # cancelled before the tool started: give the claim back
+                    executing = False
+                    raise
                 except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
                     self._abandon(cfg, p, snap)
                     raise
@@ -1419,9 +1472,10 @@ class Task:
                 self._give_back(cfg, claimed)
             raise
 
-    def _run_sync(self, tool: str, raw: Any, executor: Executor | None
+    def _run_sync(self, tool: str, raw: Any, executor: Executor | None,
+                  approver: Approver | None = None, resumed: bool = False,
                   ) -> tuple[ToolResult, BaseException | None]:
-        pipeline = self._pipeline(tool, raw, executor)
+        pipeline = self._pipeline(tool, raw, executor, approver, resumed)
         try:
             io = next(pipeline)
             while True:
@@ -1429,7 +1483,7 @@ class Task:
                     if isinstance(io, _Execute):
                         answer: Any = self._execute_sync(io.cfg, io.p, io.executor)
                     elif isinstance(io, _Approve):
-                        answer = _sync_answer(_ask(self.guard._approver, io.request))
+                        answer = _sync_answer(_ask(io.approver, io.request))
                     else:
                         self._wait_sync(io.cfg, io.p)
                         answer = None
@@ -1440,39 +1494,65 @@ class Task:
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    async def _run_async(self, tool: str, raw: Any, executor: Executor | None
+    async def _run_async(self, tool: str, raw: Any, executor: Executor | None,
+                         approver: Approver | None = None, resumed: bool = False,
                          ) -> tuple[ToolResult, BaseException | None]:
-        pipeline = self._pipeline(tool, raw, executor)
+        pipeline = self._pipeline(tool, raw, executor, approver, resumed)
         cancelled: BaseException | None = None  # a cancellation that waited for a thread
-        try:
-            io = next(pipeline)
-            while True:
-                try:
-                    if isinstance(io, _Execute):
-                        try:
-                            answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
-                        except _Outlived as outlived:  # record what happened, then cancel
-                            answer, cancelled = outlived.outcome, outlived.cancel
-                    elif isinstance(io, _Approve):
-                        answer = await self._ask_async(io)
-                    else:
-                        await self._wait_async(io.cfg, io.p)
-                        answer = None
-                except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
-                    io = pipeline.throw(exc)
+        done, io = await self._resume(pipeline, None, None)
+        while not done:
+            try:
+                if isinstance(io, _Execute):
+                    try:
+                        answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
+                    except _Outlived as outlived:  # record what happened, then cancel
+                        answer, cancelled = outlived.outcome, outlived.cancel
+                elif isinstance(io, _Approve):
+                    answer = await self._ask_async(io)
                 else:
-                    io = pipeline.send(answer)
-        except StopIteration as done:
-            if cancelled is not None:
-                raise cancelled from None
-            return done.value  # type: ignore[no-any-return]
+                    await self._wait_async(io.cfg, io.p)
+                    answer = None
+            except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
+                done, io = await self._resume(pipeline, None, exc)
+            else:
+                done, io = await self._resume(pipeline, answer, None)
+        if cancelled is not None:
+            raise cancelled from None
+        return io  # type: ignore[no-any-return]
+
+    async def _resume(self, pipeline: Generator[_Io, Any, Any], answer: Any,
+                      exc: BaseException | None) -> tuple[bool, Any]:
+        """Run the pipeline to its next I/O request (``(False, request)``) or its end
+        (``(True, value)``). The steps between requests call the store: for a store that
+        waits on I/O they run in a worker thread, so the event loop goes on. A cancellation
+        meanwhile lets the step end, then goes into the pipeline (which gives a claim back
+        or records an unknown outcome) and on to the caller."""
+        if not self.guard._store_blocks:
+            return _step(pipeline, answer, exc)
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()
+        future = loop.run_in_executor(None, context.run, _step, pipeline, answer, exc)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError as cancel:
+            await _until_done(future)
+            if not future.cancelled() and future.exception() is None and not future.result()[0]:
+                # the pipeline waits at its next request, which never started: a tool that
+                # did not run is not an unknown outcome
+                io = future.result()[1]
+                into = _NotStarted() if isinstance(io, _Execute) else cancel
+                thrown = loop.run_in_executor(None, context.run, _step, pipeline, None, into)
+                await _until_done(thrown)
+                if not thrown.cancelled():
+                    thrown.exception()  # it re-raises what it was thrown: retrieved, dropped
+            raise
 
     async def _ask_async(self, io: _Approve) -> ApprovalDecision:
         """The approver's answer under ``acall``. A plain approver (``ConsoleApprover``, a
         blocking HTTP call) runs in a worker thread, as a sync tool does, so the event loop
         goes on; any approver that has not answered after ``approval.timeout_s`` counts as a
         ``defer`` (the call waits in review, and halts once that timeout passes)."""
-        approver = self.guard._approver
+        approver = io.approver
         limit = self.guard._config.policy.approval.timeout_s
         call = getattr(approver, "__call__", approver)  # noqa: B004 - instances too
         try:
@@ -1550,7 +1630,8 @@ class Task:
         limit = cfg.policy.idempotency.wait_timeout_s
         start = time.monotonic()
         pause = _WAIT_POLL_S[0]
-        while not self._settled(cfg, p):
+        while not (await asyncio.to_thread(self._settled, cfg, p) if self.guard._store_blocks
+                   else self._settled(cfg, p)):
             waited = time.monotonic() - start
             if waited >= limit:
                 raise self._in_progress(cfg, p, CallInProgress(p.entry.spec.name, p.key,
@@ -1607,6 +1688,17 @@ def _no_such_argument(name: str, known: list[str]) -> str:
 
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
     raise RuntimeError("an unknown tool was executed")
+
+
+def _step(pipeline: Generator[_Io, Any, Any], answer: Any, exc: BaseException | None
+          ) -> tuple[bool, Any]:
+    """Resume ``pipeline`` with ``answer`` (or throw ``exc`` into it): ``(False, request)``
+    at its next I/O request, ``(True, value)`` when it returns (a StopIteration cannot cross
+    a thread's future)."""
+    try:
+        return False, (pipeline.throw(exc) if exc is not None else pipeline.send(answer))
+    except StopIteration as done:
+        return True, done.value
 
 
 def _loop_running() -> bool:

@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from ._outcomes import DEFAULT_TIMEOUT_EXCEPTIONS
+from ._redact import key_pattern
 from ._types import Effect, IdempotencyScope, Mode
 
 __all__ = [
@@ -27,10 +29,21 @@ __all__ = [
     "LadderPolicy",
     "LadderThresholds",
     "Policy",
+    "ResultPolicy",
     "StorePolicy",
     "ToolPolicy",
     "ToolRule",
 ]
+
+
+# Key names whose values are secrets (after detect-secrets' KeywordDetector denylist); each
+# plain word also matches folded, so "api_key" covers apiKey, X-Api-Key and API-KEY.
+DEFAULT_REDACT: tuple[str, ...] = (
+    "password", "passwd", "pwd", "passphrase", "secret", "token", "api_key", "access_key",
+    "private_key", "priv_key", "auth_key", "client_key", "service_key", "account_key",
+    "db_key", "database_key", "db_pass", "database_pass", "key_pass", "authorization", "cookie",
+    "credential", "session_id", "contrasena", "contraseña",
+)
 
 
 class _Frozen(BaseModel):
@@ -51,19 +64,42 @@ class LadderThresholds(_Frozen):
 
 
 class LadderOverride(_Frozen):
-    """A per-tool ladder: any subset of the thresholds; the rest come from the tool's effect."""
+    """A per-tool ladder: any subset of the thresholds; the rest come from the tool's effect
+    (``warn_at``, ``block_at``, ``halt_at``) or from ``[ladder]`` (``stagnation_warn_at``,
+    ``stagnation_block_at``; ``0`` turns the rung off for this tool, e.g. a ``think`` tool
+    that returns nothing whatever it is given)."""
 
     warn_at: int | None = Field(default=None, ge=2)
     block_at: int | None = Field(default=None, ge=2)
     halt_at: int | None = Field(default=None, ge=2)
+    stagnation_warn_at: int | None = Field(default=None, ge=0)
+    stagnation_block_at: int | None = Field(default=None, ge=0)
 
 
 class LadderPolicy(_Frozen):
-    """``[ladder]``: thresholds per effect (read-only is more tolerant: DESIGN.md §1)."""
+    """``[ladder]``: thresholds per effect (read-only is more tolerant: DESIGN.md §1).
+
+    Attributes:
+        reset_on_user_turn: a new user turn is progress for every signature.
+        readonly, mutating: the repeat ladder of identical calls, per effect.
+        stagnation_warn_at, stagnation_block_at: the stagnation rule (``0`` turns a rung
+            off). Calls of one tool with *different* arguments that keep getting the same
+            normalised result, or the same error, since the last progress form a run; the
+            call that makes the run ``stagnation_warn_at`` long is executed with a notice,
+            and once the run is ``stagnation_block_at - 1`` long the tool's next call is
+            not executed (blocked) until progress.
+        max_progress_resets: a signature whose result changes on every call, called
+            back to back with no other call in between, stops counting as progress after
+            this many consecutive resets: its repeats then climb the ladder (``0``: no cap;
+            poll calls are limited by ``max_polls`` instead).
+    """
 
     reset_on_user_turn: bool = True
     readonly: LadderThresholds = LadderThresholds(warn_at=3, block_at=4, halt_at=5)
     mutating: LadderThresholds = LadderThresholds(warn_at=2, block_at=3, halt_at=4)
+    stagnation_warn_at: int = Field(default=4, ge=0)
+    stagnation_block_at: int = Field(default=6, ge=0)
+    max_progress_resets: int = Field(default=10, ge=0)
 
 
 class BudgetPolicy(_Frozen):
@@ -81,8 +117,12 @@ class IdempotencyPolicy(_Frozen):
     Attributes:
         ttl_s: how long a completed call is remembered, in seconds.
         max_entries: bound on remembered calls per store (in-memory LRU eviction beyond it).
-        timeout_exceptions: exception class names (``__name__`` or ``module.qualname``) whose
-            raising means the outcome is unknown: an identical retry goes to ``review``.
+        timeout_exceptions: exception class names (``__name__``, ``module.qualname``, or
+            ``Name:STATUS`` for an RPC status) whose raising, or a subclass's, means the
+            outcome is unknown: an identical retry goes to ``review``. The default names the
+            timeouts of the standard library, requests, httpx, urllib3, aiohttp and gRPC,
+            matched by class hierarchy without importing them (``toolguard._outcomes``); a
+            list you set replaces it.
         wait_timeout_s: how long an identical concurrent call waits for the first one before
             raising :class:`toolguard.CallInProgress`, in seconds.
         in_progress_ttl_s: how long the claim of a running call is honoured, in seconds: a
@@ -92,7 +132,7 @@ class IdempotencyPolicy(_Frozen):
 
     ttl_s: float = Field(default=3600.0, gt=0)
     max_entries: int = Field(default=10_000, ge=1)
-    timeout_exceptions: tuple[str, ...] = ("TimeoutError",)
+    timeout_exceptions: tuple[str, ...] = DEFAULT_TIMEOUT_EXCEPTIONS
     wait_timeout_s: float = Field(default=30.0, gt=0)
     in_progress_ttl_s: float = Field(default=600.0, gt=0)
 
@@ -105,18 +145,22 @@ class ApprovalPolicy(_Frozen):
 
 class AuditPolicy(_Frozen):
     """``[audit]``: argument keys matching any ``redact`` pattern (case-insensitive substring
-    or regex search) are replaced by ``"[REDACTED]"`` before they reach a sink, a notice or an
-    exception; string values longer than ``max_value_chars`` characters are truncated."""
+    or regex search, in the key as written and folded: ``api_key`` also matches ``apiKey``
+    and ``X-Api-Key``) are replaced by ``"[REDACTED]"`` before they reach a sink, a log, a
+    notice or an exception; credentials of a well-known shape inside string values (Bearer
+    headers, ``sk-…``, ``AKIA…``, ``ghp_…``, JWTs, PEM keys) are replaced too; string
+    values longer than ``max_value_chars`` characters are truncated (``toolguard._redact``).
+    The approver sees the full arguments."""
 
-    redact: tuple[str, ...] = ("password", "token", "api_key", "secret", "authorization")
+    redact: tuple[str, ...] = DEFAULT_REDACT
     max_value_chars: int = Field(default=200, ge=8)
 
     @cached_property
     def redact_pattern(self) -> re.Pattern[str] | None:
-        """All ``redact`` patterns as one compiled case-insensitive regex (None if empty)."""
-        if not self.redact:
-            return None
-        return re.compile("|".join(f"(?:{p})" for p in self.redact), re.IGNORECASE)
+        """All ``redact`` patterns as one compiled case-insensitive regex, a plain word also
+        folded (``api_key`` → ``apikey``, see :func:`toolguard._redact.key_pattern`); None
+        if empty."""
+        return key_pattern(self.redact)
 
 
 class StorePolicy(_Frozen):
@@ -124,7 +168,9 @@ class StorePolicy(_Frozen):
 
     Attributes:
         backend: ``memory`` (per process, the default) or ``redis`` (shared by workers).
-        url: the Redis URL, e.g. ``redis://127.0.0.1:6379/0``.
+        url: the Redis URL, e.g. ``redis://127.0.0.1:6379/0``; with ``cluster``, one or
+            several comma-separated startup nodes (``redis://10.0.0.1:7000,10.0.0.2:7000``).
+        cluster: the Redis URL points at a Redis Cluster (redis-py ``RedisCluster``).
         on_error: ``fail_closed`` blocks the call when the store fails; ``fail_open`` runs it
             unguarded with a warning audit event.
         timeout_s: timeout of every store operation, in seconds.
@@ -134,6 +180,7 @@ class StorePolicy(_Frozen):
 
     backend: Literal["memory", "redis"] = "memory"
     url: str | None = None
+    cluster: bool = False
     on_error: Literal["fail_closed", "fail_open"] = "fail_closed"
     timeout_s: float = Field(default=1.0, gt=0)
     key_prefix: str = "toolguard"
@@ -166,19 +213,46 @@ class ToolRule(_Frozen):
         return tuple((arg, re.compile(pattern)) for arg, pattern in self.match.items())
 
 
+class ResultPolicy(_Frozen):
+    """``[tools.X.result]``: how a result is normalised before it is compared with earlier
+    ones (progress and stagnation); the model always gets the raw result.
+
+    Attributes:
+        strip_volatile: strip the built-in volatile parts (timestamps, durations, UUIDs,
+            long hex ids, PIDs and ports in known phrasings; see ``toolguard._normalize``).
+        ignore: Python regexes whose matches are removed from text results (and from every
+            string inside a JSON result).
+        ignore_fields: JSONPath-style paths (``$.meta.request_id``, ``$.items[*].etag``,
+            ``$..timestamp``) removed from JSON results, and from text results that parse
+            as JSON.
+    """
+
+    strip_volatile: bool = True
+    ignore: tuple[str, ...] = ()
+    ignore_fields: tuple[str, ...] = ()
+
+
 class ToolPolicy(_Frozen):
-    """``[tools.NAME]``: settings for one tool; unset fields inherit (see ``explain``)."""
+    """``[tools.NAME]``: settings for one tool; unset fields inherit (see ``explain``).
+
+    ``shell`` names the argument that holds a shell command line: each call is then
+    classified by parsing it (``toolguard._shell``): read-only, mutating, poll, or, when
+    the command is not recognised, the tool's ``effect``. ``rules`` still come first.
+    """
 
     effect: Effect | None = None
     requires_approval: bool | None = None
     idempotency_scope: IdempotencyScope | None = None
     idempotency_ttl_s: float | None = Field(default=None, gt=0)
     forwards_idempotency_key: bool | None = None
+    external: bool | None = None
     max_calls: int | None = Field(default=None, ge=1)
     max_polls: int | None = Field(default=None, ge=1)
     ladder: LadderOverride | None = None
     args: dict[str, ArgOptions] = Field(default_factory=dict)
     rules: tuple[ToolRule, ...] = ()
+    result: ResultPolicy | None = None
+    shell: str | None = None
 
 
 class Policy(_Frozen):

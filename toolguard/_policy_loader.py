@@ -31,17 +31,20 @@ import math
 import os
 import re
 import sys
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as ModelValidationError
 
 from ._errors import PolicyError, PolicyProblem
+from ._normalize import field_path_problem
 from ._policy import Policy
 from ._settings import EnvironmentOverrides, read_environment
 
@@ -235,6 +238,11 @@ def _read_chain(
     seen: list[tuple[Path, str]] = []
     display = os.fspath(path)
     while True:
+        if "\0" in display:  # a path given in code (a file's extends is refused below)
+            nul = "must be a file path, got a path holding a NUL byte"
+            problems.append(extending.problem(("extends",), nul) if extending is not None
+                            else PolicyProblem(display.replace("\0", "\\0"), "", nul))
+            return chain[::-1], False
         resolved = Path(display).resolve()
         start = next((i for i, (real, _) in enumerate(seen) if real == resolved), None)
         if start is not None and extending is not None:
@@ -273,6 +281,10 @@ def _read_chain(
         if not isinstance(extends, str):  # absent, or a type error the schema reports
             return chain[::-1], True
         extending = layer
+        if "\0" in extends:  # no file has such a name: os calls raise ValueError on it
+            problems.append(layer.problem(
+                ("extends",), "must be a file path, got a path holding a NUL byte"))
+            return chain[::-1], False
         target = Path(display).parent / extends
         # Shown tidied ("a/../b.toml" as "b.toml") only where that is the same file: through
         # a symbolic link, ".." goes up from the link's target, as the system reads it.
@@ -344,6 +356,7 @@ def _build(
         problems.extend(_ladder_problems(merged, applied, layers))
         if not problems:
             problems.extend(_lifetime_problems(merged, applied, layers))
+            problems.extend(_cluster_problems(merged, applied, layers))
     if problems:
         raise PolicyError(_unique(problems))
 
@@ -514,6 +527,15 @@ def _value_problems(layer: _Layer) -> list[PolicyProblem]:
     return problems
 
 
+def _result_tables(layer: _Layer) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each ``[tools.X.result]`` table of ``layer``, with its tool's name."""
+    tools = layer.data.get("tools")
+    for name, tool in tools.items() if isinstance(tools, dict) else ():
+        table = tool.get("result") if isinstance(tool, dict) else None
+        if isinstance(table, dict):
+            yield name, table
+
+
 def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
     """Every regular expression in ``layer`` that does not compile."""
     candidates: list[tuple[KeyPath, Any]] = []
@@ -528,15 +550,31 @@ def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
             for arg, pattern in match.items() if isinstance(match, dict) else ():
                 candidates.append((("tools", name, "rules", i, "match", arg), pattern))
     problems: list[PolicyProblem] = []
+    for name, table in _result_tables(layer):
+        ignore = table.get("ignore")
+        for i, pattern in enumerate(ignore if isinstance(ignore, list) else ()):
+            candidates.append((("tools", name, "result", "ignore", i), pattern))
+        fields = table.get("ignore_fields")
+        for i, entry in enumerate(fields if isinstance(fields, list) else ()):
+            if isinstance(entry, str) and (why := field_path_problem(entry)) is not None:
+                problems.append(layer.problem(("tools", name, "result", "ignore_fields", i),
+                                              f"{why}, got {_show(entry)}"))
     for path, pattern in candidates:
         if not isinstance(pattern, str):
             continue  # a type error the schema reports
         try:
-            re.compile(pattern)
+            with warnings.catch_warnings():  # "possible set intersection": valid, for now
+                warnings.simplefilter("ignore", FutureWarning)
+                re.compile(pattern)
         except re.error as error:
             where = f" at position {error.pos}" if error.pos is not None else ""
             message = f"not a valid regular expression: {error.msg}{where}, got {_show(pattern)}"
             problems.append(layer.problem(path, message))
+        except (OverflowError, RecursionError, ValueError) as error:
+            # "a{99999999999}": a repetition beyond re's limit; groups nested too deeply
+            why = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+            problems.append(layer.problem(
+                path, f"not a valid regular expression: {why}, got {_show(pattern)}"))
     return problems
 
 
@@ -579,6 +617,15 @@ def _ladder_problems(
             else:
                 report(blamed, f"must be ≥ {low} ({low_v}{where})")
 
+    warn, block = (ladder.get("stagnation_warn_at"), ladder.get("stagnation_block_at")
+                   ) if isinstance(ladder, dict) else (None, None)
+    if type(warn) is int and type(block) is int and 0 < block < warn:
+        warn_p, block_p = ("ladder", "stagnation_warn_at"), ("ladder", "stagnation_block_at")
+        if applied.get(warn_p, _BUILT_IN) > applied.get(block_p, _BUILT_IN):
+            report(warn_p, f"must be ≤ stagnation_block_at ({block}) or 0")
+        else:
+            report(block_p, f"must be ≥ stagnation_warn_at ({warn}) or 0")
+
     tools = merged.get("tools")
     for name, tool in tools.items() if isinstance(tools, dict) else ():
         override = tool.get("ladder") if isinstance(tool, dict) else None
@@ -617,6 +664,48 @@ def _lifetime_problems(merged: Mapping[str, Any], applied: Mapping[KeyPath, int]
     return [layers[index].problem(path, message)]
 
 
+def _cluster_problems(merged: Mapping[str, Any], applied: Mapping[KeyPath, int],
+                      layers: list[_Layer]) -> list[PolicyProblem]:
+    """``store.cluster`` with the rest of ``[store]``: a cluster needs a Redis store and its
+    startup nodes as TCP URLs on database 0; several comma-separated URLs need a cluster."""
+    store = merged["store"]
+    url, cluster = store.get("url"), store.get("cluster", False)
+    items = [item.strip() for item in url.split(",")] if isinstance(url, str) else []
+    message = ""
+    if cluster:
+        if store.get("backend") == "memory" and applied.get(("store", "backend")) is not None:
+            message = 'needs store.backend = "redis"'
+        elif not items:
+            message = "needs store.url: the cluster's startup nodes (comma-separated URLs)"
+        else:
+            for item in items:
+                parts = urlsplit(item if "://" in item else f"redis://{item}")
+                if parts.scheme == "unix" or not parts.hostname:
+                    message = f"needs startup nodes with a host and port, not {_show(item)}"
+                elif parts.path.strip("/") not in ("", "0"):
+                    message = (f"a Redis Cluster has only database 0, but {_show(item)} "
+                               f"names database {parts.path.strip('/')}")
+                if message:
+                    break
+    elif len(items) > 1:
+        path: KeyPath = ("store", "url")
+        return [_blame(path, applied, layers,
+                       "several comma-separated URLs are a cluster's startup nodes: set "
+                       "store.cluster = true, or give one URL")]
+    if not message:
+        return []
+    return [_blame(("store", "cluster"), applied, layers, message)]
+
+
+def _blame(path: KeyPath, applied: Mapping[KeyPath, int], layers: list[_Layer],
+           message: str) -> PolicyProblem:
+    """A problem at ``path``, in the layer that set it last."""
+    index = applied.get(path, _BUILT_IN)
+    if index == _BUILT_IN:  # pragma: no cover - the built-in defaults are consistent
+        return PolicyProblem("built-in", _display(path), message)
+    return layers[index].problem(path, message)
+
+
 def override_order_problems(given: Mapping[str, Any], values: Mapping[str, Any], effect: str
                             ) -> Iterator[tuple[str, str]]:
     """A tool's ladder override out of order: ``given`` are the thresholds the tool sets,
@@ -650,7 +739,9 @@ def _tool_effects(tool: Mapping[str, Any]) -> list[str]:
     for rule in rules if isinstance(rules, list) else ():
         if isinstance(rule, dict):
             effects.append(rule.get("effect"))
-    return [e for e in dict.fromkeys(effects) if e in _LADDER_EFFECTS]
+    # only strings: a list or table where an effect belongs is a type error the schema reports
+    return [e for e in dict.fromkeys(e for e in effects if isinstance(e, str))
+            if e in _LADDER_EFFECTS]
 
 
 def _model_message(err: Mapping[str, Any]) -> str:

@@ -3,30 +3,38 @@
 ::
 
     toolguard replay PATH... [--policy FILE | --env NAME] [--tools TOOLS.json]
+                     [--input-format NAME] [--allow-empty]
                      [--format table|json|jsonl] [--verbose] [--fail-on halt|block|never]
+    toolguard replay --list-formats
 
 No tool is executed: for each call the guard lets run, the recorded result is fed back (see
-:mod:`toolguard.replay`). Exit codes: 0 the replay ran; 1 with ``--fail-on`` when some run
-reached that decision (``block`` counts a halt too); 2 for unreadable input, an invalid policy
-or tool file, or bad options, each problem on stderr naming the file (and the line, for JSONL).
-A bad line or run is reported and the rest still replays, and the exit code is still 2. Never
-a traceback.
+:mod:`toolguard.replay`). Files are read and replayed one at a time, so memory holds one
+file's runs and the report, not the corpus; on a terminal, big inputs get a progress bar per
+file on stderr. Exit codes: 0 the replay ran; 1 with ``--fail-on`` when some run reached that
+decision (``block`` counts a halt too); 2 for unreadable or unrecognised input, a file without
+any tool call (unless ``--allow-empty``), an invalid policy or tool file, or bad options, each
+problem on stderr naming the file (and the line, for JSONL) and the format it was read as. A
+bad line, run or file is reported and the rest still replays, and the exit code is still 2.
+Records a reader does not use are counted and noted once per kind on stderr (no exit code).
+Never a traceback.
 
 Added to the ``toolguard`` app by :func:`register`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
+from rich.table import Table
 from rich.text import Text
 
 from ._decorators import ToolSpec
@@ -37,19 +45,26 @@ from ._settings import policy_from_env
 from ._types import Decision
 from .replay import (
     ReplayInputError,
+    ReplayNote,
     ReplayReport,
     Run,
-    read_runs,
+    RunReport,
+    UniqueIds,
+    iter_files,
+    open_file,
     read_tool_definitions,
+    readers,
     replay_runs,
 )
+from .replay._registry import reader_named
 from .replay._report import jsonl_lines, render_table, to_json_text
 
 __all__ = ["FailOn", "OutputFormat", "register", "replay"]
 
 FAILED: int = 1
 BAD_INPUT: int = 2
-_PROGRESS_MIN_RUNS = 20  # fewer runs replay in a blink: no progress bar
+_PROGRESS_MIN_BYTES = 1 << 20  # less input replays in a blink: no progress bar
+_PROGRESS_MIN_FILES = 20
 _PIPE_WIDTH = 160
 
 
@@ -76,11 +91,11 @@ def register(app: typer.Typer) -> None:
 
 def replay(
     paths: Annotated[
-        list[Path],
-        typer.Argument(help="Transcripts: toolguard trace JSONL, OpenAI Chat Completions or "
-                            "Anthropic Messages JSON (detected), or directories of them.",
+        list[Path] | None,
+        typer.Argument(help="Recorded runs (the format is detected per file; see "
+                            "--list-formats), or directories of them.",
                        show_default=False),
-    ],
+    ] = None,
     policy: Annotated[
         Path | None,
         typer.Option("--policy", help="The policy file (TOML).", dir_okay=False),
@@ -106,25 +121,39 @@ def replay(
         typer.Option("--fail-on", help="Exit 1 if any run reached this decision "
                                        "(block: a block or a halt)."),
     ] = FailOn.NEVER,
+    input_format: Annotated[
+        str | None,
+        typer.Option("--input-format", metavar="NAME",
+                     help="Read every file in this format instead of detecting it "
+                          "(see --list-formats)."),
+    ] = None,
+    allow_empty: Annotated[
+        bool, typer.Option("--allow-empty", help="A file without tool calls is no problem.")
+    ] = False,
+    list_formats: Annotated[
+        bool, typer.Option("--list-formats", help="List the input formats and exit.")
+    ] = False,
 ) -> None:
     """Replay recorded agent runs through a policy, executing no tool.
 
     Reports every decision the policy would have taken (warn, cached, block, review, invalid,
     halt)."""
+    if list_formats:
+        _print_formats(_stdout())
+        return
+    if not paths:
+        _fail("give the recorded runs to replay: files or directories (formats: "
+              "toolguard replay --list-formats)")
     if policy is not None and env is not None:
         _fail("give --policy FILE or --env NAME, not both")
+    if input_format is not None and reader_named(input_format) is None:
+        _fail(f"unknown --input-format {input_format!r}; one of: "
+              f"{', '.join(r.name for r in readers())}")
     guard_policy = _load_policy(policy, env)
     specs = _load_tools(tools)
-    runs, problems = read_runs(paths)
-    for problem in problems:
-        _error(problem)
-    if not runs:
+    report = _replay(paths, guard_policy, specs, input_format, allow_empty)
+    if not report.runs and not (allow_empty and not report.problems):
         _fail("no runs to replay")
-
-    report = _replay(runs, guard_policy, specs)
-    for problem in report.problems:  # runs that could not be replayed (bad header effects)
-        _error(problem)
-    report.problems[:0] = problems  # the output lists every problem, reading ones first
     if output_format is OutputFormat.JSON:
         typer.echo(to_json_text(report))
     elif output_format is OutputFormat.JSONL:
@@ -139,14 +168,96 @@ def replay(
         raise typer.Exit(FAILED)
 
 
-def _replay(runs: Sequence[Run], policy: Policy, specs: Sequence[ToolSpec]) -> ReplayReport:
-    if len(runs) < _PROGRESS_MIN_RUNS or not sys.stderr.isatty():
-        return replay_runs(runs, policy, tools=specs)
-    columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        bar = progress.add_task("replay", total=len(runs))
-        return replay_runs(runs, policy, tools=specs,
-                           on_run=lambda _: progress.advance(bar))
+def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
+            input_format: str | None, allow_empty: bool) -> ReplayReport:
+    """Read and replay file by file; each file's problems and notes go to stderr as soon as
+    it is done, and into the report, reading problems before replay ones."""
+    report = ReplayReport()
+    files = list(iter_files(paths, report.problems))
+    for problem in report.problems:  # directories without any transcript
+        _error(problem)
+    unique = UniqueIds()
+    with _FileProgress(files) as progress:
+        for path in files:
+            opened = open_file(path, input_format=input_format, allow_empty=allow_empty)
+            runs = progress.track(path, unique(opened.runs))
+            part = replay_runs(runs, policy, tools=specs, on_run=progress.advance)
+            progress.done(path)
+            report.runs.extend(part.runs)
+            for problem in (*opened.problems, *part.problems):
+                _error(problem)
+                report.problems.append(problem)
+            for note in opened.notes:
+                _note(note)
+                report.notes.append(note)
+    return report
+
+
+class _FileProgress:
+    """A progress bar per file on stderr while it replays (calls replayed so far), for inputs
+    big enough to take a while, on a terminal only."""
+
+    def __init__(self, files: Sequence[Path]) -> None:
+        size = 0
+        for path in files:
+            with contextlib.suppress(OSError):  # reported when the file is read
+                size += path.stat().st_size
+        self.progress: Progress | None = None
+        big = size >= _PROGRESS_MIN_BYTES or len(files) >= _PROGRESS_MIN_FILES
+        if big and _on_terminal():
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                     TextColumn("{task.fields[calls]} calls"),
+                                     console=Console(stderr=True), transient=True)
+        self.task: TaskID | None = None
+        self.files = len(files)
+        self.number = 0  # of the file being replayed
+        self.calls = 0  # replayed in that file so far
+
+    def __enter__(self) -> _FileProgress:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def track(self, path: Path, runs: Iterator[Run]) -> Iterator[Run]:
+        """Show ``path``'s bar (it pulses: a file's run count is known only once read)."""
+        self.number += 1
+        self.calls = 0
+        if self.progress is not None:
+            self.task = self.progress.add_task(
+                f"[{self.number}/{self.files}] {path.name}", total=None, calls=0)
+        return runs
+
+    def advance(self, run: RunReport) -> None:
+        """One more run replayed."""
+        self.calls += run.replayed
+        if self.progress is not None and self.task is not None:
+            self.progress.update(self.task, calls=self.calls)
+
+    def done(self, path: Path) -> None:
+        """``path`` is replayed: its bar goes."""
+        if self.progress is not None and self.task is not None:
+            self.progress.remove_task(self.task)
+            self.task = None
+
+
+def _on_terminal() -> bool:
+    """A person is watching stderr (a progress bar would not garble a log)."""
+    return sys.stderr.isatty()
+
+
+def _print_formats(console: Console) -> None:
+    table = Table(title="toolguard replay input formats", title_justify="left")
+    for name in ("name", "files", "what"):
+        table.add_column(name, overflow="fold")
+    for reader in readers():
+        table.add_row(reader.name, " ".join(reader.suffixes), reader.description)
+    console.print(table)
+    console.print(Text("Detected per file from its content; --input-format NAME forces one. "
+                       "'openai' and 'anthropic' name the chat reader."))
 
 
 def _failed(report: ReplayReport, fail_on: FailOn) -> bool:
@@ -196,6 +307,10 @@ def _stderr() -> Console:
 
 def _error(problem: ReplayInputError) -> None:
     _stderr().print(Text(f"toolguard replay: {problem}", style="red"))
+
+
+def _note(note: ReplayNote) -> None:
+    _stderr().print(Text(f"toolguard replay: {note}", style="yellow"))
 
 
 def _fail(message: str) -> NoReturn:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from ._decorators import NOT_GIVEN, ToolSpec
 from ._errors import PolicyError, PolicyProblem
+from ._normalize import DEFAULT_NORMALIZER, ResultNormalizer, normalizer_for
 from ._policy import ArgOptions, LadderThresholds, Policy, ToolPolicy, ToolRule
 from ._policy_loader import override_order_problems
 from ._types import Effect, IdempotencyScope
@@ -30,7 +31,11 @@ class ToolSettings:
     ``effect`` is the tool's base effect; ``rules`` may give a single call another one.
     ``deny`` is true when nothing classifies the tool and the policy's ``default_effect`` is
     ``"deny"``; a call that matches one of its ``rules`` is still classified (and allowed).
-    ``sources`` maps each field name to where its value came from.
+    ``shell`` names the argument whose command line classifies each call
+    (``toolguard._shell``); ``result`` normalises results before they are compared;
+    ``stagnation_warn_at``, ``stagnation_block_at`` and ``max_progress_resets`` are the
+    policy's ``[ladder]`` values (``0``: off). ``sources`` maps each field name to where its
+    value came from.
     """
 
     name: str
@@ -40,12 +45,18 @@ class ToolSettings:
     idempotency_scope: IdempotencyScope
     idempotency_ttl_s: float
     forwards_idempotency_key: bool
+    external: bool
     max_calls: int | None
     max_polls: int
     readonly_ladder: LadderThresholds
     mutating_ladder: LadderThresholds
     args: dict[str, ArgOptions] = field(default_factory=dict)
     rules: tuple[ToolRule, ...] = ()
+    shell: str | None = None
+    result: ResultNormalizer = DEFAULT_NORMALIZER
+    stagnation_warn_at: int = 0
+    stagnation_block_at: int = 0
+    max_progress_resets: int = 0
     sources: dict[str, str] = field(default_factory=dict)
 
     def ladder_for(self, effect: Effect) -> LadderThresholds:
@@ -90,11 +101,22 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     else:
         approval, src["requires_approval"] = False, "built-in"
 
+    external: bool
+    if tp.external is not None:
+        external, src["external"] = tp.external, from_tool("external")
+    elif spec.external is not NOT_GIVEN:
+        external, src["external"] = spec.external, "decorator"
+    else:
+        external, src["external"] = False, "built-in"
+
     scope: IdempotencyScope
     if tp.idempotency_scope is not None:
         scope, src["idempotency_scope"] = tp.idempotency_scope, from_tool("idempotency_scope")
-    elif spec.idempotency_scope is not NOT_GIVEN:
+    elif spec.idempotency_scope is not NOT_GIVEN:  # a scope named anywhere beats `external`
         scope, src["idempotency_scope"] = spec.idempotency_scope, "decorator"
+    elif external:
+        # the outside world: a later, unrelated write does not undo a payment or an email
+        scope, src["idempotency_scope"] = IdempotencyScope.TASK, f"external ({src['external']})"
     else:
         scope = IdempotencyScope.TASK if approval else IdempotencyScope.UNTIL_CHANGE
         src["idempotency_scope"] = "built-in"
@@ -135,7 +157,8 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     for kind in ("readonly", "mutating"):
         base: LadderThresholds = getattr(policy.ladder, kind)
         over = tp.ladder
-        given = over.model_fields_set if over is not None else set()
+        given = (over.model_fields_set & LadderThresholds.model_fields.keys()
+                 if over is not None else set())
         if over is not None and given:
             base = base.model_copy(update={k: getattr(over, k) for k in given})
         # each threshold from where it was set: the tool's table, else the global ladder
@@ -147,6 +170,17 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     _check_ladders(tp, effect, ladders, from_tool, tool_key)
     src["args"] = from_tool("args")
     src["rules"] = from_tool("rules")
+    src["shell"] = from_tool("shell")
+    src["result"] = from_tool("result")
+    stagnation: dict[str, int] = {}
+    for key in ("stagnation_warn_at", "stagnation_block_at"):
+        own = getattr(tp.ladder, key) if tp.ladder is not None else None
+        if own is not None:
+            stagnation[key], src[key] = own, from_tool(f"ladder.{key}")
+        else:
+            stagnation[key] = getattr(policy.ladder, key)
+            src[key] = policy.source_of(f"ladder.{key}")
+    src["max_progress_resets"] = policy.source_of("ladder.max_progress_resets")
     return ToolSettings(
         name=spec.name,
         effect=effect,
@@ -155,12 +189,18 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         idempotency_scope=scope,
         idempotency_ttl_s=ttl,
         forwards_idempotency_key=forwards,
+        external=external,
         max_calls=max_calls,
         max_polls=max_polls,
         readonly_ladder=ladders["readonly"],
         mutating_ladder=ladders["mutating"],
         args=dict(tp.args),
         rules=tp.rules,
+        shell=tp.shell,
+        result=DEFAULT_NORMALIZER if tp.result is None else normalizer_for(tp.result),
+        stagnation_warn_at=stagnation["stagnation_warn_at"],
+        stagnation_block_at=stagnation["stagnation_block_at"],
+        max_progress_resets=policy.ladder.max_progress_resets,
         sources=src,
     )
 
@@ -188,7 +228,8 @@ def _check_ladders(tp: ToolPolicy, effect: Effect,
     """
     if tp.ladder is None or not tp.ladder.model_fields_set:
         return
-    given = {key: getattr(tp.ladder, key) for key in tp.ladder.model_fields_set}
+    given = {key: getattr(tp.ladder, key) for key in tp.ladder.model_fields_set
+             if key in LadderThresholds.model_fields}
     effects = {effect, *(rule.effect for rule in tp.rules)}
     problems: list[PolicyProblem] = []
     for kind in ("readonly", "mutating"):

@@ -130,7 +130,10 @@ def explain(
         if item.name in {"name", "sources"}:
             continue
         source = settings.sources.get(item.name, settings.sources.get("effect", "built-in"))
-        table.add_row(item.name, _show(getattr(settings, item.name)), source)
+        value = getattr(settings, item.name)
+        shown = ("none (the tool's effect)" if item.name == "shell" and value is None
+                 else "0 (off)" if item.name in _OFF_AT_ZERO and value == 0 else _show(value))
+        table.add_row(item.name, shown, source)
     table.add_section()
     table.add_row("mode", str(policy.mode), policy.source_of("mode"))
     table.add_row("require_task", _show(policy.require_task), policy.source_of("require_task"))
@@ -147,9 +150,11 @@ def explain(
 
 
 def _register_commands() -> None:
+    from ._mcp_proxy import register as register_mcp_proxy
     from ._replay_cli import register
 
     register(app)
+    register_mcp_proxy(app)
 
 
 _register_commands()
@@ -184,6 +189,9 @@ def _load(file: Path | None, env: str | None) -> Policy:
 def _fail(message: str) -> NoReturn:
     _stderr().print(Text(f"error: {message}", style="bold red"))
     raise typer.Exit(BAD_INPUT)
+
+
+_OFF_AT_ZERO = frozenset({"stagnation_warn_at", "stagnation_block_at", "max_progress_resets"})
 
 
 def _show(value: object) -> str:

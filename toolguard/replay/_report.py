@@ -3,9 +3,11 @@
 * table: one row per run (calls, executed, warn, cached, block, review, invalid, and where and
   why it halted), a totals row, and one line with the number of runs per decision; with
   ``verbose`` also every step that was not a plain allow (tool, an argument excerpt, reason).
-* json: ``{"runs": [{"id", "file", "steps": [...], "summary": {...}}], "totals": {...},
-  "problems": [...]}`` (see :meth:`StepReport.to_dict`, :meth:`RunReport.summary` and
-  :meth:`ReplayReport.totals` for the keys).
+* json: ``{"runs": [{"id", "file", "format", "steps": [...], "summary": {...}}],
+  "totals": {...}, "problems": [...], "notes": [...]}`` (``format``: the input format the run
+  was read as; ``notes``: records a reader did not use, per kind; see
+  :meth:`StepReport.to_dict`, :meth:`RunReport.summary` and :meth:`ReplayReport.totals` for
+  the other keys).
 * jsonl: one step per line, each with its run's ``"run"`` id.
 """
 
@@ -39,11 +41,14 @@ _META_CHARS: Final = 40
 def to_json(report: ReplayReport) -> dict[str, Any]:
     """The report as JSON values (the ``--format json`` document)."""
     return {
-        "runs": [{"id": run.id, "file": run.file, "steps": [s.to_dict() for s in run.steps],
+        "runs": [{"id": run.id, "file": run.file, "format": run.format,
+                  "steps": [s.to_dict() for s in run.steps],
                   "summary": run.summary()} for run in report.runs],
         "totals": report.totals(),
         "problems": [{"file": p.file, "line": p.line, "message": p.message}
                      for p in report.problems],
+        "notes": [{"file": n.file, "line": n.line, "message": n.message, "count": n.count}
+                  for n in report.notes],
     }
 
 

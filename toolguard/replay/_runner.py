@@ -24,21 +24,22 @@ Fixed for every replay, whatever the policy says:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from toolguard._decorators import ToolSpec, recorded_tool
+from toolguard._decorators import ToolSpec
 from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, PolicyError, ToolGuardError
-from toolguard._policy import Policy, ToolPolicy
+from toolguard._policy import AuditPolicy, Policy, ToolPolicy
 from toolguard._policy_loader import load_policy_dict
+from toolguard._redact import redact, redact_json_text
 from toolguard._results import ToolResult
 from toolguard._types import Decision, Effect, Mode
 from toolguard.stores.memory import MemoryStore
 from toolguard.testing import FakeClock, auto_defer
 
-from ._formats import RecordedCall, ReplayInputError, Run, Step, TokenUsage, UserTurn
+from ._model import RecordedCall, ReplayInputError, ReplayNote, Run, Step, TokenUsage, UserTurn
 
 __all__ = ["ReplayReport", "RunReport", "StepReport", "policy_with_effects", "replay_runs"]
 
@@ -96,6 +97,7 @@ class RunReport:
 
     Attributes:
         id: the run's id. file: the file it came from. meta: its metadata (header keys).
+        format: the input format it was read as (``Run.format``).
         calls: recorded calls in the run. replayed: calls the guard decided on (fewer than
             ``calls`` after a halt).
         steps: one :class:`StepReport` per replayed call (a halt caused by token usage adds
@@ -109,6 +111,7 @@ class RunReport:
     file: str
     meta: dict[str, Any]
     calls: int
+    format: str = ""
     replayed: int = 0
     steps: list[StepReport] = field(default_factory=list)
     halted_at: int | None = None
@@ -151,10 +154,13 @@ class ReplayReport:
     Attributes:
         runs: one :class:`RunReport` per replayed run, in input order.
         problems: lines, runs or files that could not be read or replayed.
+        notes: records the readers did not use, one per kind and file (no effect on the exit
+            code).
     """
 
     runs: list[RunReport] = field(default_factory=list)
     problems: list[ReplayInputError] = field(default_factory=list)
+    notes: list[ReplayNote] = field(default_factory=list)
 
     def runs_with(self, decision: Decision) -> list[RunReport]:
         """The runs in which some call got ``decision``."""
@@ -207,7 +213,7 @@ def policy_with_effects(policy: Policy, effects: Mapping[str, Any], source: str)
 
 
 def replay_runs(
-    runs: Sequence[Run],
+    runs: Iterable[Run],
     policy: Policy | None = None,
     *,
     tools: Sequence[ToolSpec] = (),
@@ -216,7 +222,8 @@ def replay_runs(
     """Replay recorded runs through the guard (see the module docstring).
 
     Args:
-        runs: the runs (:func:`~toolguard.replay.read_runs`).
+        runs: the runs (:func:`~toolguard.replay.read_runs`), consumed one at a time (an
+            iterator of one file's runs keeps memory to what the report holds).
         policy: the policy; default the built-in defaults.
         tools: tool specs with argument schemas (``read_tool_definitions``); when given, a
             recorded call of any other tool is ``invalid`` (unknown tool), as at run time.
@@ -228,7 +235,7 @@ def replay_runs(
         but listed in ``problems``; a guard failure inside a run stops that run only
         (``RunReport.error``) and is listed in ``problems`` too.
     """
-    replayer = _Replayer(policy or Policy(), tools, {c.tool for r in runs for c in r.calls})
+    replayer = _Replayer(policy or Policy(), tools)
     report = ReplayReport()
     for number, run in enumerate(runs):
         try:
@@ -241,6 +248,13 @@ def replay_runs(
         except RecursionError:
             report.problems.append(ReplayInputError(
                 run.file, run.line, f"run {run.id}: header effects nested too deeply"))
+            continue
+        except Exception as exc:  # noqa: BLE001 - a header is data: whatever the policy
+            # loader fails with on it (a regex too big to compile, say) is this run's problem,
+            # and the other runs still replay
+            report.problems.append(ReplayInputError(
+                run.file, run.line, f"run {run.id}: invalid header effects: "
+                f"{type(exc).__name__}: {exc}"))
             continue
         result = replayer.replay(guard, f"replay-{number}:{run.id}", run)
         report.runs.append(result)
@@ -256,11 +270,13 @@ def replay_runs(
 class _Replayer:
     """The guards and the clock of one replay."""
 
-    def __init__(self, policy: Policy, tools: Sequence[ToolSpec], names: set[str]) -> None:
+    def __init__(self, policy: Policy, tools: Sequence[ToolSpec]) -> None:
         self.policy = policy.model_copy(update={"mode": Mode.ENFORCE})
         given = {spec.name: spec for spec in tools}
         self.known: set[str] | None = set(given) if given else None
-        self.specs = list(given.values()) if given else [recorded_tool(n) for n in sorted(names)]
+        # Without definitions, recorded tools need no registration: the guard takes an
+        # unknown name's effect from the policy (``Task._replay_call``).
+        self.specs = list(given.values())
         self.clock = FakeClock(0.0)
         self.guards: dict[str, Guard] = {}
 
@@ -282,7 +298,7 @@ class _Replayer:
         return guard
 
     def replay(self, guard: Guard, task_id: str, run: Run) -> RunReport:
-        report = RunReport(run.id, run.file, run.meta, calls=len(run.calls))
+        report = RunReport(run.id, run.file, run.meta, calls=len(run.calls), format=run.format)
         task = guard.task(task_id)
         start = self.clock()
         current: RecordedCall | None = None
@@ -306,7 +322,7 @@ class _Replayer:
                         else:
                             result = self._call(task, call)
                             first.append(result)
-                        report.steps.append(_step(report.replayed, call, result))
+                        report.steps.append(_step(report.replayed, call, result, guard))
                         report.replayed += 1
                         current = None
         except Halt as exc:
@@ -350,9 +366,9 @@ def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[Rec
         yield batch
 
 
-def _step(index: int, call: RecordedCall, result: ToolResult) -> StepReport:
+def _step(index: int, call: RecordedCall, result: ToolResult, guard: Guard) -> StepReport:
     return StepReport(index, call.tool, result.args_hash, result.effect, result.decision,
-                      result.reason, result.count, excerpt(call), call.line)
+                      result.reason, result.count, excerpt(call, guard.policy.audit), call.line)
 
 
 def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> StepReport:
@@ -361,22 +377,24 @@ def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> 
     if call is not None and last is not None and last.decision is Decision.HALT:
         effect = last.effect
     return StepReport(index, call.tool if call else None, exc.args_hash, effect, Decision.HALT,
-                      exc.reason, exc.count, excerpt(call) if call else "",
+                      exc.reason, exc.count,
+                      excerpt(call, task.guard.policy.audit) if call else "",
                       call.line if call else None)
 
 
-def excerpt(call: RecordedCall, limit: int = _EXCERPT_CHARS) -> str:
-    """A one-line excerpt of a call's arguments: the value of a single argument, else compact
-    JSON; the raw text when the model's JSON text was recorded. At most ``limit`` characters."""
+def excerpt(call: RecordedCall, audit: AuditPolicy, limit: int = _EXCERPT_CHARS) -> str:
+    """A one-line excerpt of a call's arguments, redacted as the audit redacts them
+    (``audit``: the policy's ``[audit]``): the value of a single argument, else compact
+    JSON; the raw text when the model's JSON text was recorded. At most ``limit``
+    characters."""
     if call.raw_args is not None:
-        text = call.raw_args
-    elif call.args and len(call.args) == 1 and isinstance(next(iter(call.args.values())), str):
-        text = str(next(iter(call.args.values())))
+        text = redact_json_text(call.raw_args, audit.redact_pattern)
     else:
-        # the standard library writes integers of any size (orjson stops at 64 bits)
-        try:
-            text = json.dumps(call.args or {}, default=repr, ensure_ascii=False)
-        except RecursionError:
-            text = "(arguments nested too deeply to show)"
+        args = redact(call.args or {}, audit.redact_pattern, 10 * limit)
+        if len(args) == 1 and isinstance(next(iter(args.values())), str):
+            text = str(next(iter(args.values())))
+        else:
+            # the standard library writes integers of any size (orjson stops at 64 bits)
+            text = json.dumps(args, default=repr, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"

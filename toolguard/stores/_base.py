@@ -115,6 +115,11 @@ class Snapshot(NamedTuple):
     ``count`` is the repeat count of the signature (1 for a first call since the last
     progress); ``polls`` how often the signature was polled; ``record`` the valid
     idempotency record if any; ``claimed`` whether this call now holds the claim.
+
+    The stagnation rule's state of the call's tool, since the last progress (as of before
+    this call): ``stagnation`` is how many calls of the tool in a row, each with other
+    arguments than the one before, had the outcome ``stagnation_outcome``; the last of
+    them had ``stagnation_signature`` (0, "" and "" when there is no such run).
     """
 
     halted: dict[str, Any] | None
@@ -129,6 +134,9 @@ class Snapshot(NamedTuple):
     record: IdempotencyRecord | None
     approval: ApprovalRecord | None
     claimed: bool
+    stagnation: int = 0
+    stagnation_outcome: str = ""
+    stagnation_signature: str = ""
 
 
 class FinishRequest(NamedTuple):
@@ -147,6 +155,12 @@ class FinishRequest(NamedTuple):
         ttl_s: TTL of the idempotency record in seconds. now: clock time in seconds.
         halt: set the task's halted flag to this description (or None).
         call_id: the call's id.
+        outcome: the stagnation rule's digest of what the call returned (its normalised
+            result, or its error), "" for a call the rule does not count (not executed, an
+            unknown outcome, a poll). A run of the tool's calls grows when the outcome
+            repeats under other arguments, and restarts at another outcome or at progress.
+        max_progress_resets: after this many consecutive output changes of the signature
+            with no other call in between, a change no longer restarts its count (0: no cap).
     """
 
     tool: str
@@ -164,6 +178,8 @@ class FinishRequest(NamedTuple):
     now: float
     halt: dict[str, Any] | None = None
     call_id: str = ""
+    outcome: str = ""
+    max_progress_resets: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +201,10 @@ class Store(Protocol):
     :class:`~toolguard.stores.RedisStore`. All times are seconds on the guard's clock.
 
     Every method may raise :class:`toolguard.StoreError` when the back-end fails.
+
+    A store may set ``blocking = False`` when its operations never wait on I/O (the memory
+    store): ``acall`` then calls it on the event loop. Any other store (``RedisStore``, one
+    without the attribute) is called from a worker thread under ``acall``.
     """
 
     def begin(self, task_id: str, req: BeginRequest) -> Snapshot:

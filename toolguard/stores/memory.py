@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from toolguard._lock import YieldingLock, wait_for
 from toolguard._types import COMPLETED, IN_PROGRESS, UNKNOWN
@@ -41,14 +41,17 @@ from ._base import (
 
 __all__ = ["MemoryStore"]
 
+_NO_RUN = (0, 0, "", "")  # no stagnation run of the tool in this epoch
+
 
 class _Sig:
-    __slots__ = ("count", "epoch", "last_digest", "polls")
+    __slots__ = ("count", "epoch", "last_digest", "polls", "resets")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.count = 0
         self.polls = 0
+        self.resets = 0  # output changes in a row, with no other call in between
         self.last_digest = ""
 
 
@@ -70,6 +73,9 @@ class _Task:
     # (signature, result digest) pairs of successful mutating calls, oldest first (bounded)
     seen: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
+    last_signature: str = ""  # of the last counted call (max_progress_resets)
+    # tool -> (epoch, run length, outcome, last signature): the stagnation rule's run
+    stagnation: dict[str, tuple[int, int, str, str]] = field(default_factory=dict)
 
     def sig(self, signature: str) -> _Sig:
         sigs = self.sigs
@@ -133,7 +139,13 @@ class MemoryStore:
         state_ttl_s: a task is forgotten this many seconds after its last use.
         max_tasks: bound on tasks kept at once (least recently used first out).
         clock: returns the current time in seconds; the guard passes its own.
+
+    Attributes:
+        blocking: False: operations take microseconds and never wait on I/O, so ``acall``
+            calls them on the event loop.
     """
+
+    blocking: Final = False
 
     def __init__(
         self,
@@ -220,15 +232,21 @@ class MemoryStore:
                     sig.polls += 1
                 elif not concurrent:
                     sig.count += 1
+                if state.last_signature != req.signature:
+                    sig.resets = 0  # another call came in between: its run starts afresh
+                    state.last_signature = req.signature
             approval = state.approvals.get(req.idempotency_key) if req.idempotency_key else None
             count = sig.count
+            run = state.stagnation.get(req.tool)
+            if run is None or run[0] != state.epoch:
+                run = _NO_RUN
             return Snapshot(  # positional, in Snapshot's order (hot path)
                 state.halted, state.epoch, state.calls, tool_calls,
                 state.failures.get(req.tool, 0),  # consecutive_failures
                 state.input_tokens + state.output_tokens,  # tokens
                 state.started_at,
                 count if count > 1 else 1,  # count
-                sig.polls, record, approval, claimed,
+                sig.polls, record, approval, claimed, run[1], run[2], run[3],
             )
         finally:
             lock.release()
@@ -257,9 +275,19 @@ class MemoryStore:
                         state.epoch += 1
                         sig.epoch, sig.count, sig.polls = state.epoch, 1, 0
                     elif sig.last_digest and sig.last_digest != req.result_digest:
-                        # Progress (b): this signature's output moved.
-                        sig.count = 1
+                        # Progress (b): this signature's output moved, unless it moved on
+                        # every one of the last max_progress_resets back-to-back calls.
+                        if not req.max_progress_resets or sig.resets < req.max_progress_resets:
+                            sig.count = 1
+                        sig.resets += 1
                     sig.last_digest = req.result_digest
+            if req.outcome:  # after progress: a call that made progress starts a new run
+                run = state.stagnation.get(req.tool)
+                if run is None or run[0] != state.epoch or run[2] != req.outcome:
+                    state.stagnation[req.tool] = (state.epoch, 1, req.outcome, req.signature)
+                elif run[3] != req.signature:
+                    state.stagnation[req.tool] = (state.epoch, run[1] + 1, req.outcome,
+                                                  req.signature)
             key = (task_id, req.idempotency_key)
             if req.idempotency_key:
                 if req.store_result:

@@ -1,0 +1,148 @@
+"""A small real MCP server to put behind ``toolguard mcp-proxy`` (written with the official SDK).
+
+Tools, each with the MCP annotations the proxy reads its effects from:
+
+- ``read_note(title)``: ``readOnlyHint`` → readonly.
+- ``write_note(title, body)``: a local write (``destructiveHint``/``openWorldHint`` false) →
+  mutating, idempotency scope ``until_change``.
+- ``delete_note(title)``: ``destructiveHint`` → mutating, idempotency scope ``task``.
+- ``count_slowly(steps)``: readonly, reports progress once per step (0.05 s each).
+
+The server counts its own executions per tool in the JSON file ``--count-file`` (default: the
+``TOOLGUARD_EXAMPLE_COUNT_FILE`` environment variable, else none), which is also readable as
+the resource ``notes://executions``; a prompt ``summarize`` shows prompt pass-through.
+
+Run::
+
+    python examples/mcp/server.py                           # MCP over stdio
+    python examples/mcp/server.py --http 127.0.0.1:8765     # streamable HTTP at /mcp
+
+``--start-delay S`` waits S seconds before serving (a slow upstream); ``--fail-start`` writes an
+error to stderr and exits 3 (an upstream that cannot start); ``--pid-file`` writes the pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+NOTES: dict[str, str] = {"todo": "buy milk"}
+COUNT_FILE: Path | None = None
+
+server = MCPServer("toolguard-example-notes")
+
+
+def _counted(tool: str) -> None:
+    """Add one execution of ``tool`` to the count file (read-modify-write; one process)."""
+    if COUNT_FILE is None:
+        return
+    counts = json.loads(COUNT_FILE.read_text()) if COUNT_FILE.exists() else {}
+    counts[tool] = counts.get(tool, 0) + 1
+    tmp = COUNT_FILE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(counts))
+    tmp.replace(COUNT_FILE)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def read_note(title: str) -> str:
+    """Read a note.
+
+    Args:
+        title: the note's title.
+    """
+    _counted("read_note")
+    if title not in NOTES:
+        raise ValueError(f"no note titled {title!r}")
+    return NOTES[title]
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                         idempotentHint=False, openWorldHint=False))
+def write_note(title: str, body: str) -> str:
+    """Append to a note (creating it).
+
+    Args:
+        title: the note's title.
+        body: text to append.
+    """
+    _counted("write_note")
+    NOTES[title] = NOTES.get(title, "") + body
+    return f"saved {title!r} ({len(NOTES[title])} characters)"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True,
+                                         idempotentHint=True, openWorldHint=False))
+def delete_note(title: str) -> str:
+    """Delete a note for good.
+
+    Args:
+        title: the note's title.
+    """
+    _counted("delete_note")
+    existed = NOTES.pop(title, None) is not None
+    return f"deleted {title!r}" if existed else f"no note titled {title!r}"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def count_slowly(steps: int, ctx: Context) -> str:
+    """Count to ``steps``, reporting progress after each (0.05 s per step).
+
+    Args:
+        steps: how far to count (1-100).
+    """
+    _counted("count_slowly")
+    for step in range(1, steps + 1):
+        await anyio.sleep(0.05)
+        await ctx.report_progress(step, steps, f"step {step}")
+    return f"counted to {steps}"
+
+
+@server.resource("notes://executions", mime_type="application/json")
+def executions() -> str:
+    """How many times each tool ran in this server (from the count file)."""
+    if COUNT_FILE is None or not COUNT_FILE.exists():
+        return "{}"
+    return COUNT_FILE.read_text()
+
+
+@server.prompt()
+def summarize(title: str) -> str:
+    """Ask the model to summarize one note."""
+    return f"Summarize the note {title!r} in one sentence."
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the options and serve until stdin closes (stdio) or the process is stopped."""
+    global COUNT_FILE  # noqa: PLW0603 - the tools read it; set once before serving
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at /mcp")
+    parser.add_argument("--count-file", type=Path,
+                        default=os.environ.get("TOOLGUARD_EXAMPLE_COUNT_FILE"))
+    parser.add_argument("--start-delay", type=float, default=0.0, metavar="S")
+    parser.add_argument("--fail-start", action="store_true")
+    parser.add_argument("--pid-file", type=Path)
+    args = parser.parse_args(argv)
+    if args.fail_start:
+        print("notes server: cannot open the notes database (--fail-start)", file=sys.stderr)
+        raise SystemExit(3)
+    if args.pid_file:
+        args.pid_file.write_text(str(os.getpid()))
+    COUNT_FILE = args.count_file
+    time.sleep(args.start_delay)
+    if args.http:
+        host, _, port = args.http.rpartition(":")
+        server.run("streamable-http", host=host, port=int(port))
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    main()

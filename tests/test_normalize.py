@@ -1,0 +1,120 @@
+"""Result normalisation (``[tools.X.result]``): what of a result is compared with earlier
+ones. The engine-level behaviour is in ``test_detection.py``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import toolguard as tg
+from toolguard._normalize import (
+    DEFAULT_NORMALIZER,
+    MAX_NORMALIZED_CHARS,
+    field_path_problem,
+    normalizer_for,
+)
+from toolguard._policy import ResultPolicy
+
+STRIPPED = [
+    ("Ran 5 tests in 0.003s", "Ran 5 tests in <duration>"),
+    ("===== 3 passed in 1.52s =====", "===== 3 passed in <duration> ====="),
+    ("took 3 s", "took <duration>"), ("done in 12ms", "done in <duration>"),
+    ("real\t0m1.234s", "real\t<duration>"), ("elapsed 40 seconds", "elapsed <duration>"),
+    ("2024-05-01T12:00:01.123Z ok", "<time> ok"), ("2024-05-01 12:00:01,456 INFO", "<time> INFO"),
+    ("at 2024-05-01T12:00:01+02:00", "at <time>"),
+    ("Tue Dec  1 09:38:33 UTC 2026", "Tue Dec  <time>"), ("Jan 5 12:34:56 host", "Jan <time> host"),
+    ('[05/Jan/2024:12:34:56 +0000] "GET /"', '[<time>] "GET /"'),
+    ("12:34:56.789 worker ready", "<time> worker ready"),
+    ("id 3f2a1b4c-1234-5678-9abc-def012345678", "id <uuid>"),
+    ("commit 9fceb02d0ae598e95dc970b74767f19372d61af8", "commit <hex>"),
+    ("<Foo object at 0x7f3a2b1c>", "<Foo object at <hex>>"),
+    ("server pid 4242 on port 8080", "server pid <pid> on port <port>"),
+    ("PID=77 listening on localhost:5000", "PID=<pid> listening on localhost:<port>"),
+    ("[1] 4242", "<pid>"), ("http://127.0.0.1:8000/", "http://127.0.0.1:<port>/"),
+]
+KEPT = ["flight HAT001 on 2024-05-15", "departs 06:00:00", "123456789012 rows", "main 5s",
+        "v1.23s", "Found 0 results.", "cafe", "total: 5 items in 3 folders",
+        "spid 44", "sport 8080"]
+
+
+@pytest.mark.parametrize(("text", "expected"), STRIPPED)
+def test_volatile_parts_are_stripped(text: str, expected: str) -> None:
+    assert DEFAULT_NORMALIZER(text) == expected
+
+
+@pytest.mark.parametrize("text", KEPT)
+def test_data_is_kept(text: str) -> None:
+    assert DEFAULT_NORMALIZER(text) == text
+
+
+def test_two_runs_of_one_test_suite_normalise_alike() -> None:
+    one = "platform linux -- Python 3.11.4\ncollected 12 items\n12 passed in 0.41s\n"
+    two = "platform linux -- Python 3.11.4\ncollected 12 items\n12 passed in 0.39s\n"
+    assert DEFAULT_NORMALIZER(one) == DEFAULT_NORMALIZER(two)
+    assert DEFAULT_NORMALIZER(one) != DEFAULT_NORMALIZER(one.replace("12 passed", "1 failed"))
+
+
+def test_json_values_are_normalised_string_by_string_without_changing_the_input() -> None:
+    value: dict[str, Any] = {"at": "2024-05-01T12:00:01Z", "n": [1, "took 2 s"], "ok": True}
+    assert DEFAULT_NORMALIZER(value) == {"at": "<time>", "n": [1, "took <duration>"],
+                                         "ok": True}
+    assert value["at"] == "2024-05-01T12:00:01Z"
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), [
+    ("$.meta.request_id", {"meta": {"request_id": 1, "a": 2}}, {"meta": {"a": 2}}),
+    ("$.items[*].etag", {"items": [{"etag": 1, "k": 1}, {"etag": 2}]},
+     {"items": [{"k": 1}, {}]}),
+    ("$..ts", {"ts": 1, "a": {"ts": 2, "b": [{"ts": 3, "c": 4}]}}, {"a": {"b": [{"c": 4}]}}),
+    ("$['odd key']", {"odd key": 1, "k": 2}, {"k": 2}),
+    ("$[0]", [1, 2, 3], [2, 3]), ("$.*", {"a": 1, "b": 2}, {}),
+    ("$.missing.deeper", {"a": 1}, {"a": 1}), ("$.a.b", {"a": "text"}, {"a": "text"}),
+])
+def test_ignore_fields(path: str, value: Any, expected: Any) -> None:
+    normalize = normalizer_for(ResultPolicy(ignore_fields=(path,), strip_volatile=False))
+    assert normalize(value) == expected
+
+
+def test_ignore_fields_apply_to_json_text_and_ignore_to_text() -> None:
+    normalize = normalizer_for(ResultPolicy(ignore_fields=("$.id",), ignore=(r"seq=\d+",)))
+    assert normalize('{"id": 7, "v": "seq=9 ok"}') == normalize('{"v":"seq=1 ok","id":8}')
+    assert normalize("not json seq=3") == "not json "
+    assert normalize('{"broken": ') == '{"broken": '
+
+
+def test_strip_volatile_can_be_turned_off() -> None:
+    assert normalizer_for(ResultPolicy(strip_volatile=False))("took 3 s") == "took 3 s"
+
+
+def test_longer_results_are_compared_as_they_are() -> None:
+    text = "took 1 s " + "x" * MAX_NORMALIZED_CHARS
+    assert DEFAULT_NORMALIZER(text) is text
+
+
+@pytest.mark.parametrize(("path", "why"), [
+    ("meta.id", "must start with $"), ("$", "names no field"), ("$.", "a name is missing"),
+    ("$[x]", "is not [N], [*] or ['name']"), ("$[0", "unclosed ["), ("$a", "unexpected 'a'"),
+])
+def test_bad_field_paths(path: str, why: str) -> None:
+    problem = field_path_problem(path)
+    assert problem is not None and why in problem
+
+
+def test_the_policy_loader_locates_bad_result_settings(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[tools.get.result]\nignore = ["(unclosed"]\nignore_fields = ["meta.x"]\n')
+    with pytest.raises(tg.PolicyError) as info:
+        tg.load_policy(path, env={})
+    found = {(p.path, p.line) for p in info.value.problems}
+    assert found == {("tools.get.result.ignore[0]", 2), ("tools.get.result.ignore_fields[0]", 3)}
+    assert "must start with $" in str(info.value)
+
+
+@given(st.text(max_size=300))
+def test_normalising_is_idempotent(text: str) -> None:
+    once = DEFAULT_NORMALIZER(text)
+    assert DEFAULT_NORMALIZER(once) == once

@@ -1,0 +1,369 @@
+"""What the Redis store guarantees under faults, on private ``redis-server`` processes that
+the tests stall (SIGSTOP), kill and restart (``redis_servers``): a claim whose ``begin``
+reply was lost is its own retry's, a stall never freezes the event loop, a restart without
+persistence is a store fault rather than a silent reset, an outcome Redis did not take is
+written before the next call, and key prefixes and task ids never share keys.
+
+Regression tests of issue 17 items 1, 9, 13 and 14 (``../shared/repro/reliability/``).
+"""
+# ruff: noqa: F811  (the redis_prefix fixture is imported, then taken as a parameter)
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import toolguard as tg
+from toolguard._policy import (
+    BudgetPolicy,
+    IdempotencyPolicy,
+    LadderPolicy,
+    LadderThresholds,
+    ToolPolicy,
+)
+from toolguard.testing import capture_audit
+
+from .loop_support import heartbeat
+from .redis_servers import Server, private_server
+from .redis_support import REDIS_URL, redis_prefix  # noqa: F401
+
+redis = pytest.importorskip("redis")
+from redis.crc import key_slot  # noqa: E402
+
+from toolguard.stores.redis import RedisStore  # noqa: E402
+
+pytestmark = pytest.mark.redis
+
+
+def _payer(runs: list[str]) -> Callable[..., str]:
+    @tg.mutating
+    def pay(order: str) -> str:
+        runs.append(order)
+        return f"paid {order}"
+
+    return pay
+
+
+def _records(srv: Server, state: bytes) -> list[bytes]:
+    client = srv.client()
+    try:
+        return [k for k in client.scan_iter("*rec:*") if (client.get(k) or b"")[:1] == state]
+    finally:
+        client.close()
+
+
+def _wait_until(check: Callable[[], Any], timeout_s: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+    return found
+
+
+# -- item 1: a claim whose begin reply was lost ------------------------------------------
+def test_lost_begin_reply_leaves_a_claim_its_retry_takes_over() -> None:
+    with private_server() as srv:
+        runs: list[str] = []
+        store = RedisStore(url=srv.url, key_prefix="ghost", timeout_s=0.3)
+        policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=2))
+        task = tg.Guard(policy, [_payer(runs)], store=store).task("t1")
+        task.call("pay", {"order": "warm-up"})  # scripts loaded, as in a running worker
+        srv.stall()
+        with pytest.raises(tg.StoreError):
+            task.call("pay", {"order": "o-1"})
+        srv.resume()  # Redis runs the begin whose reply was lost: a claim nobody runs
+        _wait_until(lambda: _records(srv, b"p"))
+        start = time.monotonic()
+        assert task.call("pay", {"order": "o-1"}).decision == "allow"  # not CallInProgress
+        assert time.monotonic() - start < 1.0  # no wait for the claim
+        assert task.call("pay", {"order": "o-1"}).decision == "cached"
+        assert runs.count("o-1") == 1
+        assert task.usage.tool_calls == 3  # warm-up, o-1 (lost attempt and retry: once), cached
+        assert not _records(srv, b"p")
+        store.close()
+
+
+def test_a_lost_claim_is_not_another_workers() -> None:
+    # The fencing is per worker: another process's identical call still waits on it (the
+    # claim might be a call running there), then gives up with CallInProgress.
+    with private_server() as srv:
+        runs: list[str] = []
+        mine = RedisStore(url=srv.url, key_prefix="ghost", timeout_s=0.3)
+        other = RedisStore(url=srv.url, key_prefix="ghost", timeout_s=0.3)
+        policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=0.3))
+        task = tg.Guard(policy, [_payer(runs)], store=mine).task("t1")
+        task.call("pay", {"order": "warm-up"})
+        srv.stall()
+        with pytest.raises(tg.StoreError):
+            task.call("pay", {"order": "o-1"})
+        srv.resume()
+        _wait_until(lambda: _records(srv, b"p"))
+        with pytest.raises(tg.CallInProgress):
+            tg.Guard(policy, [_payer(runs)], store=other).task("t1").call("pay",
+                                                                          {"order": "o-1"})
+        assert task.call("pay", {"order": "o-1"}).decision == "allow"
+        assert runs.count("o-1") == 1
+        mine.close()
+        other.close()
+
+
+# -- item 9: a Redis stall under acall ----------------------------------------------------
+def test_redis_stall_does_not_freeze_the_event_loop() -> None:
+    with private_server() as srv:
+        @tg.mutating
+        async def write(i: int) -> str:
+            return "ok"
+
+        store = RedisStore(url=srv.url, key_prefix="loop", timeout_s=0.5)
+        task = tg.Guard(tg.Policy(), [write], store=store).task("t")
+
+        async def main() -> tuple[list[str], int, float]:
+            await task.acall("write", {"i": -1})  # warm up (scripts loaded)
+
+            async def one(i: int) -> str:
+                try:
+                    return str((await task.acall("write", {"i": i})).decision)
+                except tg.StoreError:
+                    return "StoreError"
+
+            srv.stall()
+            try:
+                start = time.monotonic()
+                async with heartbeat() as beats:
+                    outcomes = await asyncio.gather(*(one(i) for i in range(12)))
+                took = time.monotonic() - start
+            finally:
+                srv.resume()
+            return outcomes, beats.count, took
+
+        outcomes, beats, took = asyncio.run(main())
+        store.close()
+        assert outcomes == ["StoreError"] * 12  # fail closed, as before
+        # 12 calls x 0.5 s of timeout: the loop, blocked, would have beaten ~0 times in 6 s
+        assert beats >= 0.5 * took / 0.01, (beats, took)
+
+
+def test_acall_on_redis_still_decides() -> None:
+    with private_server() as srv:
+        runs: list[str] = []
+        store = RedisStore(url=srv.url, key_prefix="loop", timeout_s=2.0)
+        # four identical attempts reach the default halt_at = 4 when the first has already
+        # finished: raise the ladder, as the multi-process tests do
+        policy = tg.Policy(ladder=LadderPolicy(
+            mutating=LadderThresholds(warn_at=5, block_at=6, halt_at=7)))
+        task = tg.Guard(policy, [_payer(runs)], store=store).task("t")
+
+        async def main() -> list[str]:
+            same = await asyncio.gather(*(task.acall("pay", {"order": "x"}) for _ in range(4)))
+            return [str(r.decision) for r in same]
+
+        decisions = asyncio.run(main())
+        store.close()
+        assert runs == ["x"]  # concurrent identical acalls share one execution
+        assert sorted(decisions) == ["allow", "cached", "cached", "cached"]
+
+
+def test_cancelled_acall_gives_its_claim_back_off_the_loop() -> None:
+    with private_server() as srv:
+        release = asyncio.Event()
+
+        @tg.mutating
+        async def slow(order: str) -> str:
+            await release.wait()
+            return "done"
+
+        @tg.requires_approval
+        def refund(order: str) -> str:
+            return "refunded"
+
+        async def never(_: Any) -> Any:
+            await asyncio.sleep(3600)
+
+        store = RedisStore(url=srv.url, key_prefix="loop", timeout_s=2.0)
+        task = tg.Guard(tg.Policy(), [slow, refund], store=store, approver=never).task("t")
+
+        async def main() -> None:
+            call = asyncio.create_task(task.acall("refund", {"order": "r"}))
+            await asyncio.sleep(0.3)  # asking the approver: the claim is held
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+        asyncio.run(main())
+        assert not _records(srv, b"p")  # given back at once, not left for in_progress_ttl_s
+        store.close()
+
+
+def test_acall_cancelled_during_a_slow_begin_gives_the_claim_back() -> None:
+    # The cancellation arrives while begin runs off the loop; begin then claims the call.
+    # The tool never started: the claim is given back, not recorded as an unknown outcome.
+    with private_server() as srv:
+        runs: list[str] = []
+        store = RedisStore(url=srv.url, key_prefix="loop", timeout_s=5.0)
+        task = tg.Guard(tg.Policy(), [_payer(runs)], store=store).task("t")
+
+        async def main() -> None:
+            await task.acall("pay", {"order": "warm-up"})
+            srv.stall()
+            call = asyncio.create_task(task.acall("pay", {"order": "o-1"}))
+            await asyncio.sleep(0.2)
+            call.cancel()
+            await asyncio.sleep(0.2)
+            srv.resume()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+        asyncio.run(main())
+        assert runs == ["warm-up"]
+        assert not _records(srv, b"p") and not _records(srv, b"u")
+        retry = task.call("pay", {"order": "o-1"})  # the cancelled attempt counted once
+        assert retry.decision.executed and runs == ["warm-up", "o-1"]  # not review
+        store.close()
+
+
+# -- item 13: lost state, and an outcome Redis did not take --------------------------------
+def _halted_task(srv: Server, runs: list[str], **store_kwargs: Any) -> tg.Task:
+    store = RedisStore(url=srv.url, key_prefix="rst", timeout_s=1.0, **store_kwargs)
+    guard = tg.Guard(tg.Policy(budget=BudgetPolicy(max_tool_calls=3),
+                               tools={"pay": ToolPolicy(idempotency_scope="task")}),
+                     [_payer(runs)], store=store)
+    task = guard.task("t1")
+    for order in "abc":
+        task.call("pay", {"order": order})
+    with pytest.raises(tg.BudgetExceeded):
+        task.call("pay", {"order": "d"})
+    return task
+
+
+def test_restart_without_persistence_is_a_store_fault() -> None:
+    with private_server() as srv:
+        runs: list[str] = []
+        task = _halted_task(srv, runs)
+        other = RedisStore(url=srv.url, key_prefix="rst", timeout_s=1.0)
+        assert other.usage("t1").halted is not None  # a second worker knows the task too
+        srv.kill()
+        srv.start()  # same port, no persistence: every key is gone
+        with pytest.raises(tg.StoreError, match="state of task 't1' is gone"):
+            task.call("pay", {"order": "a"})  # fail_closed: not run again
+        with pytest.raises(tg.StoreError, match="appendonly"):
+            _ = task.halted
+        with pytest.raises(tg.StoreError, match="gone"):
+            other.usage("t1")
+        assert runs == ["a", "b", "c"]
+        # a worker that never saw the task cannot tell; one that did still refuses after it
+        fresh = RedisStore(url=srv.url, key_prefix="rst", timeout_s=1.0)
+        assert fresh.usage("t1").tool_calls == 0
+        fresh.add_usage("t1", 1, 1, 0.0)
+        with pytest.raises(tg.StoreError, match="gone"):
+            task.call("pay", {"order": "a"})
+        # starting the task over is explicit
+        task.guard.store.clear_task("t1")
+        assert task.call("pay", {"order": "e"}).decision == "allow"
+        for store in (other, fresh):
+            store.close()
+
+
+def test_restart_without_persistence_fails_open_when_asked() -> None:
+    with private_server() as srv:
+        runs: list[str] = []
+        task = _halted_task(srv, runs, on_error="fail_open")
+        srv.kill()
+        srv.start()
+        with capture_audit(task.guard) as events:
+            result = task.call("pay", {"order": "z"})
+        assert result.decision == "allow" and runs[-1] == "z"  # unguarded, as configured
+        assert any("running unguarded" in e.reason for e in events)
+
+
+def test_state_that_expired_by_its_ttl_is_not_lost() -> None:
+    with private_server() as srv:
+        store = RedisStore(url=srv.url, key_prefix="ttl", state_ttl_s=0.3)
+        store.add_usage("t", 5, 5, 0.0)
+        time.sleep(0.5)  # expired on its TTL, as designed
+        assert store.usage("t").input_tokens == 0
+        assert store.add_usage("t", 1, 1, 0.0) == 2
+        store.close()
+
+
+def test_an_outcome_redis_did_not_take_is_written_before_the_next_call(tmp_path: Any) -> None:
+    # The tool ran, then Redis went away before finish: once Redis is back (AOF kept the
+    # claim) and the claim has expired, the retry must get the stored result, not run again.
+    aof = ("--appendonly", "yes", "--appendfsync", "always")
+    with private_server(*aof) as srv:
+        runs: list[str] = []
+
+        @tg.mutating
+        def pay(order: str) -> str:
+            runs.append(order)
+            srv.kill()  # Redis dies while the payment is being made
+            return f"paid {order}"
+
+        store = RedisStore(url=srv.url, key_prefix="fin", timeout_s=0.3)
+        policy = tg.Policy(idempotency=IdempotencyPolicy(in_progress_ttl_s=0.5,
+                                                         wait_timeout_s=0.2),
+                           tools={"pay": ToolPolicy(idempotency_scope="task")})
+        task = tg.Guard(policy, [pay], store=store).task("t1")
+        with capture_audit(task.guard) as events:
+            first = task.call("pay", {"order": "o-1"})
+        assert first.decision == "allow" and first.value == "paid o-1"  # returned anyway
+        assert any("kept by this worker" in e.reason for e in events)
+        srv.start()  # AOF reloaded: the claim is back, and expires
+        time.sleep(0.7)
+        retry = task.call("pay", {"order": "o-1"})
+        assert retry.decision == "cached" and retry.value == "paid o-1"
+        assert runs == ["o-1"]
+        store.close()
+
+
+def test_an_unwritten_outcome_keeps_the_task_refused_while_redis_is_down() -> None:
+    with private_server() as srv:
+        runs: list[str] = []
+        store = RedisStore(url=srv.url, key_prefix="fin", timeout_s=0.3)
+
+        @tg.mutating
+        def pay(order: str) -> str:
+            runs.append(order)
+            srv.kill()
+            return f"paid {order}"
+
+        task = tg.Guard(tg.Policy(), [pay], store=store).task("t1")
+        task.call("pay", {"order": "o-1"})
+        with pytest.raises(tg.StoreError):  # the pending write fails first: nothing runs
+            task.call("pay", {"order": "o-1"})
+        assert runs == ["o-1"]
+        store.close()
+
+
+# -- item 14: namespaces -------------------------------------------------------------------
+def test_prefix_and_task_id_with_braces_do_not_collide(redis_prefix: str) -> None:
+    runs: list[str] = []
+    a = tg.Guard(tg.Policy(), [_payer(runs)],
+                 store=RedisStore(url=REDIS_URL, key_prefix=f"{redis_prefix}:app"))
+    b = tg.Guard(tg.Policy(), [_payer(runs)],
+                 store=RedisStore(url=REDIS_URL, key_prefix=f"{redis_prefix}:app:{{acme}}"))
+    ta, tb = a.task("acme}:{inv-7"), b.task("inv-7")
+    assert ta.call("pay", {"order": "o-9"}).decision == "allow"
+    assert tb.call("pay", {"order": "o-9"}).decision == "allow"  # not tenant A's record
+    assert runs == ["o-9", "o-9"]
+    a.store.set_halted("acme}:{inv-7", {"kind": "BudgetExceeded", "reason": "A over budget"})
+    assert tb.call("pay", {"order": "o-10"}).decision == "allow"  # A's halt is A's
+    assert (ta.usage.tool_calls, tb.usage.tool_calls) == (1, 2)
+
+
+_TEXT = st.text(alphabet=st.sampled_from("ab:{}%\\ \x00é"), max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXT, _TEXT, _TEXT, _TEXT)
+def test_keys_are_unique_and_one_slot_per_task(p1: str, t1: str, p2: str, t2: str) -> None:
+    one = RedisStore(url=REDIS_URL, key_prefix=p1)._keys(t1, "k")
+    two = RedisStore(url=REDIS_URL, key_prefix=p2)._keys(t2, "k")
+    if (p1, t1) != (p2, t2):
+        assert not set(one) & set(two)
+    assert len({key_slot(k.encode()) for k in one}) == 1  # a cluster keeps a task together

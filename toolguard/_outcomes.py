@@ -1,0 +1,94 @@
+"""Which exceptions leave a call's outcome unknown (a timeout: it may or may not have happened).
+
+A mutating call that raises one of ``idempotency.timeout_exceptions`` is recorded as
+*unknown*, so an identical retry needs an approval instead of running blind (DESIGN.md §2,
+cause 2: "a network timeout arrives after the backend already succeeded").
+
+Names are matched against the exception's class hierarchy (its ``__mro__``), never by
+importing anything, so the default list can name the timeout families of HTTP and RPC clients
+that may not be installed:
+
+* a bare name (``"Timeout"``) matches a class of that ``__name__`` or ``__qualname__``;
+* a dotted name (``"requests.exceptions.Timeout"``, ``"httpx.TimeoutException"``) matches a
+  class of that qualified name, or of that name defined in a submodule of the named module
+  (``httpx.TimeoutException`` is defined in ``httpx._exceptions``);
+* ``"Name:CODE"`` matches such a class only when the exception's ``code()`` (or ``code``)
+  is the status ``CODE``: ``grpc.RpcError:DEADLINE_EXCEEDED`` is a gRPC deadline, not every
+  RPC failure.
+
+Either way subclasses match: ``requests.exceptions.ReadTimeout`` is a
+``requests.exceptions.Timeout``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["DEFAULT_TIMEOUT_EXCEPTIONS", "is_unknown_outcome"]
+
+DEFAULT_TIMEOUT_EXCEPTIONS: Final = (
+    "TimeoutError",  # builtin; also socket.timeout, asyncio.TimeoutError (3.11+)
+    "asyncio.TimeoutError",  # a class of its own on Python 3.10
+    "requests.exceptions.Timeout",  # ReadTimeout, ConnectTimeout
+    "httpx.TimeoutException",  # ReadTimeout, WriteTimeout, ConnectTimeout, PoolTimeout
+    "urllib3.exceptions.TimeoutError",  # ReadTimeoutError, ConnectTimeoutError
+    "aiohttp.ServerTimeoutError",  # also aiohttp's ConnectionTimeoutError, SocketTimeoutError
+    "grpc.FutureTimeoutError",
+    "grpc.RpcError:DEADLINE_EXCEEDED",
+)
+
+
+_MISSING: Final = frozenset({"<missing>"})
+_SEEN: dict[tuple[type, tuple[str, ...]], frozenset[str] | None] = {}
+
+
+def is_unknown_outcome(exc: BaseException, names: tuple[str, ...]) -> bool:
+    """True if ``exc`` is one of ``names`` (see the module docstring for the forms).
+
+    Args:
+        exc: the exception a tool raised.
+        names: ``idempotency.timeout_exceptions``.
+    """
+    key = (type(exc), names)
+    coded = _SEEN.get(key, _MISSING)
+    if coded is _MISSING:
+        coded = _matches(type(exc), names)
+        if len(_SEEN) < 1024:  # bounded: exception classes made on the fly do not pile up
+            _SEEN[key] = coded
+    if coded is None:
+        return False
+    return not coded or _status(exc) in coded
+
+
+def _matches(cls: type, names: tuple[str, ...]) -> frozenset[str] | None:
+    """None if no name matches ``cls``; else the status codes the matching ``Name:CODE``
+    names require (empty: some name matched without a code, so any status does)."""
+    codes: set[str] = set()
+    for name in names:
+        spelled, _, code = name.partition(":")
+        if any(_is(c, spelled) for c in cls.__mro__):
+            if not code:
+                return frozenset()
+            codes.add(code)
+    return frozenset(codes) if codes else None
+
+
+def _is(cls: type, name: str) -> bool:
+    qualname = cls.__qualname__
+    if name in (cls.__name__, qualname):
+        return True
+    module = cls.__module__
+    if name == f"{module}.{qualname}":
+        return True
+    prefix, _, tail = name.rpartition(".")
+    return bool(prefix) and tail == qualname and module.startswith(f"{prefix}.")
+
+
+def _status(exc: BaseException) -> str:
+    """The status name of an RPC error (``exc.code()`` as gRPC's ``StatusCode`` enum), or ""."""
+    code = getattr(exc, "code", None)
+    try:
+        value = code() if callable(code) else code
+    except Exception:  # noqa: BLE001 - a foreign code() that fails: no status
+        return ""
+    return str(getattr(value, "name", value) or "")

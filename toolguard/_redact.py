@@ -1,0 +1,217 @@
+"""Redaction: what every output channel (audit events, logs, halts, validation messages,
+``toolguard replay``) shows of a call's arguments.
+
+Two nets, both applied at any depth:
+
+* **key names**: a value whose key matches ``audit.redact`` is replaced whole. Keys are
+  matched as written and folded (case and the separators ``_``, ``-``, ``.``, `` `` removed),
+  so ``api_key`` also catches ``apiKey``, ``X-Api-Key`` and ``API.KEY``;
+* **token shapes** in string values: credentials whose shape gives them away, wherever they
+  are (a ``Bearer`` header inside a ``curl`` command, a key in a URL). The shapes mirror the
+  regex plugins of Yelp's detect-secrets (``AWSKeyDetector``, ``GitHubTokenDetector``,
+  ``GitLabTokenDetector``, ``JwtTokenDetector``, ``PrivateKeyDetector``, ``SlackDetector``,
+  ``StripeDetector``, ``BasicAuthDetector``, and the ``KeywordDetector`` key names);
+  ``tests/test_redaction.py`` checks them against that library's own patterns. The library
+  itself is not imported: it costs about 0.2 s and pulls in ``requests``.
+
+A string that holds a JSON object or array (a ``body`` argument) is parsed and redacted as
+arguments, then written back as compact JSON. Nesting deeper than :data:`MAX_DEPTH` is cut
+(``"[nested too deeply]"``), so no argument can make redaction recurse without bound.
+
+Every pattern is linear-time (no nested unbounded quantifiers), since the text is the
+model's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import orjson
+
+from ._canonical import fields_of
+
+__all__ = [
+    "DEEP",
+    "MAX_DEPTH",
+    "REDACTED",
+    "fold_key",
+    "key_pattern",
+    "redact",
+    "redact_json_text",
+    "redact_text",
+    "secrets_in",
+]
+
+REDACTED: Final = "[REDACTED]"
+DEEP: Final = "[nested too deeply]"
+MAX_DEPTH: Final = 64  # levels of containers shown; deeper ones are cut
+_JSON_TEXT_LIMIT: Final = 1 << 20  # bytes of a JSON-text argument parsed for redaction
+_SEPARATORS: Final = re.compile(r"[\s_.\-]+")
+_WORD: Final = re.compile(r"[\w\- .]+")
+
+_KEYWORDS = (r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|"
+             r"private[_-]?key|auth(?:orization)?|cookie|credentials?|session[_-]?id")
+
+# (pattern, the group holding the secret); each group before it is kept as written.
+_SHAPES: Final[tuple[tuple[re.Pattern[str], int], ...]] = (
+    # PrivateKeyDetector: a PEM private key block, to its END line (or the end of the text)
+    (re.compile(r"(-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----)"
+                r"(.*?(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----|\Z))", re.S), 2),
+    (re.compile(r"(PuTTY-User-Key-File-\d:)(.*)", re.S), 2),
+    # an HTTP Authorization scheme: Bearer / Basic / Token / Digest <credentials>
+    (re.compile(r"(?i)(\b(?:bearer|basic|token|digest)[ \t]+)([A-Za-z0-9._~+/=-]{6,})"), 2),
+    # KeywordDetector-like: password=..., X-Api-Key: ..., "token": "...", --secret ...
+    # (not the scheme word of an Authorization header: the shape above takes its credentials)
+    (re.compile(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}['\"]?"
+                r"(?:[ \t]*[:=][ \t]*|[ \t]+(?=['\"]))['\"]?)"
+                r"(?!(?:bearer|basic|token|digest)[ \t])([^\s'\"&,;]{3,})"), 2),
+    # AWSKeyDetector: a secret access key quoted near "aws ... key"
+    (re.compile(r"(?i)(aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['\"])"
+                r"([0-9a-zA-Z/+]{40})(?=['\"])"), 2),
+    # BasicAuthDetector: credentials in a URL (scheme://user:password@host)
+    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]{0,20}://[^\s/:@]{1,100}:)([^\s/@]{1,200})(?=@)"), 2),
+    # AWSKeyDetector: access key ids
+    (re.compile(r"()\b((?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16})"), 2),
+    # GitHubTokenDetector (+ fine-grained tokens), GitLabTokenDetector
+    (re.compile(r"()\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9_]{36}|github_pat_[A-Za-z0-9_]{22,})"),
+     2),
+    (re.compile(r"()\b(gl(?:pat|dt|rt|cbt|ptt|oas|imt|agent|ft|soat)-[A-Za-z0-9_\-]{20,}"
+                r"|GR1348941[A-Za-z0-9_\-]{20,})"), 2),
+    # SlackDetector
+    (re.compile(r"(?i)()\b(xox(?:a|b|p|o|s|r)-(?:\d+-)+[a-z0-9]+)"), 2),
+    (re.compile(r"(?i)(https://hooks\.slack\.com/services/)(T\w+/B\w+/\w+)"), 2),
+    # StripeDetector and sk-… API keys (OpenAI, Anthropic, many others)
+    (re.compile(r"()\b((?:r|s|p)k_(?:live|test)_[0-9A-Za-z]{8,}|sk-[A-Za-z0-9_\-]{8,})"), 2),
+    # JwtTokenDetector
+    (re.compile(r"()\b(eyJ[A-Za-z0-9_=-]{4,}\.[A-Za-z0-9_=-]{4,}\.?[A-Za-z0-9_.+/=-]*)"), 2),
+)
+
+
+def fold_key(key: str) -> str:
+    """``key`` lower-cased without separators: ``X-Api-Key`` → ``xapikey``."""
+    return _SEPARATORS.sub("", key).casefold()
+
+
+def key_pattern(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """``audit.redact`` as one case-insensitive regex, searched in a key and in its folded
+    form; a plain word (``api_key``) also matches folded (``apikey``). None if empty."""
+    if not patterns:
+        return None
+    parts: list[str] = []
+    for pattern in patterns:
+        parts.append(f"(?:{pattern})")
+        if _WORD.fullmatch(pattern) and fold_key(pattern) != pattern.casefold():
+            parts.append(f"(?:{re.escape(fold_key(pattern))})")
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
+def _secret_key(key: str, pattern: re.Pattern[str] | None) -> bool:
+    return pattern is not None and bool(pattern.search(key) or pattern.search(fold_key(key)))
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every credential of a well-known shape replaced by ``[REDACTED]``
+    (the scheme or key name before it stays: ``Bearer [REDACTED]``)."""
+    if len(text) < 8:
+        return text
+    for shape, group in _SHAPES:
+        if shape.search(text) is not None:
+            text = shape.sub(_keeping(group), text)
+    return text
+
+
+def _keeping(group: int) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        kept = "".join(match.group(i) or "" for i in range(1, group))
+        return kept + REDACTED + "".join(match.group(i) or "" for i in
+                                         range(group + 1, (match.re.groups or 0) + 1))
+    return replace
+
+
+def redact(args: Mapping[str, Any], pattern: re.Pattern[str] | None, max_chars: int
+           ) -> dict[str, Any]:
+    """A copy of ``args`` safe to show: values of keys matching ``pattern`` (see
+    :func:`key_pattern`) replaced by ``"[REDACTED]"`` at any depth, credentials of a known
+    shape inside strings replaced, JSON-text strings redacted inside, strings longer than
+    ``max_chars`` characters truncated with a note of the original length, and containers
+    deeper than :data:`MAX_DEPTH` cut. Never raises for any value."""
+    return {str(k): _value(str(k), v, pattern, max_chars, 1) for k, v in args.items()}
+
+
+def _value(key: str, value: Any, pattern: re.Pattern[str] | None, max_chars: int,
+           depth: int) -> Any:
+    if key and _secret_key(key, pattern):
+        return REDACTED
+    if isinstance(value, str):
+        text = _json_text(value, pattern, depth)
+        text = redact_text(text) if text is value else text
+        if len(text) > max_chars:
+            return f"{text[:max_chars]}…[{len(value)} chars]"
+        return text
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if depth > MAX_DEPTH:
+        return DEEP
+    if isinstance(value, Mapping):
+        return {str(k): _value(str(k), v, pattern, max_chars, depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_value("", v, pattern, max_chars, depth + 1) for v in value]
+    structured = fields_of(value)
+    if structured is not None:  # a dataclass or pydantic model: its repr would show every field
+        return {"$type": type(value).__qualname__,
+                **{k: _value(k, v, pattern, max_chars, depth + 1)
+                   for k, v in structured[1].items()}}
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a foreign __repr__ failed (or recursed)
+        text = f"<{type(value).__qualname__}>"
+    text = redact_text(text)
+    return text if len(text) <= max_chars else f"{text[:max_chars]}…"
+
+
+def redact_json_text(text: str, pattern: re.Pattern[str] | None) -> str:
+    """The model's JSON text of a call's arguments, redacted as :func:`redact` redacts them
+    (no truncation); text that is not JSON has only its token shapes redacted."""
+    cleaned = _json_text(text, pattern, 0)
+    return redact_text(text) if cleaned is text else cleaned
+
+
+def _json_text(text: str, pattern: re.Pattern[str] | None, depth: int) -> str:
+    """``text`` redacted as arguments if it is a JSON object or array, else ``text`` itself."""
+    stripped = text.lstrip()
+    if stripped[:1] not in ("{", "[") or len(text) > _JSON_TEXT_LIMIT:
+        return text
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    cleaned = _value("", parsed, pattern, _JSON_TEXT_LIMIT, depth + 1)
+    if cleaned == parsed:
+        return text
+    return orjson.dumps(cleaned).decode()
+
+
+def secrets_in(value: Any, pattern: re.Pattern[str], depth: int = 0) -> list[Any]:
+    """The values of the keys matching ``pattern`` inside ``value``, at any depth (up to
+    :data:`MAX_DEPTH`): what a validation message quoting an argument must not show."""
+    found: list[Any] = []
+    stack: list[tuple[Any, int]] = [(value, depth)]
+    while stack:
+        item, level = stack.pop()
+        if level > MAX_DEPTH:
+            continue
+        if isinstance(item, Mapping):
+            for key, inner in item.items():
+                if isinstance(key, str) and _secret_key(key, pattern):
+                    if inner is not None and inner != "":
+                        found.append(inner)
+                else:
+                    stack.append((inner, level + 1))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((inner, level + 1) for inner in item)
+        elif (structured := fields_of(item)) is not None:
+            stack.append((structured[1], level + 1))
+    return found

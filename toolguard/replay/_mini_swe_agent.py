@@ -1,0 +1,99 @@
+"""mini-swe-agent trajectories (``*.traj.json``: ``{"info", "messages", "trajectory_format"}``).
+
+``messages`` is a Chat Completions message list (read as in :mod:`._chat`) that ends with a
+message of role ``exit`` (the run's end and its submission, not a problem). Token usage is in
+each assistant message's ``extra.response.usage``. Runs recorded before tool calling
+(``mini-swe-agent-1.0``) hold each command in a ```` ```bash ```` block of the assistant's
+text; each is one call of the tool ``bash`` (``{"command": ...}``), answered by the next user
+message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final
+
+from ._chat import chat_messages
+from ._model import RecordedCall, Run, Source, Step, usage_counts
+from ._registry import Reader
+
+__all__ = ["READER"]
+
+_SIGNATURE: Final = re.compile(rb'"mini_version"\s*:|"trajectory_format"\s*:\s*"mini-swe-agent')
+_BASH: Final = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
+
+
+def _detect(path: Path, head: bytes) -> bool:
+    return head.lstrip()[:1] == b"{" and (path.name.endswith(".traj.json")
+                                          or bool(_SIGNATURE.search(head)))
+
+
+def _usage_of(m: Mapping[str, Any]) -> Any:
+    extra = m.get("extra")
+    response = extra.get("response") if isinstance(extra, dict) else None
+    spent = response.get("usage") if isinstance(response, dict) else None
+    return spent if spent is not None else m.get("usage")
+
+
+def _read(source: Source) -> Iterator[Run]:
+    value = source.load_json()
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if not isinstance(messages, list):
+        source.problem(None, "expected an object with a 'messages' list")
+        return
+    info = value.get("info") if isinstance(value.get("info"), dict) else {}
+    meta = {k: v for k, v in (("instance_id", value.get("instance_id")),
+                              ("exit_status", info.get("exit_status")),
+                              ("mini_version", info.get("mini_version")),
+                              ("trajectory_format", value.get("trajectory_format")))
+            if isinstance(v, str)}
+    if any(isinstance(m, dict) and m.get("tool_calls") for m in messages):
+        for run in chat_messages(source, messages, meta, None, "the document",
+                                 usage_of=_usage_of, end_roles=("exit",)):
+            run.id, run.format = meta.get("instance_id", run.id), "mini-swe-agent"
+            yield run
+        return
+    yield Run(meta.get("instance_id", source.default_id()), source.file, "mini-swe-agent",
+              meta, _text_steps(source, messages))
+
+
+def _text_steps(source: Source, messages: list[Any]) -> list[Step]:
+    """Steps of a run whose commands are ```bash blocks in the assistant's text."""
+    steps: list[Step] = []
+    pending: int | None = None  # the step index of the command waiting for its output
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        role, content = m.get("role"), m.get("content")
+        if role == "exit":
+            break
+        if role == "assistant":
+            source.model_turns += 1
+            spent = usage_counts(_usage_of(m), ("prompt_tokens", "input_tokens"),
+                                 ("completion_tokens", "output_tokens"))
+            if spent is not None:
+                steps.append(spent)
+            found = _BASH.findall(content) if isinstance(content, str) else []
+            if found:
+                pending = len(steps)
+                steps.append(RecordedCall("bash", {"command": found[0]}))
+        elif role == "user" and pending is not None:  # the output of the command just run
+            # (other user messages are the harness's format errors, not a person)
+            call = steps[pending]
+            assert isinstance(call, RecordedCall)
+            steps[pending] = replace(call, result=content)
+            pending = None
+    return steps
+
+
+READER: Final = Reader(
+    name="mini-swe-agent",
+    description="mini-swe-agent .traj.json (chat messages ending with role 'exit')",
+    suffixes=(".traj.json",),
+    detect=_detect,
+    read=_read,
+    calls_expected=True,
+)
