@@ -4,14 +4,9 @@ network): the adapter script, sync and async."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import Any
 
 import pytest
-
-if sys.version_info < (3, 11):  # CI runs 3.11: there these tests always run
-    pytest.skip("pydantic-ai 2.68 needs Python 3.11", allow_module_level=True)
-
 from pydantic_ai import (
     Agent,
     DeferredToolRequests,
