@@ -4,6 +4,7 @@ chat model (no network): the adapter script, sync and async, and each decision's
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
