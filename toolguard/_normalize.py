@@ -36,7 +36,13 @@ import orjson
 
 from ._policy import ResultPolicy
 
-__all__ = ["DEFAULT_NORMALIZER", "ResultNormalizer", "field_path_problem", "normalizer_for"]
+__all__ = [
+    "DEFAULT_NORMALIZER",
+    "MAX_NORMALIZED_CHARS",
+    "ResultNormalizer",
+    "field_path_problem",
+    "normalizer_for",
+]
 
 _MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                   "Dec")
