@@ -65,8 +65,9 @@ def test_a_deep_direct_mapping_is_invalid_too() -> None:
     assert result.decision is D.INVALID
 
 
-def test_a_failing_sink_under_fail_closed_does_not_run_the_call(
-        caplog: pytest.LogCaptureFixture, clock: FakeClock) -> None:
+def _pay_with_a_broken_sink(policy: tg.Policy, clock: FakeClock,
+                            caplog: pytest.LogCaptureFixture) -> tuple[tg.ToolResult, list[str]]:
+    """One call of a payment tool whose only audit sink fails (a full disk)."""
     runs: list[str] = []
 
     @tg.mutating
@@ -78,28 +79,22 @@ def test_a_failing_sink_under_fail_closed_does_not_run_the_call(
         raise OSError("disk full")
 
     with caplog.at_level(logging.ERROR, logger="toolguard"):
-        result = tg.Guard(tools=[pay], audit=[broken], clock=clock).task("t").call(
+        result = tg.Guard(policy, [pay], audit=[broken], clock=clock).task("t").call(
             "pay", {"order": "o1"})
+    return result, runs
+
+
+def test_a_failing_sink_under_fail_closed_does_not_run_the_call(
+        caplog: pytest.LogCaptureFixture, clock: FakeClock) -> None:
+    result, runs = _pay_with_a_broken_sink(tg.Policy(), clock, caplog)
     assert result.decision is D.BLOCK and "not run unaudited" in result.reason and runs == []
     assert "was NOT written" in caplog.text and "validating->executing" in caplog.text
 
 
 def test_a_failing_sink_under_fail_open_runs_and_says_so(
         caplog: pytest.LogCaptureFixture, clock: FakeClock) -> None:
-    runs: list[str] = []
-
-    @tg.mutating
-    def pay(order: str) -> str:
-        runs.append(order)
-        return "paid"
-
-    def broken(event: tg.AuditEvent) -> None:
-        raise OSError("disk full")
-
     policy = tg.Policy(store=StorePolicy(on_error="fail_open"))
-    with caplog.at_level(logging.ERROR, logger="toolguard"):
-        result = tg.Guard(policy, [pay], audit=[broken], clock=clock).task("t").call(
-            "pay", {"order": "o1"})
+    result, runs = _pay_with_a_broken_sink(policy, clock, caplog)
     assert result.executed and runs == ["o1"]
     assert caplog.text.count("was NOT written") == 2  # before and after the run
 
