@@ -31,15 +31,18 @@ from _args import distinct, sized
 from _harness import median, quartiles
 
 from toolguard import Effect, Guard, Task, ToolSpec
-from toolguard._policy import IdempotencyPolicy, Policy
+from toolguard._policy import IdempotencyPolicy, LadderPolicy, Policy
 
 __all__ = ["growth", "memory"]
 
 
 def _task(effect: Effect, max_entries: int | None = None) -> tuple[Guard, Task, str]:
     tool = sized("small").tool
-    policy = Policy() if max_entries is None else Policy(
-        idempotency=IdempotencyPolicy(max_entries=max_entries))
+    # never-repeated arguments with one result: the stagnation rule stays on (its cost is
+    # measured) but out of reach
+    ladder = LadderPolicy(stagnation_warn_at=10**9, stagnation_block_at=10**9)
+    policy = Policy(ladder=ladder) if max_entries is None else Policy(
+        ladder=ladder, idempotency=IdempotencyPolicy(max_entries=max_entries))
     guard = Guard(policy, [ToolSpec(name=tool.__name__, func=tool, effect=effect)])
     return guard, guard.task(f"growth-{uuid.uuid4().hex[:12]}"), tool.__name__
 

@@ -17,7 +17,12 @@ from toolguard._resolve import resolve_tool
 from toolguard.stores import Snapshot, Store
 from toolguard.testing import FakeClock, capture_audit
 
-from .redis_support import delete_prefix, redis_prefix, redis_store  # noqa: F401
+from .redis_support import (  # noqa: F401
+    delete_prefix,
+    redis_cluster_store,
+    redis_prefix,
+    redis_store,
+)
 from .test_store_contract import store  # noqa: F401  (memory and Redis, as in the contract)
 
 D = tg.Decision

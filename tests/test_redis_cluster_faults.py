@@ -9,6 +9,7 @@ private cluster (``redis_servers.Cluster``, stopped afterwards whatever happens)
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -22,10 +23,14 @@ from toolguard._policy import BudgetPolicy, ToolPolicy
 
 from .redis_servers import Cluster
 
-redis = pytest.importorskip("redis")
-from redis.crc import key_slot  # noqa: E402
+try:
+    from redis.crc import key_slot
 
-from toolguard.stores.redis import RedisStore  # noqa: E402
+    from toolguard.stores.redis import RedisStore
+except ImportError as exc:  # the extra is missing: fail on CI, skip elsewhere
+    if os.environ.get("CI") == "true":
+        raise
+    pytest.skip(str(exc), allow_module_level=True)
 
 pytestmark = pytest.mark.redis
 

@@ -68,6 +68,7 @@ from ._injected import injected_parameters
 from ._integration import named_spec, refuse_outside_task, require_task_for, sync_runner
 from ._limits import UNKNOWN_TOOLS, oversized, short_name, too_deep
 from ._lock import YieldingLock
+from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
 from ._outcomes import forwarded_key, is_unknown_outcome
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
@@ -684,20 +685,30 @@ class Task:
         """Calls waiting for a human decision, by idempotency key."""
         return self.guard._store.pending_approvals(self.task_id)
 
-    def record_usage(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
+    def record_usage(self, input_tokens: int | Any = 0, output_tokens: int = 0) -> None:
         """Report model token usage (counts toward ``budget.max_tokens``).
 
         Args:
             input_tokens / output_tokens: token counts of one model call (integers ≥ 0).
+                Or, as the only argument, an SDK response or its ``usage``: OpenAI Chat
+                (``prompt_tokens`` / ``completion_tokens``), OpenAI Responses and Anthropic
+                (``input_tokens`` / ``output_tokens``; Anthropic's cache creation and cache
+                read tokens are added to the input), SDK objects or dicts.
 
         Raises:
             ValueError: a count is not an integer ≥ 0.
+            TypeError: an object with no token usage in it.
             BudgetExceeded: the task's total tokens now exceed ``max_tokens``; the task halts.
         """
+        if not isinstance(input_tokens, int | float | str | bytes | type(None)):
+            # a response or usage object (a count of the wrong type stays a ValueError)
+            if output_tokens:
+                raise TypeError("pass a response (or usage) alone, or two token counts")
+            input_tokens, output_tokens = usage_tokens(input_tokens)
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
-        total = self.guard._store.add_usage(self.task_id, input_tokens, output_tokens,
+        total = self.guard._store.add_usage(self.task_id, cast(int, input_tokens), output_tokens,
                                             self.guard._clock())
         limit = self.guard._config.policy.budget.max_tokens
         if (limit is not None and total > limit
@@ -851,6 +862,38 @@ class Task:
             return result
 
         return self._run_sync(tool, args, recorded)[0]
+
+    def run_tool_calls(self, message: Any, *, on_halt: OnHalt = "raise"
+                       ) -> list[dict[str, Any]]:
+        """Run the tool calls of one model message and answer them in its provider's shape.
+
+        ``messages += task.run_tool_calls(reply)`` closes a manual loop: an OpenAI Chat
+        assistant message (or ``ChatCompletion``) gives ``{"role": "tool", ...}`` messages,
+        Responses output items (or a ``Response``) give ``function_call_output`` items, an
+        Anthropic ``Message`` gives one user message of ``tool_result`` blocks (with
+        ``is_error``); SDK objects or plain dicts (:mod:`toolguard._loops`). Contents carry
+        the guard's notices (warn, cached, blocked). The calls run as one batch
+        (:meth:`call_batch`: identical calls execute once). A message without tool calls
+        gives ``[]``.
+
+        Args:
+            message: the model's message, as above.
+            on_halt: ``"raise"`` (default): after a halt, every call of the message still
+                gets a closing result (the halt, or "not executed"), then the
+                :class:`Halt` is raised carrying them as ``tool_messages``; ``"return"``:
+                they are returned and ``task.halted`` tells.
+
+        Raises:
+            Halt: as above. TypeError: not a message of these shapes, or a tool known by
+                name only (it needs ``task.call(..., run=)``). Otherwise as :meth:`call`.
+        """
+        return run_tool_calls(self, message, on_halt)
+
+    async def arun_tool_calls(self, message: Any, *, on_halt: OnHalt = "raise"
+                              ) -> list[dict[str, Any]]:
+        """:meth:`run_tool_calls` for asyncio: the distinct calls run concurrently
+        (:meth:`acall_batch`); a halt is raised once every call has finished."""
+        return await arun_tool_calls(self, message, on_halt)
 
     def call_batch(
         self, calls: Sequence[tuple[str, Mapping[str, Any] | str | bytes | None]]

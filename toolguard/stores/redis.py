@@ -157,7 +157,15 @@ local count, poll = ARGV[6] == '1', ARGV[7] == '1'
 local now, claim_exp = ARGV[8], ARGV[9]
 local claim_ms, state_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
 local claim_tail = ARGV[12]  -- the claiming call's id, as the record's JSON tail
-local orphan = ARGV[14]  -- a claim this worker's begin left when its reply was lost, or ''
+-- the record tails of this worker's begins of this key whose replies were lost (one per
+-- line), or '': a claim they left is this call's to take over
+local orphan = ARGV[14]
+local function owned(v, tails)
+  for t in string.gmatch(tails, '[^\\n]+') do
+    if string.sub(v, -#t) == t then return true end
+  end
+  return false
+end
 local gen = generation(true)
 if not gen then return redis.error_reply(LOST) end
 local m = redis.call('HMGET', KEYS[1], 'epoch', 'calls', 'in', 'out', 'started', 'halted',
@@ -200,7 +208,7 @@ if key ~= '' then
   if v and claim and string.sub(v, 1, 2) == 'p|' then
     if ARGV[13] == '1' and string.sub(v, -#claim_tail) == claim_tail then
       mine = true  -- this call's own claim: a begin retried after its reply was lost
-    elseif orphan ~= '' and string.sub(v, -#orphan) == orphan then
+    elseif orphan ~= '' and owned(v, orphan) then
       -- the claim of this worker's identical call whose begin reply was lost (it never
       -- ran): its retry takes the claim over under its own call id
       redis.call('SET', KEYS[6],
@@ -601,7 +609,7 @@ class RedisStore:
         self._state_ms_arg = str(self._state_ms)
         # lost-state detection: task id -> (generation, monotonic time before its last use)
         self._gens: dict[str, tuple[str, float]] = {}
-        # claims whose begin reply was lost: (task id, key) -> that call's record tail
+        # claims whose begin reply was lost: (task id, key) -> their record tails, one a line
         self._orphans: dict[tuple[str, str], bytes] = {}
         # outcomes Redis did not take: task id -> finishes to write before its next operation
         self._unrecorded: dict[str, list[FinishRequest]] = {}
@@ -723,8 +731,9 @@ class RedisStore:
         except StoreError:
             if req.claim and req.call_id:
                 # the script may have run and claimed the key: remember the claim as ours
-                with self._lock:
-                    self._orphans[(task_id, key)] = orphan or tail
+                with self._lock:  # this begin's claim, or an earlier lost one's
+                    self._orphans[(task_id, key)] = b"\n".join(
+                        [*orphan.split(b"\n")[-3:], tail] if orphan else [tail])
                     if len(self._orphans) > _MAX_TASKS:
                         del self._orphans[next(iter(self._orphans))]
             raise
