@@ -608,14 +608,15 @@ class Guard:
         return Task(self, task_id)
 
     def _emit(self, event: AuditEvent) -> bool:
-        """Give ``event`` to every sink; False if one failed. A broken sink does not break
-        the call, but it is never silent: the log says which event it did not write."""
-        written = True
+        """Give ``event`` to every sink; False if none could write it. A broken sink does
+        not break the call, but it is never silent: the log says which event it did not
+        write."""
+        written = False
         for sink in self._sinks:
             try:
                 sink(event)
+                written = True
             except Exception:
-                written = False
                 log.exception("toolguard: audit sink %r failed: the event %s %s of %s (%s) "
                               "was NOT written", sink, event.transition, event.decision,
                               event.call_id or event.task_id, event.tool)
@@ -1441,7 +1442,7 @@ class Task:
 
     def _event(self, transition: str, tool: str, decision: Decision, reason: str,
                p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0) -> bool:
-        """Emit one audit event; False if a sink could not write it."""
+        """Emit one audit event; False if no sink could write it."""
         if self.guard._sinks:
             return self.guard._emit(AuditEvent(
                 time=self.guard._clock(), task_id=self.task_id,

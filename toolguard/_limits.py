@@ -46,6 +46,8 @@ def oversized(raw: Any, limit: int | None) -> str | None:
         size = len(raw) if len(raw) > limit or raw.isascii() else len(
             raw.encode("utf-8", "surrogatepass"))
     elif isinstance(raw, Mapping):
+        if _flat_size(raw) * 2 < limit:  # flat and far below: no need to serialize
+            return None
         try:
             size = len(orjson.dumps(raw, default=str, option=orjson.OPT_NON_STR_KEYS))
         except (TypeError, orjson.JSONEncodeError):
@@ -66,6 +68,8 @@ def too_deep(raw: Any, args: Any, limit: int = MAX_ARGS_DEPTH) -> str | None:
                    else raw.count(b"{") + raw.count(b"["))
         if opening <= limit:
             return None
+    elif isinstance(args, Mapping) and all(type(v) in _SCALARS for v in args.values()):
+        return None  # flat: the usual case, no walk
     stack: list[tuple[Any, int]] = [(args, 1)]
     while stack:
         value, depth = stack.pop()
@@ -76,6 +80,23 @@ def too_deep(raw: Any, args: Any, limit: int = MAX_ARGS_DEPTH) -> str | None:
         elif isinstance(value, (list, tuple)):
             stack.extend((v, depth + 1) for v in value)
     return None
+
+
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat_size(args: Mapping[Any, Any]) -> int:
+    """An upper bound of the JSON size of flat ``args`` (scalar values); a huge number for
+    anything else, so the caller serializes."""
+    size = 2
+    for key, value in args.items():
+        kind = type(value)
+        if kind not in _SCALARS:
+            return 1 << 62
+        size += 6 + len(str(key)) * 6 + (
+            len(value) * 6 if kind is str else value.bit_length() // 3 + 2 if kind is int
+            else 24)
+    return size
 
 
 def short_name(tool: str) -> str:
