@@ -66,6 +66,7 @@ from ._frameworks import wrapped_arguments
 from ._inflight import InFlight
 from ._injected import injected_parameters
 from ._integration import named_spec, refuse_outside_task, require_task_for, sync_runner
+from ._limits import UNKNOWN_TOOLS, oversized, short_name, too_deep
 from ._lock import YieldingLock
 from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
 from ._outcomes import forwarded_key, is_unknown_outcome
@@ -606,12 +607,20 @@ class Guard:
             raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
         return Task(self, task_id)
 
-    def _emit(self, event: AuditEvent) -> None:
+    def _emit(self, event: AuditEvent) -> bool:
+        """Give ``event`` to every sink; False if none could write it. A broken sink does
+        not break the call, but it is never silent: the log says which event it did not
+        write."""
+        written = False
         for sink in self._sinks:
             try:
                 sink(event)
-            except Exception:  # a broken sink must not break the call
-                log.exception("toolguard audit sink %r failed", sink)
+                written = True
+            except Exception:
+                log.exception("toolguard: audit sink %r failed: the event %s %s of %s (%s) "
+                              "was NOT written", sink, event.transition, event.decision,
+                              event.call_id or event.task_id, event.tool)
+        return written
 
     def _warn_off(self) -> None:
         if not self._warned_off:
@@ -955,6 +964,7 @@ class Task:
         entry = cfg.entries.get(tool)
         call_id = f"{self.task_id}#{next(self._ids)}{self._id_suffix}"
         if entry is None:
+            tool = short_name(tool)  # the model's: kept in counters, results and history
             entry = self._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)
             if entry is None:
                 entry = self.guard._entry(cfg.policy, recorded_tool(tool))
@@ -962,7 +972,11 @@ class Task:
                     cfg.virtual[tool] = entry
         invalid: str | None = None
         args: dict[str, Any]
-        if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
+        if (too := oversized(raw, cfg.policy.max_args_bytes)) is not None:
+            # not parsed, and not kept: history holds a note instead of the arguments
+            args, invalid = {}, too
+            raw = "<arguments larger than max_args_bytes: not kept>"
+        elif type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
             args = raw.copy()
         elif isinstance(raw, (str, bytes)):
             try:
@@ -975,6 +989,8 @@ class Task:
             args = dict(raw)
         else:
             args, invalid = {}, f"arguments must be a JSON object, got {type(raw).__name__}"
+        if invalid is None and (deep := too_deep(raw, args)) is not None:
+            args, invalid = {}, deep
         settings = entry.settings
         effect, sig, floats, denied = settings.effect, "", False, settings.deny
         if invalid is None:
@@ -1056,7 +1072,8 @@ class Task:
     def _begin(self, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
         # Positional (hot path: keywords cost 0.3 µs per tuple), in BeginRequest's order.
         req = BeginRequest(
-            p.entry.spec.name, p.signature,
+            # names no tool has share one counter: the model can invent any number of them
+            UNKNOWN_TOOLS if p.entry.unknown else p.entry.spec.name, p.signature,
             # records and approvals exist only for mutating or approval-gated calls: other
             # calls skip those look-ups
             p.key if p.effect is MUTATING or p.entry.settings.requires_approval else "",
@@ -1424,19 +1441,30 @@ class Task:
             ))
 
     def _event(self, transition: str, tool: str, decision: Decision, reason: str,
-               p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0) -> None:
+               p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0) -> bool:
+        """Emit one audit event; False if no sink could write it."""
         if self.guard._sinks:
-            self.guard._emit(AuditEvent(
+            return self.guard._emit(AuditEvent(
                 time=self.guard._clock(), task_id=self.task_id,
                 call_id=p.call_id if p else "", tool=tool, transition=transition,
                 decision=str(decision), reason=reason,
                 effect=str(p.effect) if p else "", args_hash=p.sig if p else "",
                 args=self._redacted(p, cfg) if p and cfg else {}, count=count,
             ))
+        return True
 
-    def _executing(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> None:
-        self._event("validating->executing", p.entry.spec.name, verdict.decision,
-                    verdict.reason, p, cfg, snap.count)
+    def _executing(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
+                   ) -> Verdict:
+        """Audit the start of an execution. If no sink could write it and the policy fails
+        closed (``store.on_error``), the call does not run unaudited: it is blocked."""
+        if self._event("validating->executing", p.entry.spec.name, verdict.decision,
+                       verdict.reason, p, cfg, snap.count):
+            return verdict
+        on_error = getattr(self.guard._store, "on_error", None) or cfg.policy.store.on_error
+        if on_error != "fail_closed":
+            return verdict
+        return Verdict(BLOCK, reason="the audit event of this call could not be written, and "
+                                     "the policy fails closed (store.on_error): not run unaudited")
 
     def _pipeline(self, tool: str, raw: Any, executor: Executor | None,
                   approver: Approver | None = None, resumed: bool = False,
@@ -1489,7 +1517,9 @@ class Task:
             if observed is not None or decision is ALLOW or decision is WARN:  # = .executed
                 try:
                     if self.guard._sinks:
-                        self._executing(cfg, p, snap, final)
+                        audited = self._executing(cfg, p, snap, final)
+                        if audited is not final and observed is None:  # unaudited: not run
+                            return self._conclude(cfg, p, snap, audited, None, None), None
                     if observed is None:
                         self._spend_approval(cfg, p, snap)
                     record = snap.record
