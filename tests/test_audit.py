@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 import toolguard as tg
-from toolguard._audit import REDACTED, AuditSink, redact
+from toolguard._audit import AuditSink, redact
 from toolguard._policy import AuditPolicy
+from toolguard._redact import REDACTED
 from toolguard.testing import FakeClock, auto_approve, auto_defer
 
 SECRET = "hunter2-s3cr3t"
