@@ -72,7 +72,9 @@ def policy_for(path: str, **kwargs: Any) -> Policy:
     """The policy that puts repeated calls on ``path``."""
     readonly = {"warn": _ladder(2, BIG, BIG), "block": _ladder(2, 2, BIG)}.get(
         path, _ladder(BIG, BIG, BIG))
-    return Policy(ladder=LadderPolicy(readonly=readonly, mutating=_ladder(BIG, BIG, BIG)),
+    # the stagnation rule stays on (its cost is measured) but out of reach, like the ladder
+    return Policy(ladder=LadderPolicy(readonly=readonly, mutating=_ladder(BIG, BIG, BIG),
+                                      stagnation_warn_at=BIG, stagnation_block_at=BIG),
                   **kwargs)
 
 

@@ -38,9 +38,9 @@ __all__ = ["growth", "memory"]
 
 def _task(effect: Effect, max_entries: int | None = None) -> tuple[Guard, Task, str]:
     tool = sized("small").tool
-    # never-repeated arguments of a no-op (same outcome every time) are what the stagnation
-    # rule stops: off here, where only the cost of an ever-growing task is measured
-    ladder = LadderPolicy(stagnation_warn_at=0, stagnation_block_at=0)
+    # never-repeated arguments with one result: the stagnation rule stays on (its cost is
+    # measured) but out of reach
+    ladder = LadderPolicy(stagnation_warn_at=10**9, stagnation_block_at=10**9)
     policy = Policy(ladder=ladder) if max_entries is None else Policy(
         ladder=ladder, idempotency=IdempotencyPolicy(max_entries=max_entries))
     guard = Guard(policy, [ToolSpec(name=tool.__name__, func=tool, effect=effect)])

@@ -18,7 +18,7 @@ from typing import Any
 
 import mcp.types as mt
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.session import ElicitationFnT
+from mcp.client.session import ElicitationFnT, MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -55,13 +55,16 @@ def audit_events(path: Path) -> list[dict[str, Any]]:
 @asynccontextmanager
 async def stdio_session(command: Sequence[str], *, errlog: Any = None,
                         elicitation: ElicitationFnT | None = None,
-                        env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+                        env: dict[str, str] | None = None,
+                        messages: MessageHandlerFnT | None = None,
+                        ) -> AsyncIterator[ClientSession]:
     """A real ``ClientSession`` over stdio to ``command`` (the proxy), initialized; the
     process gets this environment plus ``env``."""
     params = StdioServerParameters(command=command[0], args=list(command[1:]),
                                    env={**os.environ, **(env or {})})
     async with stdio_client(params, errlog=errlog or sys.stderr) as (read, write), \
-            ClientSession(read, write, elicitation_callback=elicitation) as session:
+            ClientSession(read, write, elicitation_callback=elicitation,
+                          message_handler=messages) as session:
         await session.initialize()
         yield session
 

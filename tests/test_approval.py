@@ -165,7 +165,8 @@ def test_resume_after_an_approval_timeout_gives_the_call_another_chance(
     assert refunds == ["o"]
 
 
-def test_approval_request_shape_and_redaction(clock: FakeClock) -> None:
+def test_approval_request_shape_and_full_arguments(clock: FakeClock) -> None:
+    """The reviewer sees every value as the tool will get it (issue 17, item 4)."""
     seen: list[tg.ApprovalRequest] = []
 
     @tg.requires_approval
@@ -181,7 +182,7 @@ def test_approval_request_shape_and_redaction(clock: FakeClock) -> None:
     assert r.executed
     (req,) = seen
     assert (req.task_id, req.tool, req.idempotency_key) == ("t", "rotate", r.idempotency_key)
-    assert req.args == {"user": "u", "api_key": "[REDACTED]"}
+    assert req.args == {"user": "u", "api_key": "sk-123"}
     assert req.requested_at == clock()
 
 

@@ -285,15 +285,17 @@ async def test_a_call_cancelled_while_asking_the_approver_gives_its_claim_back()
 
 @pytest.mark.parametrize("forwards", [False, True])
 async def test_a_cancelled_acall_records_what_its_sync_tool_really_did(forwards: bool) -> None:
-    """A worker thread cannot be stopped: the cancellation waits for the tool, its real
-    result is recorded, and neither a concurrent duplicate nor a retry runs it again (before,
-    the retry went to review, or, with a forwarded key, ran beside the first)."""
+    """A worker thread cannot be stopped: the cancellation returns at once (issue 17, item
+    10: it used to wait for the tool), the tool's real result is recorded when it ends, and
+    neither a concurrent duplicate nor a retry runs it again (before, the retry went to
+    review, or, with a forwarded key, ran beside the first)."""
     log: list[str] = []
+    release = threading.Event()
 
     @tg.mutating(forwards_idempotency_key=forwards)
     def pay(amount: int) -> str:
         log.append("start")
-        time.sleep(0.3)
+        release.wait(10)
         log.append("done")
         return "paid"
 
@@ -301,15 +303,43 @@ async def test_a_cancelled_acall_records_what_its_sync_tool_really_did(forwards:
     first = asyncio.ensure_future(task.acall("pay", {"amount": 5}))
     await asyncio.sleep(0.1)  # the tool is running in its thread
     duplicate = asyncio.ensure_future(task.acall("pay", {"amount": 5}))
+    started = time.monotonic()
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(first, 0.05)
-    assert log == ["start", "done"]  # the cancellation waited for the tool
-    retry = await task.acall("pay", {"amount": 5})
-    shared = await duplicate
+    assert time.monotonic() - started < 1.0 and log == ["start"]  # did not wait for it
+    release.set()
+    retry = await asyncio.wait_for(task.acall("pay", {"amount": 5}), 5)
+    shared = await asyncio.wait_for(duplicate, 5)
     assert (retry.decision, retry.value) == (D.CACHED, "paid")
     assert (shared.decision, shared.value) == (D.CACHED, "paid")
     assert log == ["start", "done"]  # ran once
     assert task.history[0].result.decision is D.ALLOW  # the real run is recorded
+
+
+async def test_wait_for_a_hung_sync_tool_returns_at_its_timeout() -> None:
+    """Regression: ``asyncio.wait_for(task.acall(<sync tool>), 0.5)`` waited the tool's
+    full 10 s. The outcome is audited once the thread ends."""
+    events: list[tg.AuditEvent] = []
+    release = threading.Event()
+
+    @tg.mutating
+    def slow_upload(name: str) -> str:
+        release.wait(10)
+        return "uploaded"
+
+    task = tg.Guard(tools=[slow_upload], audit=[events.append]).task("t")
+    started = time.monotonic()
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(task.acall("slow_upload", {"name": "a"}), 0.2)
+    assert time.monotonic() - started < 1.0
+    assert [e.transition for e in events] == ["validating->executing"]
+    release.set()
+    for _ in range(200):
+        if len(events) > 1:
+            break
+        await asyncio.sleep(0.01)
+    assert [e.transition for e in events][-1] == "executing->planning"
+    assert task.history[-1].result.value == "uploaded"
 
 
 async def test_a_sync_call_on_the_loop_thread_does_not_wait_for_its_own_acall() -> None:

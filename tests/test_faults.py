@@ -9,6 +9,7 @@ import pytest
 
 import toolguard as tg
 from toolguard._policy import BudgetPolicy, IdempotencyPolicy
+from toolguard._types import IdempotencyScope
 from toolguard.testing import FakeClock, auto_approve, auto_defer
 
 D = tg.Decision
@@ -114,7 +115,8 @@ def test_forwarded_idempotency_key_is_retried_with_the_same_key(clock: FakeClock
     task = guard.task("t")
     task.call("charge", {"amount": 5})
     r = task.call("charge", {"amount": 5})
-    assert r.executed and keys[0] == keys[1] == r.idempotency_key
+    assert r.executed and keys[0] == keys[1]
+    assert keys[0] is not None and keys[0].startswith(f"{r.idempotency_key}:")
 
 
 def test_policy_timeout_exceptions_by_name(clock: FakeClock) -> None:
@@ -212,3 +214,51 @@ def test_a_store_failure_before_the_tool_runs_gives_the_claim_back() -> None:
     store.failing = False
     assert task.call("refund", {"order": "o1"}).decision is tg.Decision.ALLOW
     assert runs == ["o1"]
+
+
+def test_the_forwarded_key_changes_when_the_guard_runs_a_new_execution(
+        clock: FakeClock) -> None:
+    """Regression (issue 17, item 11): after another write the guard ran an identical
+    charge again as a new call, but forwarded the same key, so a Stripe-like backend
+    replayed the first response and the real second charge never happened."""
+    backend: dict[str, str] = {}
+    charges: list[int] = []
+
+    @tg.mutating(forwards_idempotency_key=True)
+    def charge(customer: str, amount: int) -> str:
+        key = tg.current_idempotency_key()
+        assert key is not None
+        if key not in backend:
+            charges.append(amount)
+            backend[key] = f"ch_{len(charges)}"
+        return backend[key]
+
+    @tg.mutating
+    def add_note(text: str) -> str:
+        return "noted"
+
+    task = tg.Guard(tools=[charge, add_note], clock=clock).task("t")
+    assert task.call("charge", {"customer": "c1", "amount": 500}).value == "ch_1"
+    task.call("add_note", {"text": "the customer asked for a second, separate charge"})
+    second = task.call("charge", {"customer": "c1", "amount": 500})
+    assert second.executed and second.value == "ch_2" and charges == [500, 500]
+
+
+@pytest.mark.parametrize("scope", [IdempotencyScope.OFF, IdempotencyScope.UNTIL_CHANGE])
+def test_each_execution_forwards_its_own_key_and_a_retry_reuses_it(
+        clock: FakeClock, scope: IdempotencyScope) -> None:
+    keys: list[str | None] = []
+
+    @tg.mutating(forwards_idempotency_key=True, idempotency_scope=scope)
+    def charge(amount: int) -> str:
+        keys.append(tg.current_idempotency_key())
+        if len(keys) == 2:
+            raise TimeoutError("the server may have taken it")
+        return "charged"
+
+    task = tg.Guard(tools=[charge], clock=clock).task("t")
+    task.call("charge", {"amount": 5})
+    task.new_turn()  # a new execution is intended
+    task.call("charge", {"amount": 5})  # times out
+    task.call("charge", {"amount": 5})  # the retry of that execution
+    assert keys[0] != keys[1] and keys[1] == keys[2]

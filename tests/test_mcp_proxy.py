@@ -48,8 +48,14 @@ requires_approval = true
 async def test_stdio_scripted_loop_guards_and_passes_everything_through(tmp_path: Path) -> None:
     count_file, audit = tmp_path / "counts.json", tmp_path / "audit.jsonl"
     command = proxy_command("--audit", str(audit), upstream=upstream_command(count_file))
+    updated: list[str] = []
+
+    async def messages(message: object) -> None:
+        if isinstance(message, mt.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+
     with anyio.fail_after(TEST_TIMEOUT_S):
-        async with stdio_session(command) as session:
+        async with stdio_session(command, messages=messages) as session:
             tools = {t.name: t for t in (await session.list_tools()).tools}
             # names, schemas and annotations pass through untouched
             assert set(tools) == {"read_note", "write_note", "delete_note", "count_slowly"}
@@ -81,6 +87,8 @@ async def test_stdio_scripted_loop_guards_and_passes_everything_through(tmp_path
             text = resource.contents[0]
             assert isinstance(text, mt.TextResourceContents)
             assert '"write_note": 1' in text.text
+            # the upstream's notification (sent once, by the one execution) was relayed
+            assert updated == ["notes://executions"]
     # one upstream execution of the write; the read ran for allow, allow, warn only
     assert counts(count_file) == {"count_slowly": 1, "write_note": 1, "read_note": 3}
     decisions = [e["decision"] for e in audit_events(audit)
@@ -161,16 +169,18 @@ def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
 
 
-async def test_review_approved_with_toolguard_approve_on_a_shared_redis_store(
+async def test_review_approved_with_toolguard_approve_and_a_task_shared_on_redis(
         tmp_path: Path, redis_prefix: str) -> None:
     count_file, policy = tmp_path / "counts.json", tmp_path / "policy.toml"
     policy.write_text(APPROVAL_POLICY)
     env = {"TOOLGUARD_STORE__URL": REDIS_URL, "TOOLGUARD_STORE__KEY_PREFIX": redis_prefix}
-    command = proxy_command("--policy", str(policy), upstream=upstream_command(count_file))
+    command = proxy_command("--policy", str(policy), "--task-id", "shared-task",
+                            upstream=upstream_command(count_file))
     with anyio.fail_after(TEST_TIMEOUT_S):
         async with stdio_session(command, env=env) as session:
             review = await session.call_tool("delete_note", {"title": "todo"})
             assert label(review) == "review"
+            assert "toolguard approve shared-task:delete_note:" in str(review.content[0])
             found = re.search(r"toolguard approve ([^`\s]+)", str(review.content[0]))
             assert found is not None
             approved = await anyio.run_process(
@@ -179,6 +189,9 @@ async def test_review_approved_with_toolguard_approve_on_a_shared_redis_store(
             assert approved.returncode == 0, approved.stderr
             assert approved.stdout.decode().startswith(f"approved {found[1]}")
             assert await call(session, "delete_note", {"title": "todo"}) == "allow"
+            assert await call(session, "delete_note", {"title": "todo"}) == "cached"
+        # another proxy process on the same store and task id shares the state
+        async with stdio_session(command, env=env) as session:
             assert await call(session, "delete_note", {"title": "todo"}) == "cached"
     assert counts(count_file) == {"delete_note": 1}
 

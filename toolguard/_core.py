@@ -71,6 +71,8 @@ class CallContext(NamedTuple):
         now: clock time in seconds.
         denied: nothing classifies this call under ``default_effect = "deny"``: no decorator,
             no ``[tools.X]`` effect or approval, no matching rule.
+        exact_hash: the hash of the exact argument values the tool would receive (no
+            argument options applied): what an approval is bound to.
     """
 
     task_id: str
@@ -84,6 +86,7 @@ class CallContext(NamedTuple):
     approval_timeout_s: float
     now: float
     denied: bool = False
+    exact_hash: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +219,11 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
         approval = snap.approval
         if approval is not None and approval.state == ApprovalState.USED:
             approval = None  # spent by the call it approved: ask afresh
+        elif (approval is not None and approval.state == ApprovalState.APPROVED
+              and approval.args_hash and approval.args_hash != ctx.exact_hash):
+            # The same key (argument options fold them together) but other values than the
+            # reviewer approved: another path, another spelling, another memo. Ask afresh.
+            approval = None
         if approval is None or approval.state == ApprovalState.PENDING:
             if (approval is not None
                     and ctx.now - approval.requested_at > ctx.approval_timeout_s):

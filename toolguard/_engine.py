@@ -36,6 +36,7 @@ from ._approval import (
     Approver,
     defer,
     deny_all,
+    exact_hash,
 )
 from ._audit import AuditEvent, AuditSink, redact, scrub
 from ._canonical import (
@@ -62,10 +63,12 @@ from ._errors import (
 )
 from ._exports import SchemaFormat, export_tools
 from ._frameworks import wrapped_arguments
+from ._inflight import InFlight
 from ._injected import injected_parameters
 from ._integration import named_spec, refuse_outside_task, require_task_for, sync_runner
 from ._lock import YieldingLock
-from ._outcomes import is_unknown_outcome
+from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
+from ._outcomes import forwarded_key, is_unknown_outcome
 from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
@@ -77,6 +80,7 @@ from ._schema import (
     schema_from_signature,
 )
 from ._shell import classify_argv
+from ._threads import Handoff
 from ._types import (
     ALLOW,
     BLOCK,
@@ -92,6 +96,7 @@ from ._types import (
     REVIEW,
     SCOPE_OFF,
     SCOPE_TASK,
+    UNKNOWN,
     WARN,
     Decision,
     Effect,
@@ -114,27 +119,37 @@ T = TypeVar("T")
 _CURRENT_TASK: contextvars.ContextVar[Task | None] = contextvars.ContextVar(
     "toolguard_task", default=None
 )
-_CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+# the running call's idempotency key and the id of the execution it belongs to
+_CURRENT_KEY: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "toolguard_idempotency_key", default=None
 )
 _WAIT_POLL_S: Final = (0.001, 0.05)  # first and longest sleep while waiting on another call
 
 
 def current_idempotency_key() -> str | None:
-    """Inside a guarded tool, the call's stable idempotency key (``"task:tool:args_hash"``);
+    """Inside a guarded tool, the key to forward to its backend (``"task:tool:args_hash:"``
+    and a digest of the execution it belongs to, :func:`toolguard._outcomes.forwarded_key`);
     ``None`` outside one. Pass it on (e.g. as an ``Idempotency-Key`` header) and declare the
     tool ``forwards_idempotency_key=True``: a retry after a timeout then reuses the key and
     the backend deduplicates, instead of the retry going to review."""
-    return _CURRENT_KEY.get()
+    current = _CURRENT_KEY.get()
+    return None if current is None else forwarded_key(*current)
 
 
-class _Outlived(BaseException):  # a control-flow signal, not an error
-    """A cancelled ``acall`` whose sync tool ran on in its thread: ``outcome`` is what the
-    tool did; ``cancel`` is re-raised once the outcome is recorded."""
+class _Detached(BaseException):  # a control-flow signal, not an error
+    """A cancelled ``acall`` whose sync tool runs on in its thread (``toolguard._threads``):
+    ``cancel`` goes to the caller at once; ``outcome`` turns what the tool did into an
+    :class:`_Outcome` for the pipeline, which records it when the thread ends."""
 
-    def __init__(self, outcome: _Outcome, cancel: BaseException) -> None:
+    def __init__(self, cancel: BaseException, handoff: Handoff,
+                 outcome: Callable[[Any, BaseException | None, float], _Outcome]) -> None:
         super().__init__()
-        self.outcome, self.cancel = outcome, cancel
+        self.cancel, self.handoff, self.outcome = cancel, handoff, outcome
+
+
+class _NotStarted(BaseException):  # a control-flow signal, not an error
+    """Thrown into the pipeline at its execute request when ``acall`` was cancelled while a
+    store operation ran off the loop: the tool never started, so its claim is given back."""
 
 
 async def _until_done(future: asyncio.Future[Any]) -> None:
@@ -142,11 +157,6 @@ async def _until_done(future: asyncio.Future[Any]) -> None:
     while not future.done():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait([future])
-
-
-class _NotStarted(BaseException):  # a control-flow signal, not an error
-    """Thrown into the pipeline at its execute request when ``acall`` was cancelled while a
-    store operation ran off the loop: the tool never started, so its claim is given back."""
 
 
 class _RecordedError(Exception):
@@ -267,6 +277,10 @@ class _Prepared:
     task_scope: bool
     denied: bool  # default_effect deny and nothing classifies this call
     redacted: dict[str, Any] | None = None
+    exact: str = ""  # hash of the exact values (no argument options): approvals bind to it
+    remember: bool = True  # scope is not off: a completed call is stored
+    origin: str = ""  # the execution this one continues (an unknown outcome's), else itself
+    counted: bool = False  # in flight for the failure budget (toolguard._inflight)
 
 
 Executor = Callable[[dict[str, Any]], Any]
@@ -365,6 +379,7 @@ class Guard:
         # a store whose operations wait on I/O runs off the event loop under acall
         self._store_blocks = bool(getattr(self._store, "blocking", True))
         self._inflight: dict[str, threading.Event] = {}
+        self._inflight_calls = InFlight()  # calls running now, for max_consecutive_failures
 
     @classmethod
     def from_env(
@@ -662,20 +677,30 @@ class Task:
         """Calls waiting for a human decision, by idempotency key."""
         return self.guard._store.pending_approvals(self.task_id)
 
-    def record_usage(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
+    def record_usage(self, input_tokens: int | Any = 0, output_tokens: int = 0) -> None:
         """Report model token usage (counts toward ``budget.max_tokens``).
 
         Args:
             input_tokens / output_tokens: token counts of one model call (integers ≥ 0).
+                Or, as the only argument, an SDK response or its ``usage``: OpenAI Chat
+                (``prompt_tokens`` / ``completion_tokens``), OpenAI Responses and Anthropic
+                (``input_tokens`` / ``output_tokens``; Anthropic's cache creation and cache
+                read tokens are added to the input), SDK objects or dicts.
 
         Raises:
             ValueError: a count is not an integer ≥ 0.
+            TypeError: an object with no token usage in it.
             BudgetExceeded: the task's total tokens now exceed ``max_tokens``; the task halts.
         """
+        if not isinstance(input_tokens, int | float | str | bytes | type(None)):
+            # a response or usage object (a count of the wrong type stays a ValueError)
+            if output_tokens:
+                raise TypeError("pass a response (or usage) alone, or two token counts")
+            input_tokens, output_tokens = usage_tokens(input_tokens)
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
-        total = self.guard._store.add_usage(self.task_id, input_tokens, output_tokens,
+        total = self.guard._store.add_usage(self.task_id, cast(int, input_tokens), output_tokens,
                                             self.guard._clock())
         limit = self.guard._config.policy.budget.max_tokens
         if (limit is not None and total > limit
@@ -724,7 +749,8 @@ class Task:
         pending = self.pending_approvals.get(key)
         tool = pending.tool if pending else key[len(prefix):].rpartition(":")[0]  # task:tool:h
         record = ApprovalRecord(state, pending.requested_at if pending else 0.0, reason,
-                                tool, pending.args if pending else {})
+                                tool, pending.args if pending else {},
+                                pending.args_hash if pending else "")
         self.guard._store.set_approval(self.task_id, key, record,
                                        self.guard._config.policy.idempotency.ttl_s)
         approved = state == ApprovalState.APPROVED
@@ -828,6 +854,38 @@ class Task:
             return result
 
         return self._run_sync(tool, args, recorded)[0]
+
+    def run_tool_calls(self, message: Any, *, on_halt: OnHalt = "raise"
+                       ) -> list[dict[str, Any]]:
+        """Run the tool calls of one model message and answer them in its provider's shape.
+
+        ``messages += task.run_tool_calls(reply)`` closes a manual loop: an OpenAI Chat
+        assistant message (or ``ChatCompletion``) gives ``{"role": "tool", ...}`` messages,
+        Responses output items (or a ``Response``) give ``function_call_output`` items, an
+        Anthropic ``Message`` gives one user message of ``tool_result`` blocks (with
+        ``is_error``); SDK objects or plain dicts (:mod:`toolguard._loops`). Contents carry
+        the guard's notices (warn, cached, blocked). The calls run as one batch
+        (:meth:`call_batch`: identical calls execute once). A message without tool calls
+        gives ``[]``.
+
+        Args:
+            message: the model's message, as above.
+            on_halt: ``"raise"`` (default): after a halt, every call of the message still
+                gets a closing result (the halt, or "not executed"), then the
+                :class:`Halt` is raised carrying them as ``tool_messages``; ``"return"``:
+                they are returned and ``task.halted`` tells.
+
+        Raises:
+            Halt: as above. TypeError: not a message of these shapes, or a tool known by
+                name only (it needs ``task.call(..., run=)``). Otherwise as :meth:`call`.
+        """
+        return run_tool_calls(self, message, on_halt)
+
+    async def arun_tool_calls(self, message: Any, *, on_halt: OnHalt = "raise"
+                              ) -> list[dict[str, Any]]:
+        """:meth:`run_tool_calls` for asyncio: the distinct calls run concurrently
+        (:meth:`acall_batch`); a halt is raised once every call has finished."""
+        return await arun_tool_calls(self, message, on_halt)
 
     def call_batch(
         self, calls: Sequence[tuple[str, Mapping[str, Any] | str | bytes | None]]
@@ -967,9 +1025,14 @@ class Task:
             f"{tool}:{sig}",  # signature
             f"{self.task_id}:{tool}:{sig}",  # key
             invalid, unusable,
-            mutating and scope is not SCOPE_OFF and invalid is None,  # claim
+            # claim; scope off claims too when approval-gated, so that one approval is one
+            # execution however many identical calls race for it
+            mutating and invalid is None and (
+                scope is not SCOPE_OFF or settings.requires_approval),
             scope is SCOPE_TASK,  # task_scope
-            denied,
+            denied, None,
+            exact_hash(bound, sig) if invalid is None and settings.args else sig,
+            scope is not SCOPE_OFF,  # remember
         )
 
     def _unknown_entry(self, cfg: _Config, tool: str) -> _Entry:
@@ -1054,19 +1117,22 @@ class Task:
         return decide(CallContext(  # positional, in CallContext's order (hot path)
             self.task_id, p.entry.spec.name, p.entry.settings, p.effect, p.sig, p.key,
             p.invalid, policy.budget, policy.approval.timeout_s, self.guard._clock(), p.denied,
+            p.exact,
         ), snap)
 
     def _approval_request(self, cfg: _Config, p: _Prepared, snap: Snapshot,
                           verdict: Verdict) -> ApprovalRequest:
         requested = snap.approval.requested_at if snap.approval else self.guard._clock()
-        return ApprovalRequest(self.task_id, p.entry.spec.name, self._redacted(p, cfg), p.key,
+        # the reviewer sees every value in full (redaction is for audit and logs)
+        return ApprovalRequest(self.task_id, p.entry.spec.name, dict(p.args), p.key,
                                verdict.reason, requested)
 
     def _store_approval(self, cfg: _Config, p: _Prepared, snap: Snapshot,
                         req: ApprovalRequest, answer: ApprovalDecision) -> Snapshot:
         state = {"approve": ApprovalState.APPROVED, "reject": ApprovalState.REJECTED}.get(
             answer.verdict, ApprovalState.PENDING)
-        record = ApprovalRecord(state, req.requested_at, answer.reason, req.tool, dict(req.args))
+        record = ApprovalRecord(state, req.requested_at, answer.reason, req.tool, dict(req.args),
+                                p.exact)
         self._store_op(cfg, p, lambda: self.guard._store.set_approval(
             self.task_id, p.key, record, cfg.policy.idempotency.ttl_s), fallback=lambda: None)
         self._event("validating->needs_review", p.entry.spec.name, REVIEW,
@@ -1077,7 +1143,7 @@ class Task:
 
     def _execute_sync(self, cfg: _Config, p: _Prepared, executor: Executor | None
                       ) -> _Outcome:
-        token = _CURRENT_KEY.set(p.key)
+        token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
         start = time.perf_counter()
         try:
             value = executor(p.args) if executor is not None else p.entry.call(**p.args)
@@ -1091,7 +1157,7 @@ class Task:
 
     async def _execute_async(self, cfg: _Config, p: _Prepared,
                              executor: Executor | None) -> _Outcome:
-        token = _CURRENT_KEY.set(p.key)
+        token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
         start = time.perf_counter()
         try:
             if executor is not None:
@@ -1101,22 +1167,29 @@ class Task:
                 # acalls would then run one after another and count as repeats instead of
                 # sharing one execution. As LangChain and pydantic-ai do for sync tools, run
                 # it in a worker thread, with the context (idempotency key, task) copied.
+                handoff = Handoff()
                 future = asyncio.get_running_loop().run_in_executor(None, functools.partial(
-                    contextvars.copy_context().run, p.entry.call, **p.args))
+                    contextvars.copy_context().run, handoff.run, p.entry.call, p.args))
                 try:
                     value = await asyncio.shield(future)
                 except asyncio.CancelledError as cancel:
-                    # A thread cannot be stopped: let the tool finish, record what really
-                    # happened (an identical retry then gets the stored result instead of an
-                    # unknown outcome, and no second run starts beside the first), and only
-                    # then pass the cancellation on.
-                    await _until_done(future)
-                    duration_s = time.perf_counter() - start
-                    exc = future.exception()
-                    outcome = (self._failure(cfg, exc, duration_s) if isinstance(exc, Exception)
-                               else _Outcome(future.result(), future.result(), True, False,
-                                             None, None, duration_s))
-                    raise _Outlived(outcome, cancel) from None
+                    # A thread cannot be stopped, and the caller must not wait for it: the
+                    # cancellation goes on at once, and what the tool really did is recorded
+                    # when it ends (an identical call meanwhile waits on its claim, so no
+                    # second run starts beside the first, and a retry then gets the stored
+                    # result instead of an unknown outcome).
+                    future.add_done_callback(_retrieved)
+
+                    def outcome(value: Any, exc: BaseException | None, took: float
+                                ) -> _Outcome:
+                        if isinstance(exc, Exception):
+                            return self._failure(cfg, exc, took)
+                        if exc is not None:  # the thread was interrupted: unknown
+                            return _Outcome(content="interrupted", success=False,
+                                            unknown=True, duration_s=took)
+                        return _Outcome(value, value, True, False, None, None, took)
+
+                    raise _Detached(cancel, handoff, outcome) from None
             else:
                 value = p.entry.call(**p.args)
             if inspect.isawaitable(value):
@@ -1170,7 +1243,7 @@ class Task:
             p.entry.spec.name, p.signature, p.key, executed, success,
             outcome is not None and mutating and outcome.unknown,  # unknown
             mutating, result_digest,
-            success and p.claim,  # store_result
+            success and p.claim and p.remember,  # store_result
             content, snap.claimed, settings.idempotency_ttl_s, self.guard._clock(),
             halt, p.call_id, judged, settings.max_progress_resets,
         )
@@ -1194,19 +1267,38 @@ class Task:
             # An earlier approval covered a call that may now have happened: a retry needs
             # a fresh decision.
             record = ApprovalRecord(ApprovalState.PENDING, self.guard._clock(),
-                                    "outcome unknown", p.entry.spec.name, self._redacted(p, cfg))
+                                    "outcome unknown", p.entry.spec.name,
+                                    dict(p.args), p.exact)
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
                 self.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
                 fallback=lambda: None)
-        elif (executed and snap.approval is not None
-              and snap.approval.state == ApprovalState.APPROVED):
-            # One approval, one execution ("its next identical attempt executes"): the next
-            # identical call, once no cached result answers it, asks again.
+        return stagnation_after(settings, p.signature, snap, judged) if judged else None
+
+    def _enter_flight(self, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
+                      ) -> Verdict:
+        """Count this call in flight for ``max_consecutive_failures`` (``toolguard._inflight``),
+        or block it when the calls already running use up what is left of the budget."""
+        limit = cfg.policy.budget.max_consecutive_failures
+        if limit is None:
+            return verdict
+        running = self.guard._inflight_calls.enter((self.task_id, p.entry.spec.name),
+                                                   limit - snap.consecutive_failures)
+        if running < 0:
+            p.counted = True
+            return verdict
+        return Verdict(BLOCK, reason=(
+            f"{p.entry.spec.name} has {running} call(s) running, and the failure budget "
+            f"(max_consecutive_failures = {limit}; {snap.consecutive_failures} failed in a "
+            "row) counts them: wait for their results before calling it again"))
+
+    def _spend_approval(self, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
+        """One approval, one execution ("its next identical attempt executes"): spent
+        before the tool runs, while this call holds the claim, so an identical call that
+        waited on it asks again instead of running on the same approval."""
+        if snap.approval is not None and snap.approval.state == ApprovalState.APPROVED:
             used = replace(snap.approval, state=ApprovalState.USED)
             self._store_op(cfg, p, lambda: self.guard._store.set_approval(
-                self.task_id, p.key, used, p.entry.settings.idempotency_ttl_s),
-                fallback=lambda: None)
-        return stagnation_after(settings, p.signature, snap, judged) if judged else None
+                self.task_id, p.key, used, p.entry.settings.idempotency_ttl_s))
 
     def _give_back(self, cfg: _Config, claimed: tuple[_Prepared, Snapshot] | None) -> None:
         """Release the claim of a call that will not run (best effort: the store may be the
@@ -1391,23 +1483,34 @@ class Task:
                 break
             observed = (verdict.decision if cfg.policy.mode is not ENFORCE
                         and not p.unusable else None)
-            decision = verdict.decision
+            final = (self._enter_flight(cfg, p, snap, verdict)
+                     if observed is None and verdict.decision.executed else verdict)
+            decision = final.decision
             if observed is not None or decision is ALLOW or decision is WARN:  # = .executed
-                if self.guard._sinks:
-                    self._executing(cfg, p, snap, verdict)
-                executing = True
                 try:
-                    outcome = yield _Execute(cfg, p, executor)
-                except _NotStarted:  # cancelled before the tool started: give the claim back
-                    executing = False
-                    raise
-                except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
-                    self._abandon(cfg, p, snap)
-                    raise
+                    if self.guard._sinks:
+                        self._executing(cfg, p, snap, final)
+                    if observed is None:
+                        self._spend_approval(cfg, p, snap)
+                    record = snap.record
+                    if record is not None and record.state is UNKNOWN and record.call_id:
+                        p.origin = record.call_id  # a retry of that execution: its key
+                    executing = True
+                    try:
+                        outcome = yield _Execute(cfg, p, executor)
+                    except _NotStarted:  # cancelled before the tool started: claim back
+                        executing = False
+                        raise
+                    except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
+                        self._abandon(cfg, p, snap)
+                        raise
+                finally:
+                    if p.counted:
+                        self.guard._inflight_calls.leave((self.task_id, p.entry.spec.name))
                 if p.claim:
                     self._notify(p)
-                return self._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
-            return self._conclude(cfg, p, snap, verdict, None, None), None
+                return self._conclude(cfg, p, snap, final, outcome, observed), outcome.exc
+            return self._conclude(cfg, p, snap, final, None, None), None
         except StoreError:
             # e.g. fail_closed while storing an approval: the tool did not run, so give the
             # claim back (best effort) rather than leave identical calls waiting for it
@@ -1455,15 +1558,22 @@ class Task:
                          approver: Approver | None = None, resumed: bool = False,
                          ) -> tuple[ToolResult, BaseException | None]:
         pipeline = self._pipeline(tool, raw, executor, approver, resumed)
-        cancelled: BaseException | None = None  # a cancellation that waited for a thread
+        cancelled: BaseException | None = None  # a cancellation whose thread had ended
         done, io = await self._resume(pipeline, None, None)
         while not done:
             try:
                 if isinstance(io, _Execute):
                     try:
                         answer: Any = await self._execute_async(io.cfg, io.p, io.executor)
-                    except _Outlived as outlived:  # record what happened, then cancel
-                        answer, cancelled = outlived.outcome, outlived.cancel
+                    except _Detached as detached:
+                        if detached.handoff.detach(functools.partial(
+                                _record_later, pipeline, tool, detached.outcome)):
+                            cancelled = detached.cancel
+                            break  # not into the pipeline: its tool still runs
+                        handoff = detached.handoff  # it ended meanwhile: record it now
+                        answer = detached.outcome(handoff.value, handoff.exc,
+                                                  handoff.duration_s)
+                        cancelled = detached.cancel
                 elif isinstance(io, _Approve):
                     answer = await self._ask_async(io)
                 else:
@@ -1647,6 +1757,29 @@ def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is ne
     raise RuntimeError("an unknown tool was executed")
 
 
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Read a detached thread's exception, so asyncio does not report it as never retrieved
+    (the pipeline records it)."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _record_later(pipeline: Generator[_Io, Any, Any], tool: str,
+                  outcome: Callable[[Any, BaseException | None, float], _Outcome],
+                  value: Any, exc: BaseException | None, duration_s: float) -> None:
+    """In the worker thread of a cancelled ``acall``, once its tool ended: record what the
+    tool did (the pipeline's last step). Nobody awaits this: a failure is logged."""
+    try:
+        pipeline.send(outcome(value, exc, duration_s))
+    except StopIteration:
+        return
+    except BaseException:
+        log.exception("toolguard: recording the outcome of cancelled %s failed", tool)
+        return
+    log.error("toolguard: the pipeline of cancelled %s asked for more I/O", tool)
+    pipeline.close()
+
+
 def _step(pipeline: Generator[_Io, Any, Any], answer: Any, exc: BaseException | None
           ) -> tuple[bool, Any]:
     """Resume ``pipeline`` with ``answer`` (or throw ``exc`` into it): ``(False, request)``
@@ -1786,7 +1919,8 @@ def _executing(task: Task, spec: ToolSpec) -> bool:
     """The guard is executing this very tool (its ``run=`` or a framework object invoking
     the decorated function it wraps): the inner direct call is that execution, not a
     second call to count."""
-    key = _CURRENT_KEY.get()
+    current = _CURRENT_KEY.get()
+    key = None if current is None else current[0]
     prefix = f"{task.task_id}:{spec.name}:"
     return key is not None and key.startswith(prefix) and ":" not in key[len(prefix):]
 

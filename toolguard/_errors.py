@@ -139,6 +139,14 @@ class Halt(ToolGuardError):
         args_hash: the canonical arguments hash (hex).
         count: the call's repeat count (1 for a first call).
         reason: a one-line human-readable reason.
+        tool_messages: raised by ``task.run_tool_calls``: the closing tool-result messages
+            of that model message (one per call, the halted ones included), to append to
+            the transcript so a resumed run stays valid; else empty.
+
+    A halt survives frameworks that catch ``Exception`` (see the module docstring): the
+    task stays halted, so a swallowed halt cannot be talked around by the model; every
+    later call raises it again and runs nothing. The adapters (``toolguard.adapters``)
+    re-raise it through each framework's own "abort the run" path.
     """
 
     def __init__(
@@ -157,6 +165,7 @@ class Halt(ToolGuardError):
         self.arguments: dict[str, Any] = dict(args or {})
         self.args_hash = args_hash
         self.count = count
+        self.tool_messages: list[dict[str, Any]] = []
         where = f" at {tool}({_short(self.arguments)})" if tool else ""  # no tool: tokens
         super().__init__(f"task {task_id!r} halted{where}: {reason}")
 

@@ -124,7 +124,6 @@ class Upstream:
         import anyio
         from mcp import ClientSession, StdioServerParameters, stdio_client
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared.exceptions import MCPError
 
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(self._errlog.close)
@@ -146,10 +145,8 @@ class Upstream:
                 ))
                 with anyio.fail_after(self.start_timeout_s):
                     result = await session.initialize()
-            except (OSError, MCPError, TimeoutError, anyio.BrokenResourceError,
-                    anyio.ClosedResourceError) as exc:
-                raise UpstreamFailed(self._start_problem(exc)) from None
-            except Exception as exc:  # noqa: BLE001 - an HTTP or transport error of any kind
+            except Exception as exc:  # noqa: BLE001 - spawn (OSError), connection closed
+                # (MCPError), TimeoutError, or an HTTP transport error of any kind
                 raise UpstreamFailed(self._start_problem(exc)) from None
             self.session = session
             yield result
@@ -158,8 +155,9 @@ class Upstream:
         import time
 
         time.sleep(0.2)  # let a dying process finish writing its stderr
-        what = "did not answer initialize within " f"{self.start_timeout_s:g} s" if isinstance(
-            exc, TimeoutError) else f"could not start or connect ({type(exc).__name__}: {exc})"
+        what = (f"did not answer initialize within {self.start_timeout_s:g} s"
+                if isinstance(exc, TimeoutError)
+                else f"could not start or connect ({type(exc).__name__}: {exc})")
         tail = self.stderr_tail()
         return (f"the upstream MCP server `{self.name}` {what}"
                 + (f"; its stderr ended with:\n{tail}" if tail else ""))

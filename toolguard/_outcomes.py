@@ -22,9 +22,10 @@ Either way subclasses match: ``requests.exceptions.ReadTimeout`` is a
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
-__all__ = ["DEFAULT_TIMEOUT_EXCEPTIONS", "is_unknown_outcome"]
+__all__ = ["DEFAULT_TIMEOUT_EXCEPTIONS", "forwarded_key", "is_unknown_outcome"]
 
 DEFAULT_TIMEOUT_EXCEPTIONS: Final = (
     "TimeoutError",  # builtin; also socket.timeout, asyncio.TimeoutError (3.11+)
@@ -92,3 +93,14 @@ def _status(exc: BaseException) -> str:
     except Exception:  # noqa: BLE001 - a foreign code() that fails: no status
         return ""
     return str(getattr(value, "name", value) or "")
+
+
+def forwarded_key(key: str, execution: str) -> str:
+    """The idempotency key a tool forwards to its backend (``current_idempotency_key()``):
+    the guard's ``key`` (``task:tool:args_hash``) and a digest of the call id of the
+    ``execution`` it belongs to. The retry of a call whose outcome is unknown continues that
+    execution and forwards its key, so the backend deduplicates; any call the guard lets run
+    as a new execution (after the record lapsed at another write, in scope ``off``, after
+    its TTL) forwards a new key, so the backend does not drop a real second charge as a
+    duplicate."""
+    return f"{key}:{hashlib.blake2b(execution.encode(), digest_size=6).hexdigest()}"

@@ -4,7 +4,8 @@ Tools, each with the MCP annotations the proxy reads its effects from:
 
 - ``read_note(title)``: ``readOnlyHint`` → readonly.
 - ``write_note(title, body)``: a local write (``destructiveHint``/``openWorldHint`` false) →
-  mutating, idempotency scope ``until_change``.
+  mutating, idempotency scope ``until_change``; sends ``notifications/resources/updated``
+  for ``notes://executions``.
 - ``delete_note(title)``: ``destructiveHint`` → mutating, idempotency scope ``task``.
 - ``count_slowly(steps)``: readonly, reports progress once per step (0.05 s each).
 
@@ -24,6 +25,7 @@ error to stderr and exits 3 (an upstream that cannot start); ``--pid-file`` writ
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -66,7 +68,7 @@ def read_note(title: str) -> str:
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
                                          idempotentHint=False, openWorldHint=False))
-def write_note(title: str, body: str) -> str:
+async def write_note(title: str, body: str, ctx: Context) -> str:
     """Append to a note (creating it).
 
     Args:
@@ -75,6 +77,9 @@ def write_note(title: str, body: str) -> str:
     """
     _counted("write_note")
     NOTES[title] = NOTES.get(title, "") + body
+    # tell the client the execution counts changed (a notification the proxy relays)
+    with contextlib.suppress(Exception):  # a client without a notification channel misses it
+        await ctx.session.send_resource_updated("notes://executions")
     return f"saved {title!r} ({len(NOTES[title])} characters)"
 
 

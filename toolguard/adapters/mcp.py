@@ -57,6 +57,7 @@ from toolguard._types import Decision, Effect, IdempotencyScope
 __all__ = [
     "HALT_ERROR_CODE",
     "GuardMiddleware",
+    "ToolEffects",
     "UpstreamToolError",
     "elicitation_approver",
     "guard_server",
@@ -285,7 +286,7 @@ class GuardMiddleware:
             return _error_result(f"toolguard: {exc}")
         finally:
             _REQUEST.reset(token)
-        return to_call_tool_result(outcome, errors.get("result"))
+        return _to_call_tool_result(outcome, errors.get("result"))
 
     async def _learn(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:
         # the request's _meta stays: on 2026-07-28 connections it carries the envelope
@@ -294,7 +295,7 @@ class GuardMiddleware:
         self.register_tools(mt.ListToolsResult.model_validate(listed).tools)
 
 
-def to_call_tool_result(outcome: ToolResult,
+def _to_call_tool_result(outcome: ToolResult,
                         tool_error: mt.CallToolResult | None = None) -> mt.CallToolResult:
     """The ``CallToolResult`` for the client from the guard's :class:`~toolguard.ToolResult`.
 

@@ -30,8 +30,11 @@ hash), then the guard decides on them and, on allow/warn, calls pydantic-ai's ow
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
+
+from cachetools import LRUCache
 
 from toolguard import ApprovalDecision, ApprovalRequest, Decision, Guard, Task, approve, defer
 
@@ -83,10 +86,17 @@ class ToolGuard(AbstractCapability[Any]):
     guard concurrently, and identical ones run once.
     """
 
+    # one capability is one guard's: identity, not the dataclass fields it inherits
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
     def __init__(self, guard: Guard, *, task_id: str | None = None) -> None:
         self._tasks = Tasks(guard)
         self._task_id = task_id
-        self._asked: dict[str, str] = {}  # tool call id -> idempotency key, while in review
+        # tool call id -> idempotency key, while its approval is deferred (bounded: a host
+        # may never answer)
+        self._asked: LRUCache[str, str] = LRUCache(4096)
+        self._lock = threading.Lock()
 
     def task(self, task_id: str) -> Task:
         """The handle this capability uses for ``task_id`` (``task.resume()``, ``history``)."""
@@ -121,10 +131,13 @@ class ToolGuard(AbstractCapability[Any]):
                                   resumed=approved)
         if raised:
             raise raised[0]
+        with self._lock:
+            if result.decision is Decision.REVIEW:
+                self._asked[call.tool_call_id] = result.idempotency_key
+            else:
+                self._asked.pop(call.tool_call_id, None)
         if result.decision is Decision.REVIEW:
-            self._asked[call.tool_call_id] = result.idempotency_key
             raise ApprovalRequired(metadata={"toolguard_key": result.idempotency_key})
-        self._asked.pop(call.tool_call_id, None)
         if result.is_error:
             raise ToolFailed(str(result.content))
         return result.value if result.notice is None else result.content
@@ -134,9 +147,11 @@ class ToolGuard(AbstractCapability[Any]):
         """A call the host denied (``DeferredToolResults``) is rejected in the guard too."""
         if self._asked and ctx.messages and isinstance(ctx.messages[-1], ModelRequest):
             for part in ctx.messages[-1].parts:
-                if (isinstance(part, ToolReturnPart) and part.outcome == "denied"
-                        and (key := self._asked.pop(part.tool_call_id, None))):
-                    self._task(ctx).reject(key, str(part.content))
+                if isinstance(part, ToolReturnPart) and part.outcome == "denied":
+                    with self._lock:
+                        key = self._asked.pop(part.tool_call_id, None)
+                    if key:
+                        self._task(ctx).reject(key, str(part.content))
         return request_context
 
     async def after_model_request(self, ctx: RunContext[Any], *,

@@ -71,13 +71,17 @@ class ApprovalRecord:
     """A human decision about one idempotency key (``state`` an :class:`ApprovalState`).
 
     ``requested_at`` is the clock time of the first request in seconds (0 for a
-    pre-approval); ``tool`` and ``args`` (redacted) describe the pending call."""
+    pre-approval); ``tool`` and ``args`` (in full, as the reviewer was shown them) describe
+    the pending call; ``args_hash`` is the hash of exactly those argument values (no
+    ``normalize``/``case``/``ignore`` options applied): an approval is good only for a call
+    that would receive the same values ("" for a pre-approval of the key)."""
 
     state: str
     requested_at: float
     reason: str = ""
     tool: str = ""
     args: dict[str, Any] = field(default_factory=dict)
+    args_hash: str = ""
 
 
 class BeginRequest(NamedTuple):

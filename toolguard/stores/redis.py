@@ -526,8 +526,8 @@ def _record(raw: bytes | str) -> IdempotencyRecord:
 
 
 def _approval(raw: bytes | str) -> ApprovalRecord:
-    state, requested_at, reason, tool, args = orjson.loads(raw)
-    return ApprovalRecord(state, float(requested_at), reason, tool, args)
+    state, requested_at, reason, tool, args, *bound = orjson.loads(raw)
+    return ApprovalRecord(state, float(requested_at), reason, tool, args, *bound[:1])
 
 
 class RedisStore:
@@ -879,7 +879,7 @@ class RedisStore:
             StoreError: Redis failed or timed out, or the task's state was lost.
         """
         value = _dumps([record.state, record.requested_at, record.reason, record.tool,
-                        record.args])
+                        record.args, record.args_hash])
         self._eval("set_approval", task_id, _SET_APPROVAL_SCRIPT, self._keys(task_id)[:5],
                    [key, value, self._state_ms_arg])
 
