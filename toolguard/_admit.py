@@ -15,6 +15,7 @@ from ._errors import (
     StoreError,
     ToolGuardError,
 )
+from ._limits import UNKNOWN_TOOLS
 from ._types import (
     ALLOW,
     MUTATING,
@@ -35,7 +36,8 @@ log = logging.getLogger("toolguard")
 def _begin(task: Task, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
     # Positional (hot path: keywords cost 0.3 µs per tuple), in BeginRequest's order.
     req = BeginRequest(
-        p.entry.spec.name, p.signature,
+        # names no tool has share one counter: the model can invent any number of them
+        UNKNOWN_TOOLS if p.entry.unknown else p.entry.spec.name, p.signature,
         # records and approvals exist only for mutating or approval-gated calls: other
         # calls skip those look-ups
         p.key if p.effect is MUTATING or p.entry.settings.requires_approval else "",

@@ -9,7 +9,7 @@ from ._audit import AuditEvent
 from ._call import CallRecord, _Config, _Prepared
 from ._core import Verdict
 from ._results import ToolResult
-from ._types import Decision
+from ._types import BLOCK, Decision
 from .stores._base import Snapshot
 
 if TYPE_CHECKING:
@@ -34,17 +34,28 @@ def _record(task: Task, p: _Prepared, result: ToolResult, transition: str, cfg: 
 
 
 def _event(task: Task, transition: str, tool: str, decision: Decision, reason: str,
-           p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0) -> None:
+           p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0) -> bool:
+    """Emit one audit event; False if no sink could write it."""
     if task.guard._sinks:
-        task.guard._emit(AuditEvent(
+        return task.guard._emit(AuditEvent(
             time=task.guard._clock(), task_id=task.task_id,
             call_id=p.call_id if p else "", tool=tool, transition=transition,
             decision=str(decision), reason=reason,
             effect=str(p.effect) if p else "", args_hash=p.sig if p else "",
             args=task._redacted(p, cfg) if p and cfg else {}, count=count,
         ))
+    return True
 
 
-def _executing(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> None:
-    task._event("validating->executing", p.entry.spec.name, verdict.decision,
-                verdict.reason, p, cfg, snap.count)
+def _executing(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
+               ) -> Verdict:
+    """Audit the start of an execution. If no sink could write it and the policy fails
+    closed (``store.on_error``), the call does not run unaudited: it is blocked."""
+    if task._event("validating->executing", p.entry.spec.name, verdict.decision,
+                   verdict.reason, p, cfg, snap.count):
+        return verdict
+    on_error = getattr(task.guard._store, "on_error", None) or cfg.policy.store.on_error
+    if on_error != "fail_closed":
+        return verdict
+    return Verdict(BLOCK, reason="the audit event of this call could not be written, and "
+                                 "the policy fails closed (store.on_error): not run unaudited")

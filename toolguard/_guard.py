@@ -337,12 +337,20 @@ class Guard:
             raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
         return Task(self, task_id)
 
-    def _emit(self, event: AuditEvent) -> None:
+    def _emit(self, event: AuditEvent) -> bool:
+        """Give ``event`` to every sink; False if none could write it. A broken sink does
+        not break the call, but it is never silent: the log says which event it did not
+        write."""
+        written = False
         for sink in self._sinks:
             try:
                 sink(event)
-            except Exception:  # a broken sink must not break the call
-                log.exception("toolguard audit sink %r failed", sink)
+                written = True
+            except Exception:
+                log.exception("toolguard: audit sink %r failed: the event %s %s of %s (%s) "
+                              "was NOT written", sink, event.transition, event.decision,
+                              event.call_id or event.task_id, event.tool)
+        return written
 
     def _warn_off(self) -> None:
         if not self._warned_off:

@@ -37,7 +37,13 @@ import orjson
 if TYPE_CHECKING:  # pydantic loads with the first policy
     from ._policy import ResultPolicy
 
-__all__ = ["ResultNormalizer", "default_normalizer", "field_path_problem", "normalizer_for"]
+__all__ = [
+    "MAX_NORMALIZED_CHARS",
+    "ResultNormalizer",
+    "default_normalizer",
+    "field_path_problem",
+    "normalizer_for",
+]
 
 _MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                   "Dec")

@@ -130,7 +130,9 @@ def _pipeline(task: Task, tool: str, raw: Any, executor: Executor | None,
         if observed is not None or decision is ALLOW or decision is WARN:  # = .executed
             try:
                 if task.guard._sinks:
-                    task._executing(cfg, p, snap, final)
+                    audited = task._executing(cfg, p, snap, final)
+                    if audited is not final and observed is None:  # unaudited: not run
+                        return task._conclude(cfg, p, snap, audited, None, None), None
                 if observed is None:
                     task._spend_approval(cfg, p, snap)
                 record = snap.record

@@ -20,6 +20,7 @@ from ._canonical import (
 from ._content import safe_repr as _safe_repr
 from ._decorators import ToolSpec, recorded_tool
 from ._errors import CanonicalizationError
+from ._limits import oversized, short_name, too_deep
 from ._results import ToolResult
 from ._schema import ArgsValidator
 from ._shell import classify_argv
@@ -56,6 +57,7 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
     entry = cfg.entries.get(tool)
     call_id = f"{task.task_id}#{next(task._ids)}{task._id_suffix}"
     if entry is None:
+        tool = short_name(tool)  # the model's: kept in counters, results and history
         entry = task._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)
         if entry is None:
             entry = task.guard._entry(cfg.policy, recorded_tool(tool))
@@ -63,7 +65,11 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
                 cfg.virtual[tool] = entry
     invalid: str | None = None
     args: dict[str, Any]
-    if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
+    if (too := oversized(raw, cfg.policy.max_args_bytes)) is not None:
+        # not parsed, and not kept: history holds a note instead of the arguments
+        args, invalid = {}, too
+        raw = "<arguments larger than max_args_bytes: not kept>"
+    elif type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
         args = raw.copy()
     elif isinstance(raw, (str, bytes)):
         try:
@@ -76,6 +82,8 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
         args = dict(raw)
     else:
         args, invalid = {}, f"arguments must be a JSON object, got {type(raw).__name__}"
+    if invalid is None and (deep := too_deep(raw, args)) is not None:
+        args, invalid = {}, deep
     settings = entry.settings
     effect, sig, floats, denied = settings.effect, "", False, settings.deny
     plain = 0

@@ -72,7 +72,8 @@ class ToolguardSettings(BaseSettings):
         env: ``TOOLGUARD_ENV``: the name of a file in ``policy_dir`` without ``.toml``.
         policy: ``TOOLGUARD_POLICY``: a policy file path.
         policy_dir: ``TOOLGUARD_POLICY_DIR``: where ``env`` files live (default ``policies``).
-        mode, default_effect, strict_tools, require_task, default_max_polls: top-level
+        mode, default_effect, strict_tools, require_task, default_max_polls, max_args_bytes:
+            top-level
             policy keys.
         budget, ladder, idempotency, approval, audit, store, tools: policy tables, nested by
             ``__`` (or a whole table as one JSON object).
@@ -94,6 +95,7 @@ class ToolguardSettings(BaseSettings):
     strict_tools: str | None = None
     require_task: str | None = None
     default_max_polls: str | None = None
+    max_args_bytes: str | None = None
     budget: dict[str, Any] | str | None = None
     ladder: dict[str, Any] | str | None = None
     idempotency: dict[str, Any] | str | None = None

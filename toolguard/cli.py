@@ -151,6 +151,8 @@ def explain(
         table.add_row(item.name, shown, source)
     table.add_section()
     table.add_row("mode", str(policy.mode), policy.source_of("mode"))
+    table.add_row("max_args_bytes", _show(policy.max_args_bytes),
+                  policy.source_of("max_args_bytes"))
     table.add_row("require_task", _show(policy.require_task), policy.source_of("require_task"))
     for name in BudgetPolicy.model_fields:
         key = f"budget.{name}"
