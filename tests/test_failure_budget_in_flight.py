@@ -71,7 +71,7 @@ async def test_concurrent_acalls_of_a_failing_tool_stop_at_the_budget() -> None:
 def test_a_healthy_tool_runs_again_once_its_calls_finish() -> None:
     @tg.readonly
     def ping(n: int) -> str:
-        return "pong"
+        return f"pong {n}"
 
     task = tg.Guard(_policy(2), [ping]).task("t")
     assert all(task.call("ping", {"n": n}).executed for n in range(10))  # one at a time

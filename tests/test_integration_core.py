@@ -206,8 +206,8 @@ def test_run_sees_the_idempotency_key_and_a_timeout_is_an_unknown_outcome() -> N
     again = task.call("pay", {"cents": 100}, run=run)
     assert again.decision is D.BLOCK  # never re-run blind: the approver (deny_all) said no
     assert "without a known outcome" in again.content
-    assert len(keys) == 1  # the key the tool forwards: the call's, plus its execution
-    assert keys[0] is not None and keys[0].startswith(f"{first.idempotency_key}:")
+    (forwarded,) = keys  # the guard's key and the execution it belongs to (issue 17, 11)
+    assert forwarded is not None and forwarded.startswith(f"{first.idempotency_key}:")
 
 
 # -- tools known by name ------------------------------------------------------------------

@@ -133,7 +133,20 @@ class JsonlSink:
         self._file = self.path.open("ab")
 
     def __call__(self, event: AuditEvent) -> None:
-        line = orjson.dumps(event.to_dict(), default=repr) + b"\n"
+        """Write ``event`` as one line. Values JSON cannot hold are written as their
+        ``repr``; if the event still cannot be serialized (an ``extra`` nested too deeply),
+        its ``args`` and ``extra`` are replaced by a note saying why, so the event itself is
+        never dropped.
+
+        Raises:
+            OSError: the file cannot be written (the guard logs that the event was lost).
+        """
+        record = event.to_dict()
+        try:
+            line = orjson.dumps(record, default=_safe_repr) + b"\n"
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            note = {"$unserializable": f"{type(exc).__name__}: {exc}"}
+            line = orjson.dumps({**record, "args": note, "extra": note}, default=_safe_repr) + b"\n"
         with self._lock:
             self._file.write(line)
             self._file.flush()

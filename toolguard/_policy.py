@@ -269,6 +269,8 @@ class Policy(_Frozen):
             unguarded: for frameworks that register the raw function themselves
             (pydantic-ai ``tool_plain``, an MCP server's ``@server.tool()``).
         default_max_polls: ``max_polls`` of a poll call whose tool sets none.
+        max_args_bytes: arguments larger than this many bytes (as JSON) are ``invalid`` and
+            not kept (``None``: no limit); see ``toolguard._limits``.
         sources: files this policy was loaded from, most general first (informational).
     """
 
@@ -277,6 +279,7 @@ class Policy(_Frozen):
     strict_tools: bool = True
     require_task: bool = False
     default_max_polls: int = Field(default=50, ge=1)
+    max_args_bytes: int | None = Field(default=1_000_000, ge=64)
     budget: BudgetPolicy = BudgetPolicy()
     ladder: LadderPolicy = LadderPolicy()
     idempotency: IdempotencyPolicy = IdempotencyPolicy()

@@ -41,7 +41,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
@@ -54,10 +54,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from ._errors import PolicyProblem
 
-if TYPE_CHECKING:
-    from ._policy import Policy
-
-__all__ = ["EnvironmentOverrides", "ToolguardSettings", "policy_from_env", "read_environment"]
+__all__ = ["EnvironmentOverrides", "ToolguardSettings", "read_environment"]
 
 PREFIX = "TOOLGUARD_"
 NESTED_DELIMITER = "__"
@@ -75,7 +72,8 @@ class ToolguardSettings(BaseSettings):
         env: ``TOOLGUARD_ENV``: the name of a file in ``policy_dir`` without ``.toml``.
         policy: ``TOOLGUARD_POLICY``: a policy file path.
         policy_dir: ``TOOLGUARD_POLICY_DIR``: where ``env`` files live (default ``policies``).
-        mode, default_effect, strict_tools, require_task, default_max_polls: top-level
+        mode, default_effect, strict_tools, require_task, default_max_polls, max_args_bytes:
+            top-level
             policy keys.
         budget, ladder, idempotency, approval, audit, store, tools: policy tables, nested by
             ``__`` (or a whole table as one JSON object).
@@ -97,6 +95,7 @@ class ToolguardSettings(BaseSettings):
     strict_tools: str | None = None
     require_task: str | None = None
     default_max_polls: str | None = None
+    max_args_bytes: str | None = None
     budget: dict[str, Any] | str | None = None
     ladder: dict[str, Any] | str | None = None
     idempotency: dict[str, Any] | str | None = None
@@ -233,27 +232,6 @@ def read_environment(env: Mapping[str, str] | None = None) -> EnvironmentOverrid
         problems=tuple(problems),
         selection_problems=tuple(selection),
     )
-
-
-def policy_from_env(env: Mapping[str, str] | None = None) -> Policy:
-    """The policy the environment selects, with the environment's overrides applied.
-
-    ``TOOLGUARD_POLICY`` or ``TOOLGUARD_ENV`` choose the file; with neither, the built-in
-    defaults are used (no file is searched for). See the module docstring.
-
-    Args:
-        env: the variables; ``None`` reads ``os.environ``.
-
-    Returns:
-        The frozen :class:`toolguard.Policy`, with provenance for ``explain``.
-
-    Raises:
-        PolicyError: the file or a variable is invalid; lists every problem.
-    """
-    # Deferred: the loader imports this module to read the environment.
-    from ._policy_loader import load_policy
-
-    return load_policy(None, env=env)
 
 
 def parse_value(text: str) -> Any:

@@ -8,9 +8,10 @@ processes serving one task need :class:`RedisStore`.
 
 Bounded: idempotency records have a per-record TTL, at most ``max_entries`` are kept (least
 recently used evicted first); per-task signature history is an LRU of ``max_entries``
-signatures; tasks are forgotten ``state_ttl_s`` seconds after their last use and at most
-``max_tasks`` are kept (least recently used first out). Expiry is lazy (on access) and follows
-the injected ``clock``, so tests advance a fake clock instead of sleeping.
+signatures, and so are its approval records; tasks are forgotten ``state_ttl_s`` seconds
+after their last use and at most ``max_tasks`` are kept (least recently used first out).
+Expiry is lazy (on access) and follows the injected ``clock``, so tests advance a fake clock
+instead of sleeping.
 
 All three are ordered dicts rather than ``cachetools`` caches, because the numbers say so
 (benchmarks/README.md): the task lookup runs twice on every call, where ``TTLCache`` get+set
@@ -349,9 +350,14 @@ class MemoryStore:
 
     def set_approval(self, task_id: str, key: str, record: ApprovalRecord, ttl_s: float) -> None:
         # Approvals live as long as the task's state (state_ttl_s); ttl_s is for stores
-        # that expire keys one by one.
+        # that expire keys one by one. At most max_entries per task, the least recently
+        # decided first out (100,000 denied calls kept 100,000 records).
         with self._lock:
-            self._task(task_id).approvals[key] = record
+            approvals = self._task(task_id).approvals
+            approvals.pop(key, None)
+            approvals[key] = record
+            if len(approvals) > self._max_entries:
+                del approvals[next(iter(approvals))]
 
     def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
         with self._lock:
