@@ -32,6 +32,7 @@ from _args import args_for
 from _cases import block_variants, guard_variant, main_variants
 from _growth import growth, memory
 from _harness import calibrate, machine_info, run_rounds
+from _imports import imports
 from _replay_bench import replay_markdown, replay_section
 from _report import evaluate_targets, markdown, summarise
 
@@ -55,17 +56,18 @@ class Settings:
     workers: tuple[int, ...]
     throughput_s: float
     throughput_reps: int
+    import_rounds: int
 
 
 FULL = Settings(rounds=21, batch_s=0.004, checkpoints=(10, 1_000, 100_000), growth_rounds=15,
                 growth_window=20, memory_calls=100_000,
                 memory_marks=(1_000, 10_000, 50_000, 100_000), redis_rounds=15,
                 redis_batch_s=0.015, trip_calls=50, workers=(1, 4, 16), throughput_s=0.8,
-                throughput_reps=3)
+                throughput_reps=3, import_rounds=15)
 SMOKE = Settings(rounds=2, batch_s=0.0002, checkpoints=(10, 100, 1_000), growth_rounds=2,
                  growth_window=4, memory_calls=1_200, memory_marks=(600, 1_200),
                  redis_rounds=2, redis_batch_s=0.001, trip_calls=3, workers=(1, 4),
-                 throughput_s=0.05, throughput_reps=1)
+                 throughput_s=0.05, throughput_reps=1, import_rounds=1)
 
 
 def _say(message: str) -> None:
@@ -165,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     _say(f"memory: tracemalloc after {settings.memory_calls:,} calls")
     held = memory(settings.memory_calls, settings.memory_marks)
 
+    _say(f"start-up: {settings.import_rounds} interleaved rounds of fresh interpreters")
+    started_up = imports(settings.import_rounds)
+
     if opts.no_redis:
         redis: dict[str, Any] = {"skipped": "--no-redis"}
     else:
@@ -176,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     _say("replay: recorded calls read and replayed per second")
     replayed = replay_section(opts.smoke)
 
-    targets = evaluate_targets(rows, redis.get("round_trips"))
+    targets = evaluate_targets(rows, redis.get("round_trips"), grown, started_up)
     info["loadavg_end"] = list(os.getloadavg())
     report: dict[str, Any] = {
         "meta": {**info, "smoke": opts.smoke, "rounds": settings.rounds,
@@ -188,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         "per_call": rows,
         "growth": grown,
         "memory": held,
+        "imports": started_up,
         "redis": redis,
         "replay": replayed,
     }

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from toolguard._normalize import DEFAULT_NORMALIZER, MAX_NORMALIZED_CHARS
+from toolguard._normalize import MAX_NORMALIZED_CHARS, default_normalizer
 from toolguard._shell import classify_command
 
 TARGET_MS = 50.0
@@ -83,7 +83,7 @@ def measure(size: int, repeats: int) -> dict[str, dict[str, float]]:
     return {
         "classify_command": {name: best_ms(classify_command, build, size, repeats)
                              for name, build in SHELL_INPUTS.items()},
-        "normalize_result": {name: best_ms(DEFAULT_NORMALIZER, build,
+        "normalize_result": {name: best_ms(default_normalizer(), build,
                                            min(size, MAX_NORMALIZED_CHARS) // (
                                                1 if size >= MB else 4) - 1, repeats)
                              for name, build in RESULT_INPUTS.items()},

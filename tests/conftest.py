@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from toolguard.testing import FakeClock
+
+# LangChain 1.5 needs Python 3.11 (the dev extra installs it only there): on 3.10 these
+# modules, which import it at the top, are not collected (the adapter tests skip themselves,
+# with the reason). CI runs 3.11.
+collect_ignore = [] if sys.version_info >= (3, 11) else [
+    "test_integration_core.py", "test_decorator_order.py"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("TOOLGUARD_SHARED", ROOT.parent / "shared"))

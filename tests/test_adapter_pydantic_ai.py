@@ -195,3 +195,11 @@ def test_two_capabilities_are_two_guards() -> None:
     # the dataclass fields it inherits (id, description) are equal: identity decides
     one, two = ToolGuard(guard()[0]), ToolGuard(guard()[0])
     assert one != two and len({one, two, one}) == 2
+
+
+def test_token_usage_over_the_budget_halts_the_run() -> None:
+    g, _ = s.guard([], strict_tools=False, budget={"max_tokens": 50})
+    script = Script([s.READ], tokens=100)
+    with pytest.raises(tg.BudgetExceeded) as halted:
+        run(agent_for(script, ToolGuard(g, task_id="t")), "sync")
+    assert halted.value.budget == "max_tokens" and s.RUNS == {}

@@ -213,6 +213,7 @@ def test_a_signature_validated_once_is_not_validated_again(
     # the memo serves the jsonschema path (with jsonschema-rs, validity is decided faster
     # than a memo key is computed, so there is no memo)
     monkeypatch.setattr(validator, "_fast", None)
+    validator._py()  # jsonschema's validator, built on first use
     counters = []
     for attr in ("_fast", "_validator"):
         if getattr(validator, attr) is not None:
@@ -708,3 +709,54 @@ def test_a_tuple_in_a_direct_call_is_converted_like_a_list() -> None:
     assert seen == [([1, 2], [3, 4.0])]
     assert [type(v) for v in seen[0][0]] == [int, int]
     assert [type(v) for v in seen[0][1]] == [int, float]
+
+
+def _rows_tool() -> tg.Guard:
+    @tg.readonly
+    def load(table: str, rows: list[dict[str, Any]], note: str | None = "none") -> int:
+        return len(rows)
+
+    return tg.Guard(tools=[load])
+
+
+def _counted(guard: tg.Guard, monkeypatch: pytest.MonkeyPatch) -> CountingValidator:
+    validator = guard._config.entries["load"].validator
+    assert validator is not None and validator._fast is not None  # jsonschema-rs decides
+    counter = CountingValidator(validator._fast)
+    monkeypatch.setattr(validator, "_fast", counter)
+    return counter
+
+
+ROWS = [{"id": i, "name": f"customer {i:04d}", "score": 0.5} for i in range(40)]  # ~1.5 KB
+
+
+def test_large_plain_arguments_validated_once_skip_validation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The canonical hash of arguments that serialized as plain JSON names them exactly:
+    # the second identical call needs no validation (85 µs on 100 KB).
+    guard = _rows_tool()
+    counter = _counted(guard, monkeypatch)
+    task = guard.task("t")
+    args = {"table": "t", "rows": ROWS, "note": "n"}
+    for _ in range(3):
+        assert task.call("load", args).executed  # allow, allow, warn
+    assert counter.calls == 1
+    assert task.call("load", {**args, "table": "u"}).executed
+    assert counter.calls == 2  # other arguments: validated
+
+
+def test_the_memo_never_answers_for_arguments_the_hash_folds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    guard = _rows_tool()
+    counter = _counted(guard, monkeypatch)
+    task = guard.task("t")
+    with_default = {"table": "t", "rows": ROWS}  # note filled in from its default: not plain
+    nested_null = {"table": "t", "rows": [*ROWS, {"id": None}], "note": "n"}  # null dropped
+    for _ in range(2):
+        task.call("load", with_default)
+        task.call("load", nested_null)
+    assert counter.calls == 4
+    # an invalid value is refused however often its valid twin was seen
+    bad = {"table": "t", "rows": ROWS, "note": 5}
+    assert task.call("load", bad).decision is tg.Decision.INVALID
+    assert task.call("load", bad).decision is tg.Decision.INVALID

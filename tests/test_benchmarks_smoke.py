@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .conftest import ROOT
 
-SECTIONS = {"meta", "targets", "per_call", "growth", "memory", "redis", "replay"}
+SECTIONS = {"meta", "targets", "per_call", "growth", "memory", "imports", "redis", "replay"}
 PATHS = {"allow", "allow_new", "warn", "cached", "block", "executed"}
 
 
@@ -33,10 +33,17 @@ def test_benchmark_smoke_run_writes_every_section(tmp_path: Path) -> None:
     for mode in ("sync", "async"):
         for size in ("small", "medium", "large"):
             paths = {r["path"] for r in guard_rows if r["mode"] == mode and r["size"] == size}
-            assert paths == PATHS, (mode, size)
+            first = {"first"} if (mode, size) == ("sync", "small") else set()
+            assert paths == PATHS | first, (mode, size)
+    sketches = {(r["size"], r["sketch"], r["path"]) for r in report["per_call"]
+                if r.get("kind") == "sketch"}
+    assert sketches == {(size, sketch, path) for size in ("small", "medium", "large")
+                        for sketch in ("min", "book") for path in ("allow", "cached", "block")}
     assert all(r["median_us"] and r["median_us"] > 0 for r in report["per_call"])
-    assert {r["metric"] for r in report["targets"]} >= {"x_bare", "x_tenacity_overhead",
-                                                        "x_orjson"}
+    assert {r["metric"] for r in report["targets"]} >= {
+        "x_sketch_book", "x_floor", "x_warm", "x python -c pass", "#1000 / #10"}
+    assert {c["name"] for c in report["imports"]["cases"]} == {"import toolguard",
+                                                              "toolguard --help"}
     assert all(r["status"] in ("PASS", "MISS") for r in report["targets"])
     assert {r["size"] for r in report["per_call"] if r.get("kind") == "hash"} >= {
         "small", "medium", "large"}

@@ -170,3 +170,20 @@ def test_check_prints_a_parents_problem_once_and_marks_each_child(runner: CliRun
     assert sum("must be one of" in line for line in lines) == 1
     assert f"{files[1]}: invalid (a file it extends has problems)" in lines
     assert f"{files[2]}: invalid (a file it extends has problems)" in lines
+
+
+def test_explain_shows_the_detection_settings(runner: CliRunner) -> None:
+    policy = str(ROOT / "examples" / "policies" / "airline.toml")
+    env = {**WIDE, "TOOLGUARD_LADDER__MAX_PROGRESS_RESETS": "0"}
+    result = runner.invoke(app, ["explain", policy, "--tool", "think"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = _rows(result.output)
+    assert rows["stagnation_warn_at"] == ["0 (off)", policy]
+    assert rows["stagnation_block_at"] == ["0 (off)", policy]
+    assert rows["max_progress_resets"] == ["0 (off)", "env TOOLGUARD_LADDER__MAX_PROGRESS_RESETS"]
+    assert rows["shell"] == ["none (the tool's effect)", "built-in"]
+    assert rows["result"] == ["strip_volatile", "built-in"]
+    coding = str(ROOT / "examples" / "policies" / "coding-agent.toml")
+    rows = _rows(runner.invoke(app, ["explain", coding, "--tool", "bash"], env=WIDE).output)
+    assert rows["shell"] == ["command", coding]
+    assert rows["stagnation_warn_at"] == ["4", "built-in"]

@@ -12,12 +12,14 @@ from hypothesis import strategies as st
 
 import toolguard as tg
 from toolguard._normalize import (
-    DEFAULT_NORMALIZER,
     MAX_NORMALIZED_CHARS,
+    default_normalizer,
     field_path_problem,
     normalizer_for,
 )
 from toolguard._policy import ResultPolicy
+
+DEFAULT_NORMALIZER = default_normalizer()
 
 STRIPPED = [
     ("Ran 5 tests in 0.003s", "Ran 5 tests in <duration>"),

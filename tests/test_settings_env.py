@@ -10,8 +10,8 @@ import pytest
 import toolguard as tg
 from toolguard._errors import PolicyError, PolicyProblem
 from toolguard._policy import LadderThresholds, Policy
-from toolguard._policy_loader import load_policy
-from toolguard._settings import OVERRIDE_KEYS, parse_value, policy_from_env, read_environment
+from toolguard._policy_loader import load_policy, policy_from_env
+from toolguard._settings import OVERRIDE_KEYS, parse_value, read_environment
 from toolguard._types import Effect, Mode
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,8 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from toolguard._errors import PolicyError
-from toolguard._policy_loader import load_policy
-from toolguard._settings import policy_from_env
+from toolguard._policy_loader import load_policy, policy_from_env
 from toolguard.cli import app
 
 NODES = "redis://10.0.0.1:7000,10.0.0.2:7001,10.0.0.3"

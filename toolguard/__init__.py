@@ -36,14 +36,13 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
-from ._policy import Policy
 from ._resolve import ToolSettings
 from ._results import ToolResult, Usage
 from ._types import Decision, Effect, IdempotencyScope, Mode
 
 if TYPE_CHECKING:
-    from ._policy_loader import load_policy, load_policy_dict
-    from ._settings import policy_from_env
+    from ._policy import Policy
+    from ._policy_loader import load_policy, load_policy_dict, policy_from_env
 
 __version__ = "0.1.0"
 
@@ -98,14 +97,16 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Policy": "._policy",
     "load_policy": "._policy_loader",
     "load_policy_dict": "._policy_loader",
-    "policy_from_env": "._settings",
+    "policy_from_env": "._policy_loader",
 }
 
 
 def __getattr__(name: str) -> Any:
-    # The policy loader pulls in jsonschema and tomllib; load it on first use only.
+    # pydantic (the Policy model), the policy loader (jsonschema, tomllib) and the settings
+    # reader (pydantic-settings) load on first use only: ``import toolguard`` stays light.
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

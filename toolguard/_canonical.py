@@ -78,6 +78,7 @@ __all__ = [
     "canonical_args",
     "canonicalize",
     "digest",
+    "hash_args",
     "load_json",
     "normalize_path",
     "parse_arguments",
@@ -433,14 +434,29 @@ def args_hash_and_floats(
     Raises:
         CanonicalizationError: an argument has no canonical form.
     """
-    out, floats = _canonical(args, options)
+    out, floats, _ = _canonical(args, options)
     return _hexdigest(out, CANONICAL_VERSION), floats
 
 
+def hash_args(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None = None
+              ) -> tuple[str, bool, int]:
+    """:func:`args_hash_and_floats`, and the size in bytes of the canonical form when it is
+    the plain serialization of ``args`` (no null dropped, no number or key rewritten, no
+    option applied; else 0): then the hash determines ``args`` exactly, up to key order,
+    and the engine keys its memo of validated arguments by it.
+
+    Raises:
+        CanonicalizationError: an argument has no canonical form.
+    """
+    out, floats, plain = _canonical(args, options)
+    return _hexdigest(out, CANONICAL_VERSION), floats, len(out) if plain else 0
+
+
 def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None
-               ) -> tuple[bytes, bool]:
-    """The canonical bytes, and whether an integral float may be among the values (true
-    whenever the output was not read as plain: the walk ran, or options rewrote values)."""
+               ) -> tuple[bytes, bool, bool]:
+    """The canonical bytes; whether an integral float may be among the values (true
+    whenever the output was not read as plain: the walk ran, or options rewrote values);
+    and whether the bytes are the plain serialization of ``args`` (nothing normalized)."""
     if options:
         args = apply_arg_options(args, options)
     try:
@@ -448,11 +464,13 @@ def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None
     except (_Unserializable, TypeError, orjson.JSONEncodeError):
         out = b""
     if not out:
-        return _walked_bytes(args), True
+        return _walked_bytes(args), True, False
     if _NULL.search(out) is None:
         # The usual case, decided by one search for each thing to normalize (each search is
         # ~50 µs on 100 KB, half the dump itself: none is repeated).
-        return (_walked_bytes(args), True) if _suspect(out) else (out, bool(options))
+        if _suspect(out):
+            return _walked_bytes(args), True, False
+        return out, bool(options), not options
     if not _suspect(out):
         # Nulls and nothing else to normalize: the common case of models that send every
         # optional argument (OpenAI strict mode sends null for each). Drop them from the
@@ -461,8 +479,8 @@ def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None
         # take the walk.
         out = orjson.dumps(_without_nulls(args), option=orjson.OPT_SORT_KEYS)
         if _NULL.search(out) is None:
-            return out, bool(options)
-    return _walked_bytes(args), True
+            return out, bool(options), False
+    return _walked_bytes(args), True, False
 
 
 def _walked_bytes(args: Mapping[str, Any]) -> bytes:

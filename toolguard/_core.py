@@ -34,11 +34,9 @@ run ``stagnation_warn_at`` long is a warn, with a notice naming what repeated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from ._errors import ApprovalTimedOut, BudgetExceeded, Halt, RepeatedToolCalls
-from ._policy import BudgetPolicy
-from ._resolve import ToolSettings
 from ._types import (
     ALLOW,
     BLOCK,
@@ -55,6 +53,10 @@ from ._types import (
     Effect,
 )
 from .stores._base import ApprovalState, Snapshot
+
+if TYPE_CHECKING:
+    from ._policy import BudgetPolicy
+    from ._resolve import ToolSettings
 
 __all__ = ["CallContext", "Verdict", "decide", "outcome_kind", "stagnation_after"]
 

@@ -9,13 +9,15 @@ is never shadowed by a decorator default (precedence: built-in < decorator < pol
 
 from __future__ import annotations
 
-import enum
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
+from dataclasses import replace
+from typing import Any, Literal, ParamSpec, TypeVar, cast, overload
 
+from ._context import CURRENT_TASK, refuse_outside_task
+from ._frameworks import framework_spec
+from ._spec import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool
 from ._types import Effect, IdempotencyScope
 
 __all__ = [
@@ -37,91 +39,6 @@ R = TypeVar("R")
 ToolT = TypeVar("ToolT")  # a framework tool object
 
 
-class NotGiven(enum.Enum):
-    """Type of :data:`NOT_GIVEN`, the sentinel for "this option was not passed"."""
-
-    NOT_GIVEN = "NOT_GIVEN"
-
-    def __repr__(self) -> str:
-        return "NOT_GIVEN"
-
-
-NOT_GIVEN: Final = NotGiven.NOT_GIVEN
-"""An option left unset: inherit from the policy. (``None`` can mean "no limit".)"""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """What a decorator knows about a tool. Frozen; attached as ``func.__toolguard_spec__``.
-
-    Attributes:
-        name: the tool name the model uses (default: the function's ``__name__``).
-        func: the undecorated function (sync or ``async def``).
-        effect: readonly / mutating / poll, or NOT_GIVEN for an undecorated function.
-        requires_approval: True for ``@requires_approval``.
-        idempotency_scope: until_change / task / off, or NOT_GIVEN.
-        idempotency_ttl_s: seconds a completed call is remembered, or NOT_GIVEN.
-        forwards_idempotency_key: the tool passes ``current_idempotency_key()`` on to its
-            backend (e.g. an ``Idempotency-Key`` header), so a retry after an unknown outcome
-            is safe; or NOT_GIVEN.
-        max_calls: per-task limit of calls of this tool, or NOT_GIVEN.
-        external: the tool acts on the outside world (a payment, an email, a ticket, a
-            message: MCP's ``openWorldHint``), so a completed call is remembered for the
-            whole task (scope ``task``) instead of until the next change; or NOT_GIVEN.
-        args_schema: a JSON Schema of the arguments (an OpenAI function ``parameters``
-            object), or None to derive one from the type hints.
-        description: for ``guard.tool_schemas()`` (default: the docstring's first paragraph).
-    """
-
-    name: str
-    func: Callable[..., Any]
-    effect: Effect | NotGiven = NOT_GIVEN
-    requires_approval: bool = False
-    idempotency_scope: IdempotencyScope | NotGiven = NOT_GIVEN
-    idempotency_ttl_s: float | NotGiven = NOT_GIVEN
-    forwards_idempotency_key: bool | NotGiven = NOT_GIVEN
-    max_calls: int | NotGiven | None = NOT_GIVEN
-    args_schema: Mapping[str, Any] | None = None
-    description: str = ""
-    external: bool | NotGiven = NOT_GIVEN
-
-    @property
-    def is_async(self) -> bool:
-        """True if the tool is an ``async def`` function."""
-        return inspect.iscoroutinefunction(self.func)
-
-    def given(self) -> dict[str, Any]:
-        """The options that were passed explicitly, by policy key name."""
-        out: dict[str, Any] = {}
-        for key in ("effect", "idempotency_scope", "idempotency_ttl_s",
-                    "forwards_idempotency_key", "max_calls", "external"):
-            value = getattr(self, key)
-            if value is not NOT_GIVEN:
-                out[key] = value
-        if self.requires_approval:
-            out["requires_approval"] = True
-        return out
-
-
-def _recorded(**_: Any) -> Any:
-    """The function of a tool known only by name and schema (replay): never called."""
-    return None
-
-
-def recorded_tool(
-    name: str, args_schema: Mapping[str, Any] | None = None, description: str = ""
-) -> ToolSpec:
-    """A spec for a tool that exists only in recorded transcripts (``toolguard replay``):
-    its effect comes from the policy; ``args_schema`` (e.g. an OpenAI function's
-    ``parameters``) validates recorded arguments."""
-    return ToolSpec(name=name, func=_recorded, args_schema=args_schema, description=description)
-
-
-def is_recorded(spec: ToolSpec) -> bool:
-    """True for a spec made by :func:`recorded_tool`."""
-    return spec.func is _recorded
-
-
 def spec_of(tool: Callable[..., Any] | ToolSpec | Any) -> ToolSpec:
     """The :class:`ToolSpec` of a decorated function, or a spec with every option NOT_GIVEN
     for a plain function or a framework's tool object (:mod:`toolguard._frameworks`; the
@@ -140,8 +57,6 @@ def spec_of(tool: Callable[..., Any] | ToolSpec | Any) -> ToolSpec:
             # sees or sends ``self``
             return replace(spec, func=spec.func.__get__(owner))
         return spec
-    from ._frameworks import framework_spec  # deferred: it imports this module
-
     framework = framework_spec(tool)
     if framework is not None:
         return framework
@@ -161,22 +76,27 @@ def _describe(func: Callable[..., Any]) -> str:
 
 
 def _mark(func: Callable[P, R], spec: ToolSpec) -> Callable[P, R]:
-    # Deferred import: the engine imports this module.
-    from ._engine import direct_call, direct_call_async
-
     if inspect.iscoroutinefunction(func):
         afunc = cast(Callable[..., Awaitable[Any]], func)
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return await direct_call_async(spec, afunc, args, kwargs)
+            task = CURRENT_TASK.get()
+            if task is None:  # outside a task: the plain function (unless a guard refuses)
+                refuse_outside_task(spec, afunc)
+                return await afunc(*args, **kwargs)
+            return await task._direct_call_async(spec, afunc, args, kwargs)
 
         wrapper: Callable[..., Any] = async_wrapper
     else:
 
         @functools.wraps(func)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            return direct_call(spec, func, args, kwargs)
+            task = CURRENT_TASK.get()
+            if task is None:  # outside a task: the plain function (unless a guard refuses)
+                refuse_outside_task(spec, func)
+                return func(*args, **kwargs)
+            return task._direct_call(spec, func, args, kwargs)
 
         wrapper = sync_wrapper
     wrapper.__toolguard_spec__ = spec  # type: ignore[attr-defined]
@@ -216,8 +136,6 @@ def _decorator(
             raise TypeError(f"{getattr(f, '__name__', f)!r} is already marked as a tool")
         name = options.pop("name", NOT_GIVEN)
         description = options.pop("description", NOT_GIVEN)
-        from ._frameworks import framework_spec  # deferred: it imports this module
-
         framework = framework_spec(f)
         if framework is not None:
             # over a framework's tool object (@tg.mutating above @tool): mark the object

@@ -10,25 +10,22 @@ helpers; only tool execution, the approver and waiting differ between them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
-import difflib
 import functools
 import inspect
 import itertools
 import logging
 import os
-import secrets
+import sys
 import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar, cast
 
 import orjson
-from pydantic_core import to_jsonable_python
 
 from ._approval import (
     ApprovalDecision,
@@ -42,14 +39,21 @@ from ._audit import AuditEvent, AuditSink, redact, scrub
 from ._canonical import (
     ArgumentsError,
     args_hash,
-    args_hash_and_floats,
     canonicalize,
     digest,
+    hash_args,
     parse_arguments,
     value_digest,
 )
+from ._content import as_text as _as_text
+from ._content import safe_repr as _safe_repr
+from ._content import safe_str as _safe_str
+from ._content import with_notice as _with_notice
+from ._context import CURRENT_KEY as _CURRENT_KEY
+from ._context import CURRENT_TASK as _CURRENT_TASK
 from ._core import CallContext, Verdict, decide, halt_kind, outcome_kind, stagnation_after
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool, spec_of
+from ._direct import direct_call, direct_call_async
 from ._errors import (
     BudgetExceeded,
     CallInProgress,
@@ -58,19 +62,16 @@ from ._errors import (
     PolicyError,
     PolicyProblem,
     StoreError,
-    ToolBlocked,
     ToolGuardError,
 )
 from ._exports import SchemaFormat, export_tools
-from ._frameworks import wrapped_arguments
 from ._inflight import InFlight
 from ._injected import injected_parameters
-from ._integration import named_spec, refuse_outside_task, require_task_for, sync_runner
+from ._integration import named_spec, require_task_for, sync_runner
 from ._limits import UNKNOWN_TOOLS, oversized, short_name, too_deep
 from ._lock import YieldingLock
 from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
 from ._outcomes import forwarded_key, is_unknown_outcome
-from ._policy import Policy
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._results import ToolResult, Usage, new_result
 from ._schema import (
@@ -112,18 +113,16 @@ from .stores._base import (
 )
 from .stores.memory import MemoryStore
 
+if TYPE_CHECKING:
+    import asyncio
+
+    from ._policy import Policy
+
 __all__ = ["CallRecord", "Guard", "Task", "current_idempotency_key"]
 
 log = logging.getLogger("toolguard")
 T = TypeVar("T")
 
-_CURRENT_TASK: contextvars.ContextVar[Task | None] = contextvars.ContextVar(
-    "toolguard_task", default=None
-)
-# the running call's idempotency key and the id of the execution it belongs to
-_CURRENT_KEY: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
-    "toolguard_idempotency_key", default=None
-)
 _WAIT_POLL_S: Final = (0.001, 0.05)  # first and longest sleep while waiting on another call
 
 
@@ -155,6 +154,8 @@ class _NotStarted(BaseException):  # a control-flow signal, not an error
 
 async def _until_done(future: asyncio.Future[Any]) -> None:
     """Wait for ``future`` whatever cancellations arrive meanwhile."""
+    import asyncio
+
     while not future.done():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait([future])
@@ -218,6 +219,8 @@ def _validate_typed(validator: ArgsValidator, args: Mapping[str, Any], invalid: 
     """A direct call may pass typed values (an Enum, a date, a dataclass, a pydantic model)
     that the JSON Schema cannot judge as Python objects: judge their JSON form, the one a
     model would send, which the tool then receives converted by pydantic."""
+    from pydantic_core import to_jsonable_python
+
     try:
         as_json = to_jsonable_python(args)
     except Exception:  # noqa: BLE001 - no JSON form: the first verdict stands
@@ -373,7 +376,10 @@ class Guard:
         self._sinks: tuple[AuditSink, ...] = tuple(audit)
         self._lock = YieldingLock()  # held for microseconds; waiters never convoy
         self._warned_off = False
-        policy = policy or Policy()
+        if policy is None:
+            from ._policy import Policy  # pydantic loads with the first guard
+
+            policy = Policy()
         self._config = self._build(policy)
         self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
@@ -397,7 +403,7 @@ class Guard:
         Raises:
             PolicyError: the selected file or an environment value is invalid.
         """
-        from ._settings import policy_from_env
+        from ._policy_loader import policy_from_env
 
         return cls(policy_from_env(env), tools, **kwargs)
 
@@ -505,6 +511,8 @@ class Guard:
         if policy is None:  # load_policy(None) would read the environment: say so instead
             raise TypeError("reload_policy takes a Policy or a policy file's path; to reload "
                             "from the environment, pass toolguard.policy_from_env()")
+        from ._policy import Policy
+
         if not isinstance(policy, Policy):
             from ._policy_loader import load_policy
 
@@ -644,7 +652,7 @@ class Task:
         # Call ids are unique across Task handles, processes and hosts, not only within this
         # handle: a claim (Redis) is released only by the call that made it, and a web worker
         # that opens a handle per request would otherwise reuse "task#1" for every call.
-        self._id_suffix = f"@{secrets.token_hex(4)}"
+        self._id_suffix = f"@{os.urandom(4).hex()}"  # what secrets.token_hex(4) does
         # signature -> last result, for read-only blocks; oldest first, bounded
         self._last_content: OrderedDict[str, Any] = OrderedDict()
         self._tokens: list[contextvars.Token[Task | None]] = []
@@ -769,6 +777,16 @@ class Task:
                     record.tool, ALLOW if approved else BLOCK,
                     f"{'approved' if approved else 'rejected'} by the host: {key}"
                     + (f" ({reason})" if reason else ""))
+
+    def _direct_call(self, spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
+        """A decorated tool called directly inside this task's ``with`` block."""
+        return direct_call(self, spec, func, args, kwargs)
+
+    async def _direct_call_async(self, spec: ToolSpec, func: Callable[..., Awaitable[Any]],
+                                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """:meth:`_direct_call` for ``async def`` tools."""
+        return await direct_call_async(self, spec, func, args, kwargs)
 
     # -- calls -------------------------------------------------------------------------
     def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
@@ -910,6 +928,8 @@ class Task:
         """:meth:`call_batch` for asyncio: distinct calls run concurrently. A halt (or any
         other error) raises once every call of the batch has finished, the first in call
         order, so no call is left running, unrecorded, behind it."""
+        import asyncio
+
         order, unique = self._dedupe(calls)
         outcomes = await asyncio.gather(*(self.acall(t, a) for t, a in unique),
                                         return_exceptions=True)
@@ -993,6 +1013,7 @@ class Task:
             args, invalid = {}, deep
         settings = entry.settings
         effect, sig, floats, denied = settings.effect, "", False, settings.deny
+        plain = 0
         if invalid is None:
             bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
             if settings.rules and (ruled := entry.effect_for(bound)) is not None:
@@ -1001,7 +1022,7 @@ class Task:
                     parsed := classify_argv(bound.get(settings.shell))) is not None:
                 effect, denied = parsed, False  # so does a recognised shell command
             try:
-                sig, floats = args_hash_and_floats(bound, settings.args)
+                sig, floats, plain = hash_args(bound, settings.args)
             except CanonicalizationError as exc:
                 invalid = f"argument has no canonical form: {exc}"
         unusable = invalid is not None  # no arguments object at all: never executable
@@ -1012,17 +1033,24 @@ class Task:
             text = raw if isinstance(raw, str) else _safe_repr(raw)
             sig = digest(b"invalid:" + text.strip().encode("utf-8", "replace"))
         else:
-            if entry.validator is not None:
-                invalid = entry.validator.validate(args)
+            validator = entry.validator
+            if validator is not None:
+                # The hash names these very arguments when they serialized as plain JSON and
+                # no default was filled in: valid ones seen before skip validation (85 µs on
+                # 100 KB with jsonschema-rs).
+                known = sig if plain >= validator.memo_bytes and (
+                    bound is args or (len(bound) == len(args)
+                                      and None not in args.values())) else ""
+                invalid = validator.validate(args, known)
                 if invalid is not None and None in args.values():
                     # OpenAI strict mode sends null for an optional argument not given
                     # (tool_schemas(strict=True)): null means omitted, as for the hash
                     given = {k: v for k, v in args.items() if v is not None}
-                    if entry.validator.validate(given) is None:
+                    if validator.validate(given) is None:
                         args, invalid = given, None
                 # a direct call's typed values (not parsed JSON text): judge their JSON form
                 if invalid is not None and not isinstance(raw, (str, bytes)):
-                    invalid = _validate_typed(entry.validator, args, invalid)
+                    invalid = _validate_typed(validator, args, invalid)
                 if invalid is not None:
                     audit = cfg.policy.audit
                     invalid = scrub(invalid, args, audit.redact_pattern)
@@ -1180,6 +1208,8 @@ class Task:
             if executor is not None:
                 value = executor(p.args)
             elif p.entry.in_thread:
+                import asyncio
+
                 # A plain function would block the event loop, and concurrent identical
                 # acalls would then run one after another and count as repeats instead of
                 # sharing one execution. As LangChain and pydantic-ai do for sync tools, run
@@ -1649,6 +1679,8 @@ class Task:
         blocking HTTP call) runs in a worker thread, as a sync tool does, so the event loop
         goes on; any approver that has not answered after ``approval.timeout_s`` counts as a
         ``defer`` (the call waits in review, and halts once that timeout passes)."""
+        import asyncio
+
         approver = io.approver
         limit = self.guard._config.policy.approval.timeout_s
         call = getattr(approver, "__call__", approver)  # noqa: B004 - instances too
@@ -1724,6 +1756,8 @@ class Task:
         return exc
 
     async def _wait_async(self, cfg: _Config, p: _Prepared) -> None:
+        import asyncio
+
         limit = cfg.policy.idempotency.wait_timeout_s
         start = time.monotonic()
         pause = _WAIT_POLL_S[0]
@@ -1822,6 +1856,9 @@ def _step(pipeline: Generator[_Io, Any, Any], answer: Any, exc: BaseException | 
 
 
 def _loop_running() -> bool:
+    asyncio = sys.modules.get("asyncio")  # not imported: no event loop can be running
+    if asyncio is None:
+        return False
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -1840,39 +1877,10 @@ def _source(policy: Policy, path: str) -> str:
 def _close_names(name: str, entries: Mapping[str, Any]) -> str:
     """``"did you mean 'x'? "`` when one of ``entries`` (tool or argument names) is close to
     ``name``, else ``""``."""
+    import difflib
+
     close = difflib.get_close_matches(name, list(entries), n=1)
     return f"did you mean {close[0]!r}? " if close else ""
-
-
-def _safe_repr(value: Any, limit: int = 200) -> str:
-    """``repr`` that never raises (a repr that fails, or recurses too deep)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - any failure of a foreign __repr__
-        text = f"<{type(value).__name__} object>"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _safe_str(value: Any) -> str:
-    try:
-        return str(value)
-    except Exception:  # noqa: BLE001 - any failure of a foreign __str__
-        return f"<{type(value).__name__}>"
-
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    try:
-        return orjson.dumps(value, default=_safe_repr).decode()
-    except (TypeError, orjson.JSONEncodeError):
-        return _safe_repr(value, limit=10_000)
-
-
-def _with_notice(content: Any, notice: str | None) -> Any:
-    if not notice:
-        return content
-    return f"{_as_text(content)}\n\n[toolguard] {notice}"
 
 
 def _ask(approver: Approver, request: ApprovalRequest) -> Any:
@@ -1921,83 +1929,3 @@ def _discard(awaitable: Awaitable[Any]) -> None:
 def _close_awaitable(value: Awaitable[Any], p: _Prepared) -> Any:
     _discard(value)
     raise TypeError(f"{p.entry.spec.name} is async: call it with task.acall()")
-
-
-# -- direct calls of decorated tools ------------------------------------------------------
-def _bind(task: Task, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
-          ) -> tuple[_Entry | None, dict[str, Any]]:
-    entry = task.guard._config.entries.get(spec.name)
-    if entry is None or entry.signature is None:
-        return None, {}
-    if entry.spec is not spec:
-        wrapped = wrapped_arguments(entry.spec, spec, args, kwargs)
-        if wrapped is not None:  # a framework tool object over this decorated function
-            return entry, wrapped
-        # a method registered bound (tools=[obj.method]): guarded only for that object
-        func = entry.spec.func
-        if getattr(func, "__func__", None) is not spec.func or not args \
-                or args[0] is not getattr(func, "__self__", None):
-            return None, {}
-        args = args[1:]
-    bound = dict(entry.signature.bind(*args, **kwargs).arguments)
-    for name in entry.injected:  # the framework's context object: not an argument
-        bound.pop(name, None)
-    return entry, bound
-
-
-def _executing(task: Task, spec: ToolSpec) -> bool:
-    """The guard is executing this very tool (its ``run=`` or a framework object invoking
-    the decorated function it wraps): the inner direct call is that execution, not a
-    second call to count."""
-    current = _CURRENT_KEY.get()
-    key = None if current is None else current[0]
-    prefix = f"{task.task_id}:{spec.name}:"
-    return key is not None and key.startswith(prefix) and ":" not in key[len(prefix):]
-
-
-def _direct_result(result: ToolResult, exc: BaseException | None) -> Any:
-    if exc is not None:
-        raise exc
-    if result.decision in (ALLOW, WARN, CACHED):
-        return result.value
-    raise ToolBlocked(result)
-
-
-def direct_call(spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
-                kwargs: dict[str, Any]) -> Any:
-    """Run a decorated sync tool called directly: guarded inside an active task that has it
-    registered, plain otherwise. Returns the tool's value (also for ``cached``).
-
-    Raises:
-        ToolBlocked: block / review / invalid. Halt: the task halts. Whatever the tool raised.
-        ToolGuardError: called outside any task while a guard that registered it has
-            ``require_task``.
-    """
-    task = _CURRENT_TASK.get()
-    if task is None:
-        refuse_outside_task(spec, func)
-        return func(*args, **kwargs)
-    if _executing(task, spec):
-        return func(*args, **kwargs)
-    entry, bound = _bind(task, spec, args, kwargs)
-    if entry is None:
-        return func(*args, **kwargs)
-    result, exc = task._run_sync(entry.spec.name, bound, lambda _: func(*args, **kwargs))
-    return _direct_result(result, exc)
-
-
-async def direct_call_async(spec: ToolSpec, func: Callable[..., Awaitable[Any]],
-                            args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """:func:`direct_call` for ``async def`` tools."""
-    task = _CURRENT_TASK.get()
-    if task is None:
-        refuse_outside_task(spec, func)
-        return await func(*args, **kwargs)
-    if _executing(task, spec):
-        return await func(*args, **kwargs)
-    entry, bound = _bind(task, spec, args, kwargs)
-    if entry is None:
-        return await func(*args, **kwargs)
-    result, exc = await task._run_async(entry.spec.name, bound,
-                                        lambda _: func(*args, **kwargs))
-    return _direct_result(result, exc)

@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ._decorators import ToolSpec, recorded_tool
 from ._injected import injected_parameters
+from ._spec import ToolSpec, recorded_tool
 
 __all__ = ["framework_spec", "wrapped_arguments"]
 

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from typing import Any
 
+from ._context import REQUIRING as _REQUIRING
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, recorded_tool, spec_of
-from ._errors import ToolGuardError
 from ._types import Effect, IdempotencyScope
 
-__all__ = ["named_spec", "refuse_outside_task", "require_task_for", "sync_runner"]
+__all__ = ["named_spec", "require_task_for", "sync_runner"]
 
 # ToolSpec options register(**settings) may set (the decorators' options).
 _SETTINGS = frozenset(f.name for f in fields(ToolSpec)) - {"name", "func", "effect",
@@ -81,8 +81,6 @@ def sync_runner(tool: str, run: Callable[[dict[str, Any]], Any]
 # require_task: the decorated functions of guards that require a task, by function (weakly:
 # a guard or function that goes away leaves nothing behind). Read on direct calls outside
 # any task only, so the common path pays nothing.
-_REQUIRING: weakref.WeakKeyDictionary[Callable[..., Any], weakref.WeakSet[Any]] = (
-    weakref.WeakKeyDictionary())
 _REQUIRING_LOCK = threading.Lock()
 
 
@@ -106,19 +104,3 @@ def _functions(spec: ToolSpec) -> list[Callable[..., Any]]:
     if isinstance(inner, ToolSpec):
         out.append(inner.func)
     return out
-
-
-def refuse_outside_task(spec: ToolSpec, func: Callable[..., Any]) -> None:
-    """Raise if a guard that registered ``func`` requires a task (``require_task``).
-
-    Raises:
-        ToolGuardError: naming the tool and what to do.
-    """
-    guards = _REQUIRING.get(func)
-    if guards and any(g._config.require_task for g in list(guards)):
-        raise ToolGuardError(
-            f"{spec.name} was called outside a task, and the guard requires one "
-            "(require_task = true): run it inside `with guard.task(task_id):`, through "
-            "task.call / task.acall, or through a toolguard adapter. A framework that "
-            "registered the raw function (pydantic-ai tool_plain, an MCP @server.tool()) "
-            "calls it unguarded otherwise.")

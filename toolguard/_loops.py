@@ -26,11 +26,11 @@ once). When a call halts the task, every call of the message still gets a closin
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._content import as_text, with_notice
 from ._errors import Halt
 from ._types import CACHED
 
@@ -91,14 +91,10 @@ def parse_message(message: Any) -> tuple[Shape, list[_Call]]:
 
 
 def _text(result: ToolResult) -> str:
-    from ._engine import _as_text  # deferred: the engine imports this module
-
-    return _as_text(result.content)
+    return as_text(result.content)
 
 
 def _with_notice(text: str, notice: str) -> str:
-    from ._engine import _with_notice as with_notice
-
     return str(with_notice(text, notice))
 
 
@@ -184,6 +180,8 @@ def run_tool_calls(task: Task, message: Any, on_halt: OnHalt) -> list[dict[str, 
 
 async def arun_tool_calls(task: Task, message: Any, on_halt: OnHalt) -> list[dict[str, Any]]:
     """See :meth:`Task.arun_tool_calls`: distinct calls run concurrently."""
+    import asyncio  # loaded already under a running loop; not by ``import toolguard``
+
     _check(on_halt)
     shape, calls = parse_message(message)
     order, unique = task._dedupe([(c.tool, c.args) for c in calls])

@@ -35,17 +35,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-if TYPE_CHECKING:  # the SDK is an optional extra: imported inside the command only
+if TYPE_CHECKING:  # the SDK is an optional extra, rich a CLI's: imported inside the command
     import mcp.types as mt
     from mcp import ClientSession
     from mcp.client.session import ClientRequestContext
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.server.lowlevel import Server
     from mcp.server.session import ServerSession
+    from rich.console import Console
+    from rich.table import Table
 
     from ._engine import Guard
     from .adapters.mcp import GuardMiddleware
@@ -58,6 +57,8 @@ _STDERR_TAIL_LINES = 12
 
 
 def _stderr() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
@@ -67,6 +68,8 @@ EnvOption = Annotated[
 
 
 def _fail(message: str, code: int = BAD_INPUT) -> NoReturn:
+    from rich.text import Text
+
     _stderr().print(Text(f"error: {message}", style="bold red"))
     raise typer.Exit(code)
 
@@ -355,9 +358,9 @@ def _environ() -> dict[str, str]:
 
 def _load_policy(policy_file: Path | None, env: str | None) -> Any:
     """The policy, as ``toolguard explain`` loads it (exit 2 listing every problem)."""
-    from .cli import _load
+    from ._cli_common import load_cli_policy
 
-    return _load(policy_file, env)
+    return load_cli_policy(policy_file, env)
 
 
 def _build_guard(policy: Any, audit: Path | None) -> Guard:
@@ -373,6 +376,8 @@ def _build_guard(policy: Any, audit: Path | None) -> Guard:
 
 def explain_table(middleware: GuardMiddleware) -> Table:
     """The ``--explain`` table: each upstream tool, its annotations and the settings in force."""
+    from rich.table import Table
+
     from ._types import Effect
 
     table = Table(title="toolguard mcp-proxy: tools and effects", title_justify="left")
@@ -392,6 +397,8 @@ def explain_table(middleware: GuardMiddleware) -> Table:
 
 async def _run(upstream: Upstream, policy: Any, audit: Path | None, task_id: str | None,
                listen: tuple[str, int] | None, explain: bool) -> None:
+    from rich.console import Console
+
     from .adapters.mcp import GuardMiddleware
 
     async with upstream.connect() as init:

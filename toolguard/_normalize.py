@@ -30,13 +30,20 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from ._policy import ResultPolicy
+if TYPE_CHECKING:  # pydantic loads with the first policy
+    from ._policy import ResultPolicy
 
-__all__ = ["DEFAULT_NORMALIZER", "ResultNormalizer", "field_path_problem", "normalizer_for"]
+__all__ = [
+    "MAX_NORMALIZED_CHARS",
+    "ResultNormalizer",
+    "default_normalizer",
+    "field_path_problem",
+    "normalizer_for",
+]
 
 _MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                   "Dec")
@@ -288,4 +295,8 @@ def normalizer_for(policy: ResultPolicy) -> ResultNormalizer:
                             tuple(_parse_path(p) for p in policy.ignore_fields), policy)
 
 
-DEFAULT_NORMALIZER: Final = normalizer_for(ResultPolicy())
+def default_normalizer() -> ResultNormalizer:
+    """The normalizer of the built-in ``[result]`` settings (built on first use)."""
+    from ._policy import ResultPolicy
+
+    return normalizer_for(ResultPolicy())

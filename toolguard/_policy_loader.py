@@ -25,7 +25,6 @@ All problems are collected and raised as one :class:`~toolguard.PolicyError`.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import math
 import os
@@ -44,6 +43,9 @@ from jsonschema import Draft202012Validator, ValidationError
 from pydantic import ValidationError as ModelValidationError
 
 from ._errors import PolicyError, PolicyProblem
+from ._ladder_order import LADDER_KEYS as _LADDER_KEYS
+from ._ladder_order import out_of_order as _out_of_order
+from ._ladder_order import override_order_problems
 from ._normalize import field_path_problem
 from ._policy import Policy
 from ._settings import EnvironmentOverrides, read_environment
@@ -53,12 +55,17 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
-__all__ = ["check_policy_files", "load_policy", "load_policy_dict", "policy_schema"]
+__all__ = [
+    "check_policy_files",
+    "load_policy",
+    "load_policy_dict",
+    "policy_from_env",
+    "policy_schema",
+]
 
 KeyPath = tuple[str | int, ...]
 
 _BUILT_IN = -1  # layer index of a built-in default
-_LADDER_KEYS = ("warn_at", "block_at", "halt_at")
 _LADDER_EFFECTS = ("readonly", "mutating")
 
 
@@ -118,6 +125,24 @@ def load_policy(
     except RecursionError:  # a value nested hundreds of levels deep, in a file or a variable
         raise PolicyError([*problems, PolicyProblem(
             source or "env", "", "a value is nested too deeply (hundreds of levels)")]) from None
+
+
+def policy_from_env(env: Mapping[str, str] | None = None) -> Policy:
+    """The policy the environment selects, with the environment's overrides applied.
+
+    ``TOOLGUARD_POLICY`` or ``TOOLGUARD_ENV`` choose the file; with neither, the built-in
+    defaults are used (no file is searched for). See the module docstring.
+
+    Args:
+        env: the variables; ``None`` reads ``os.environ``.
+
+    Returns:
+        The frozen :class:`toolguard.Policy`, with provenance for ``explain``.
+
+    Raises:
+        PolicyError: the file or a variable is invalid; lists every problem.
+    """
+    return load_policy(None, env=env)
 
 
 def load_policy_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Policy:
@@ -704,29 +729,6 @@ def _blame(path: KeyPath, applied: Mapping[KeyPath, int], layers: list[_Layer],
     if index == _BUILT_IN:  # pragma: no cover - the built-in defaults are consistent
         return PolicyProblem("built-in", _display(path), message)
     return layers[index].problem(path, message)
-
-
-def override_order_problems(given: Mapping[str, Any], values: Mapping[str, Any], effect: str
-                            ) -> Iterator[tuple[str, str]]:
-    """A tool's ladder override out of order: ``given`` are the thresholds the tool sets,
-    ``values`` those merged onto the ``effect`` ladder (``""``: the override alone). Yields
-    the blamed key (one the tool sets) and what it must be."""
-    for low, low_v, high, high_v in _out_of_order(values):
-        if high in given:
-            where = "" if low in given else f", from ladder.{effect}"
-            yield high, f"must be ≥ {low} ({low_v}{where})"
-        elif low in given:
-            yield low, f"must be ≤ {high} ({high_v}, from ladder.{effect})"
-
-
-def _out_of_order(thresholds: Mapping[str, Any]) -> Iterator[tuple[str, int, str, int]]:
-    """Neighbouring thresholds out of order, among those given as integers: ``warn_at`` and
-    ``halt_at`` are neighbours when ``block_at`` is absent (or not an integer)."""
-    given = [(k, v) for k in _LADDER_KEYS
-             if type(v := thresholds.get(k)) is int]  # not bool
-    for (low, low_v), (high, high_v) in itertools.pairwise(given):
-        if low_v > high_v:
-            yield low, low_v, high, high_v
 
 
 def _tool_effects(tool: Mapping[str, Any]) -> list[str]:

@@ -29,35 +29,27 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskID, TextColumn
-from rich.table import Table
-from rich.text import Text
 
-from ._decorators import ToolSpec
 from ._errors import PolicyError
-from ._policy import Policy
-from ._policy_loader import load_policy
-from ._settings import policy_from_env
 from ._types import Decision
-from .replay import (
-    ReplayInputError,
-    ReplayNote,
-    ReplayReport,
-    Run,
-    RunReport,
-    UniqueIds,
-    iter_files,
-    open_file,
-    read_tool_definitions,
-    readers,
-    replay_runs,
-)
-from .replay._registry import reader_named
-from .replay._report import jsonl_lines, render_table, to_json_text
+
+if TYPE_CHECKING:  # rich, the replay readers and the policy loader load when a command runs
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+    from ._decorators import ToolSpec
+    from ._policy import Policy
+    from .replay import (
+        ReplayInputError,
+        ReplayNote,
+        ReplayReport,
+        Run,
+        RunReport,
+    )
+
 
 __all__ = ["FailOn", "OutputFormat", "register", "replay"]
 
@@ -138,6 +130,10 @@ def replay(
 
     Reports every decision the policy would have taken (warn, cached, block, review, invalid,
     halt)."""
+    from .replay import readers
+    from .replay._registry import reader_named
+    from .replay._report import jsonl_lines, render_table, to_json_text
+
     if list_formats:
         _print_formats(_stdout())
         return
@@ -172,6 +168,8 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
             input_format: str | None, allow_empty: bool) -> ReplayReport:
     """Read and replay file by file; each file's problems and notes go to stderr as soon as
     it is done, and into the report, reading problems before replay ones."""
+    from .replay import ReplayReport, UniqueIds, iter_files, open_file, replay_runs
+
     report = ReplayReport()
     files = list(iter_files(paths, report.problems))
     for problem in report.problems:  # directories without any transcript
@@ -198,6 +196,9 @@ class _FileProgress:
     big enough to take a while, on a terminal only."""
 
     def __init__(self, files: Sequence[Path]) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn
+
         size = 0
         for path in files:
             with contextlib.suppress(OSError):  # reported when the file is read
@@ -250,6 +251,11 @@ def _on_terminal() -> bool:
 
 
 def _print_formats(console: Console) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from .replay import readers
+
     table = Table(title="toolguard replay input formats", title_justify="left")
     for name in ("name", "files", "what"):
         table.add_column(name, overflow="fold")
@@ -270,6 +276,10 @@ def _failed(report: ReplayReport, fail_on: FailOn) -> bool:
 
 def _load_policy(file: Path | None, env: str | None) -> Policy:
     """The policy to replay with; exits 2 listing every problem if it is invalid."""
+    from rich.text import Text
+
+    from ._policy_loader import load_policy, policy_from_env
+
     try:
         if file is not None:
             return load_policy(file)
@@ -284,6 +294,8 @@ def _load_policy(file: Path | None, env: str | None) -> Policy:
 
 
 def _load_tools(path: Path | None) -> list[ToolSpec]:
+    from .replay import ReplayInputError, read_tool_definitions
+
     if path is None:
         return []
     try:
@@ -294,6 +306,8 @@ def _load_tools(path: Path | None) -> list[ToolSpec]:
 
 
 def _stdout() -> Console:
+    from rich.console import Console
+
     console = Console(highlight=False, markup=False)  # data is printed as written
     # A pipe or a CI log has no width limit: do not squeeze the table into 80 columns.
     return console if console.is_terminal else Console(highlight=False, markup=False,
@@ -302,17 +316,25 @@ def _stdout() -> Console:
 
 def _stderr() -> Console:
     # Built per call so that output goes to the current sys.stderr (tests swap it).
+    from rich.console import Console
+
     return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
 def _error(problem: ReplayInputError) -> None:
+    from rich.text import Text
+
     _stderr().print(Text(f"toolguard replay: {problem}", style="red"))
 
 
 def _note(note: ReplayNote) -> None:
+    from rich.text import Text
+
     _stderr().print(Text(f"toolguard replay: {note}", style="yellow"))
 
 
 def _fail(message: str) -> NoReturn:
+    from rich.text import Text
+
     _stderr().print(Text(f"toolguard replay: error: {message}", style="bold red"))
     raise typer.Exit(BAD_INPUT)

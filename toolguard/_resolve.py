@@ -8,20 +8,22 @@ here a value set in the policy (file or env) beats the decorator, which beats bu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ._decorators import NOT_GIVEN, ToolSpec
 from ._errors import PolicyError, PolicyProblem
-from ._normalize import DEFAULT_NORMALIZER, ResultNormalizer, normalizer_for
-from ._policy import ArgOptions, LadderThresholds, Policy, ToolPolicy, ToolRule
-from ._policy_loader import override_order_problems
+from ._ladder_order import override_order_problems
+from ._normalize import ResultNormalizer, default_normalizer, normalizer_for
 from ._types import Effect, IdempotencyScope
+
+if TYPE_CHECKING:  # pydantic loads with the first Policy, not with ``import toolguard``
+    from ._policy import ArgOptions, LadderThresholds, Policy, ToolPolicy, ToolRule
 
 __all__ = ["ToolSettings", "resolve_tool", "spell_env_tools"]
 
-_EMPTY = ToolPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,7 @@ class ToolSettings:
     args: dict[str, ArgOptions] = field(default_factory=dict)
     rules: tuple[ToolRule, ...] = ()
     shell: str | None = None
-    result: ResultNormalizer = DEFAULT_NORMALIZER
+    result: ResultNormalizer = field(default_factory=default_normalizer)
     stagnation_warn_at: int = 0
     stagnation_block_at: int = 0
     max_progress_resets: int = 0
@@ -62,6 +64,13 @@ class ToolSettings:
     def ladder_for(self, effect: Effect) -> LadderThresholds:
         """The thresholds that apply to a call of ``effect`` (poll calls have none)."""
         return self.readonly_ladder if effect is Effect.READONLY else self.mutating_ladder
+
+
+@functools.cache
+def _no_tool_policy() -> ToolPolicy:
+    from ._policy import ToolPolicy
+
+    return ToolPolicy()
 
 
 def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
@@ -74,7 +83,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     Returns:
         The frozen :class:`ToolSettings`.
     """
-    tp = policy.tools.get(spec.name, _EMPTY)
+    tp = policy.tools.get(spec.name) or _no_tool_policy()
     src: dict[str, str] = {}
     tool_key = f"tools.{spec.name}"
 
@@ -157,14 +166,14 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     for kind in ("readonly", "mutating"):
         base: LadderThresholds = getattr(policy.ladder, kind)
         over = tp.ladder
-        given = (over.model_fields_set & LadderThresholds.model_fields.keys()
+        given = (over.model_fields_set & type(base).model_fields.keys()
                  if over is not None else set())
         if over is not None and given:
             base = base.model_copy(update={k: getattr(over, k) for k in given})
         # each threshold from where it was set: the tool's table, else the global ladder
         src[f"{kind}_ladder"] = _joined_sources({
             k: from_tool(f"ladder.{k}") if k in given else policy.source_of(f"ladder.{kind}.{k}")
-            for k in LadderThresholds.model_fields})
+            for k in type(base).model_fields})
         ladders[kind] = base
 
     _check_ladders(tp, effect, ladders, from_tool, tool_key)
@@ -197,7 +206,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         args=dict(tp.args),
         rules=tp.rules,
         shell=tp.shell,
-        result=DEFAULT_NORMALIZER if tp.result is None else normalizer_for(tp.result),
+        result=default_normalizer() if tp.result is None else normalizer_for(tp.result),
         stagnation_warn_at=stagnation["stagnation_warn_at"],
         stagnation_block_at=stagnation["stagnation_block_at"],
         max_progress_resets=policy.ladder.max_progress_resets,
@@ -229,7 +238,7 @@ def _check_ladders(tp: ToolPolicy, effect: Effect,
     if tp.ladder is None or not tp.ladder.model_fields_set:
         return
     given = {key: getattr(tp.ladder, key) for key in tp.ladder.model_fields_set
-             if key in LadderThresholds.model_fields}
+             if key in type(tp.ladder).model_fields}
     effects = {effect, *(rule.effect for rule in tp.rules)}
     problems: list[PolicyProblem] = []
     for kind in ("readonly", "mutating"):

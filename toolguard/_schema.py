@@ -1,30 +1,31 @@
 """Argument schemas: derived from type hints (pydantic) or given (``args_schema=``), validated
-before execution with jsonschema.
+before execution.
 
-Validators are compiled once per tool. jsonschema writes the detailed messages; when the
-optional ``jsonschema-rs`` package is installed (extra ``toolguard[fast]``) it decides validity
-first, and jsonschema runs only for invalid arguments (see the README's benchmark table).
-Arguments that validated once are not validated again (bounded LRU per tool).
+Validators are compiled once per tool. ``jsonschema-rs`` (a dependency; a wheel exists for
+every common platform) decides validity; jsonschema writes the path-located messages of invalid
+arguments and is imported only then. Where no jsonschema-rs wheel exists, pure-Python
+jsonschema decides too, and arguments that validated once are not validated again (bounded
+LRU per tool). See benchmarks/README.md for the numbers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import referencing
-import referencing.exceptions
 import typing_extensions
 import xxhash
 from cachetools import LRUCache
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError
-from pydantic import ConfigDict, create_model, validate_call
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+    from pydantic import ConfigDict
 
 from ._injected import injected_parameters
 
@@ -44,11 +45,29 @@ _JSON_NATIVE: frozenset[Any] = frozenset({
     *_FIELD_MARKERS,
 })
 
-_rs: Any
-try:  # optional fast path
-    import jsonschema_rs as _rs
-except ImportError:  # pragma: no cover - depends on the environment
-    _rs = None
+def fast_validators() -> Any:
+    """The ``jsonschema_rs`` module, or ``None`` where it is not installed (a dependency; absent
+    only where no wheel exists for the platform). Imported with the first validator, not with
+    ``import toolguard``; kept as the module global ``_rs``, which tests set to ``None`` to run
+    the pure-Python fallback."""
+    found = globals().get("_rs", _UNSET)
+    if found is _UNSET:
+        try:
+            import jsonschema_rs as found
+        except ImportError:  # pragma: no cover - depends on the environment
+            found = None
+        globals()["_rs"] = found
+    return found
+
+
+_UNSET: Any = object()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_rs":  # before the first validator: import it now
+        return fast_validators()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _MAX_ERRORS = 8
 
@@ -77,6 +96,8 @@ def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
             continue
         default = ... if p.default is p.empty else p.default
         fields[p.name] = (hints.get(p.name, Any), default)
+    from pydantic import ConfigDict
+
     config = ConfigDict(extra="allow" if extra else "forbid", arbitrary_types_allowed=True)
     name = f"{getattr(func, '__name__', 'tool')}_arguments"
     schema: dict[str, Any]
@@ -122,6 +143,8 @@ def _describe_arguments(func: Callable[..., Any], schema: dict[str, Any]) -> Non
 
 
 def _model_schema(name: str, config: ConfigDict, fields: dict[str, Any]) -> dict[str, Any]:
+    from pydantic import create_model
+
     model: Any = create_model(name, __config__=config, **fields)
     return dict(model.model_json_schema())
 
@@ -160,6 +183,8 @@ def coercing_call(func: Callable[..., Any]) -> Callable[..., Any]:
         hints.pop(name, None)
     if all(_json_native(h) for h in hints.values()):
         return func
+    from pydantic import validate_call
+
     try:
         return validate_call(func)
     except Exception:  # noqa: BLE001 - pydantic cannot handle a hint: call as is
@@ -314,6 +339,25 @@ def _unresolvable(exc: Exception) -> str:
     return f"the tool's argument schema cannot be applied: {_first_line(exc)}"
 
 
+def schema_error(message: str) -> Exception:
+    """A :class:`jsonschema.exceptions.SchemaError` (jsonschema is imported only here, on the
+    error path)."""
+    from jsonschema.exceptions import SchemaError
+
+    return SchemaError(message)
+
+
+def _is_schema_error(exc: BaseException) -> bool:
+    module = sys.modules.get("jsonschema.exceptions")
+    return module is not None and isinstance(exc, module.SchemaError)
+
+
+def _unresolvable_ref(exc: BaseException) -> bool:
+    from referencing.exceptions import Unresolvable
+
+    return isinstance(exc, Unresolvable)
+
+
 def _path(error: ValidationError) -> str:
     out = "args"
     for part in error.absolute_path:
@@ -335,50 +379,76 @@ class ArgsValidator:
 
     def __init__(self, schema: Mapping[str, Any], cache_size: int = 1024) -> None:
         self.schema = dict(schema)
+        self._validator: Any = None  # jsonschema's: built when a message is needed
         try:
             self._compile()
-        except SchemaError:
-            raise
         except RecursionError:
-            raise SchemaError("the schema is nested too deeply") from None
-        except Exception as exc:  # noqa: BLE001 - e.g. "$schema": 5 (AttributeError)
-            raise SchemaError(f"not a usable schema: {type(exc).__name__}: "
-                              f"{_first_line(exc)}") from None
-        self._valid: LRUCache[bytes, bool] = LRUCache(maxsize=cache_size)
+            raise schema_error("the schema is nested too deeply") from None
+        except Exception as exc:
+            if _is_schema_error(exc):
+                raise
+            # e.g. "$schema": 5 (AttributeError)
+            raise schema_error(f"not a usable schema: {type(exc).__name__}: "
+                               f"{_first_line(exc)}") from None
+        self._valid: LRUCache[bytes | str, bool] = LRUCache(maxsize=cache_size)
 
     def _compile(self) -> None:
-        cls: Any = Draft202012Validator
-        if "$schema" in self.schema:
+        rs = fast_validators()
+        if rs is None:
+            self._fast = None
+            self._py(check=True)
+            return
+        try:  # checks the schema and compiles every $ref now: one that does not resolve fails
+            self._fast = rs.validator_for(self.schema, retriever=_refuse_retrieval)
+        except Exception as exc:  # noqa: BLE001 - a schema jsonschema-rs cannot use
+            raise schema_error(f"the schema does not compile: {_first_line(exc)}") from None
+
+    def _py(self, *, check: bool = False) -> Any:
+        """jsonschema's validator of the schema (built on first use: messages, fallback)."""
+        if self._validator is None:
+            from jsonschema import Draft202012Validator
             from jsonschema.validators import validator_for
+            from referencing import Registry
 
-            cls = validator_for(self.schema, default=Draft202012Validator)
-        cls.check_schema(self.schema)
-        # An empty registry: jsonschema would otherwise fetch a remote $ref over HTTP (its
-        # deprecated default); a tool's schema is self-contained.
-        self._validator = cls(self.schema, registry=referencing.Registry())
-        try:  # compiles every $ref now: one that does not resolve is refused here
-            self._fast = (_rs.validator_for(self.schema, retriever=_refuse_retrieval)
-                          if _rs is not None else None)
-        except Exception as exc:  # noqa: BLE001 - jsonschema-rs refuses what jsonschema took
-            raise SchemaError(f"the schema does not compile: {_first_line(exc)}") from None
+            cls: Any = validator_for(self.schema, default=Draft202012Validator)
+            if check:
+                cls.check_schema(self.schema)
+            # An empty registry: jsonschema would otherwise fetch a remote $ref over HTTP
+            # (its deprecated default); a tool's schema is self-contained.
+            self._validator = cls(self.schema, registry=Registry())
+        return self._validator
 
-    def validate(self, args: Mapping[str, Any]) -> str | None:
+    @property
+    def memo_bytes(self) -> int:
+        """From what size of serialized arguments (bytes) a ``known`` key pays: always without
+        jsonschema-rs (~40 µs per validation even for small arguments); from 512 B with it,
+        which decides small arguments (~0.1 µs) faster than a memo look-up (~0.4 µs) and
+        100 KB in ~85 µs."""
+        return 1 if self._fast is None else 512
+
+    def validate(self, args: Mapping[str, Any], known: str = "") -> str | None:
         """Validate ``args``; ``None`` if valid, else a short message listing each failing
         path and what was expected (at most 8 problems), meant for the model.
 
-        Without jsonschema-rs, arguments seen valid before skip validation (jsonschema takes
-        ~40 µs even for small arguments). The memo is keyed by the exact arguments (nulls
-        included), not by the canonical hash, which folds nulls and defaults away. With
-        jsonschema-rs, deciding validity (~0.1 µs) is cheaper than computing a memo key.
+        Arguments seen valid before skip validation when they come with a memo key: ``known``,
+        a key that determines ``args`` exactly up to the order of keys (the engine passes the
+        canonical hash of arguments that serialized as plain JSON, nothing dropped or
+        rewritten: not the hash of arguments with nulls, which folds them away, while
+        ``{"n": null}`` may be invalid where ``{}`` is valid); else, without jsonschema-rs,
+        a hash of the exact arguments (nulls included). With jsonschema-rs and no ``known``
+        key there is no memo: deciding validity is cheaper than computing a key.
+
+        Args:
+            args: the arguments object. known: the memo key, or ``""``.
         """
-        signature = b""
-        if self._fast is None:  # jsonschema-rs decides faster than the memo key is computed
+        signature: bytes | str = known
+        if not known and self._fast is None:  # jsonschema-rs decides faster than a key
             # not plain JSON (a direct call with Python objects): no memo
             with contextlib.suppress(TypeError, orjson.JSONEncodeError):
                 signature = xxhash.xxh3_128_digest(
                     orjson.dumps(args, option=orjson.OPT_SORT_KEYS))
-            if signature and signature in self._valid:
-                return None
+        if signature and signature in self._valid:
+            return None
         if self._fast is not None:
             try:
                 ok = self._fast.is_valid(args)
@@ -386,18 +456,21 @@ class ArgsValidator:
                 ok = False
         else:
             try:
-                ok = self._validator.is_valid(args)
-            except referencing.exceptions.Unresolvable as exc:
-                return _unresolvable(exc)
+                ok = self._py().is_valid(args)
+            except Exception as exc:
+                if _unresolvable_ref(exc):
+                    return _unresolvable(exc)
+                raise
         if ok:
             if signature:
                 self._valid[signature] = True
             return None
         try:
-            errors = sorted(self._validator.iter_errors(args),
-                            key=lambda e: list(e.absolute_path))
-        except referencing.exceptions.Unresolvable as exc:
-            return _unresolvable(exc)
+            errors = sorted(self._py().iter_errors(args), key=lambda e: list(e.absolute_path))
+        except Exception as exc:
+            if _unresolvable_ref(exc):
+                return _unresolvable(exc)
+            raise
         if not errors:  # the fast validator disagreed (e.g. non-JSON values): trust jsonschema
             return None
         lines = [f"{_path(e)}: {e.message}" for e in errors[:_MAX_ERRORS]]

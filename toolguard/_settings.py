@@ -41,7 +41,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
@@ -54,10 +54,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from ._errors import PolicyProblem
 
-if TYPE_CHECKING:
-    from ._policy import Policy
-
-__all__ = ["EnvironmentOverrides", "ToolguardSettings", "policy_from_env", "read_environment"]
+__all__ = ["EnvironmentOverrides", "ToolguardSettings", "read_environment"]
 
 PREFIX = "TOOLGUARD_"
 NESTED_DELIMITER = "__"
@@ -235,27 +232,6 @@ def read_environment(env: Mapping[str, str] | None = None) -> EnvironmentOverrid
         problems=tuple(problems),
         selection_problems=tuple(selection),
     )
-
-
-def policy_from_env(env: Mapping[str, str] | None = None) -> Policy:
-    """The policy the environment selects, with the environment's overrides applied.
-
-    ``TOOLGUARD_POLICY`` or ``TOOLGUARD_ENV`` choose the file; with neither, the built-in
-    defaults are used (no file is searched for). See the module docstring.
-
-    Args:
-        env: the variables; ``None`` reads ``os.environ``.
-
-    Returns:
-        The frozen :class:`toolguard.Policy`, with provenance for ``explain``.
-
-    Raises:
-        PolicyError: the file or a variable is invalid; lists every problem.
-    """
-    # Deferred: the loader imports this module to read the environment.
-    from ._policy_loader import load_policy
-
-    return load_policy(None, env=env)
 
 
 def parse_value(text: str) -> Any:

@@ -52,7 +52,7 @@ from typing import Any, Final, NamedTuple
 
 from ._types import MUTATING, POLL, READONLY, Effect
 
-__all__ = ["MAX_STEPS", "classify_argv", "classify_command", "parse_command"]
+__all__ = ["MAX_STEPS", "SimpleCommand", "classify_argv", "classify_command", "parse_command"]
 
 MAX_STEPS: Final = 4_000
 """Python-level lexer steps (a token, a quote, an operator) before a command counts as too

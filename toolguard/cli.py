@@ -23,26 +23,27 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
+from ._cli_common import fail as _fail
+from ._cli_common import load_cli_policy as _load
 from ._decorators import ToolSpec
 from ._errors import PolicyError
-from ._policy import BudgetPolicy, LadderThresholds, Policy
-from ._policy_loader import check_policy_files, load_policy, policy_schema
-from ._resolve import resolve_tool, spell_env_tools
-from ._settings import PREFIX, policy_from_env
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+# Each command imports what it needs (the policy loader, pydantic-settings, the replay
+# readers) when it runs: ``toolguard --help`` loads typer, rich and the commands' signatures
+# only.
 
 __all__ = ["app", "main"]
 
-BAD_INPUT = 2
 INVALID = 1
 
 app = typer.Typer(
@@ -51,16 +52,18 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # click's plain help: typer's rich help imports rich's markdown renderer and doubles the
+    # start-up of `toolguard --help` (benchmarks/README.md, start-up); the commands' own
+    # output (tables, colours) is still rich
+    rich_markup_mode=None,
 )
 
 
 def _stdout() -> Console:
+    from rich.console import Console
+
     # Built per call so that output goes to the current sys.stdout (tests swap it).
     return Console(soft_wrap=True, highlight=False, markup=False)  # "[a-z]" is data, not markup
-
-
-def _stderr() -> Console:
-    return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
 @app.command()
@@ -74,6 +77,10 @@ def check(
     ],
 ) -> None:
     """Validate policy files; exit 1 listing every problem if any is invalid."""
+    from rich.text import Text
+
+    from ._policy_loader import check_policy_files
+
     out = _stdout()
     failed = False
     shown: set[str] = set()  # a parent's problem is printed once, however many extend it
@@ -97,6 +104,8 @@ def check(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of a policy file."""
+    from ._policy_loader import policy_schema
+
     typer.echo(json.dumps(policy_schema(), indent=2, ensure_ascii=False))
 
 
@@ -113,6 +122,12 @@ def explain(
     ] = None,
 ) -> None:
     """Show a tool's effective settings and where each value came from."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from ._policy import BudgetPolicy
+    from ._resolve import resolve_tool, spell_env_tools
+
     if file is not None and env is not None:
         _fail("give a policy FILE or --env, not both")
     policy = _load(file, env)
@@ -172,27 +187,6 @@ def main() -> None:
     app()
 
 
-def _load(file: Path | None, env: str | None) -> Policy:
-    """The policy ``explain`` reads; exits 2 with every problem if it is invalid."""
-    try:
-        if file is not None:
-            return load_policy(file)
-        if env is not None:
-            environ = {k: v for k, v in os.environ.items() if k.upper() != f"{PREFIX}POLICY"}
-            return load_policy(None, env={**environ, f"{PREFIX}ENV": env})
-        return policy_from_env()
-    except PolicyError as error:
-        err = _stderr()
-        for problem in error.problems:
-            err.print(Text(str(problem), style="red"))
-        _fail(f"invalid policy ({len(error.problems)} problem(s))")
-
-
-def _fail(message: str) -> NoReturn:
-    _stderr().print(Text(f"error: {message}", style="bold red"))
-    raise typer.Exit(BAD_INPUT)
-
-
 _OFF_AT_ZERO = frozenset({"stagnation_warn_at", "stagnation_block_at", "max_progress_resets"})
 
 
@@ -200,6 +194,8 @@ def _show(value: object) -> str:
     """A setting's value for the table."""
     if value is None:
         return "none (no limit)"
+    from ._policy import LadderThresholds
+
     if isinstance(value, LadderThresholds):
         return f"warn_at {value.warn_at}, block_at {value.block_at}, halt_at {value.halt_at}"
     if isinstance(value, bool):

@@ -371,8 +371,7 @@ def guard_server(server: _HasMiddleware, guard: Guard | None = None, *,
 
 def _build_guard(policy: Any, audit: Sequence[Callable[..., Any]]) -> Guard:
     from toolguard._policy import Policy
-    from toolguard._policy_loader import load_policy
-    from toolguard._settings import policy_from_env
+    from toolguard._policy_loader import load_policy, policy_from_env
 
     if policy is None:
         loaded = policy_from_env()

@@ -30,6 +30,7 @@ from typing import Any, Final, TypeAlias
 
 from ._model import (
     Malformed,
+    Reader,
     RecordedCall,
     ReplayInputError,
     Run,
@@ -42,7 +43,6 @@ from ._model import (
     short,
     usage,
 )
-from ._registry import Reader
 
 __all__ = ["READER", "chat_run", "chat_steps"]
 

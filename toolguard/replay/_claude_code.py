@@ -23,6 +23,7 @@ from typing import Any, Final
 from ._model import (
     Clock,
     Pending,
+    Reader,
     RecordedCall,
     Run,
     Source,
@@ -33,7 +34,6 @@ from ._model import (
     text_field,
     usage_counts,
 )
-from ._registry import Reader
 
 __all__ = ["READER"]
 

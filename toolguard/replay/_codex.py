@@ -23,8 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import Clock, Run, Source, TokenUsage, UserTurn, head_objects, text_field
-from ._registry import Reader
+from ._model import Clock, Reader, Run, Source, TokenUsage, UserTurn, head_objects, text_field
 from ._responses import ItemSteps
 
 __all__ = ["READER"]

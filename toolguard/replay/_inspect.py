@@ -20,6 +20,7 @@ from toolguard._canonical import load_json
 
 from ._model import (
     Pending,
+    Reader,
     RecordedCall,
     ReplayInputError,
     Run,
@@ -30,7 +31,6 @@ from ._model import (
     field_list,
     usage_counts,
 )
-from ._registry import Reader
 
 __all__ = ["READER"]
 

@@ -20,9 +20,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import Run, Source, TokenUsage, field_dict, usage_counts
+from ._model import Reader, Run, Source, TokenUsage, field_dict, usage_counts
 from ._otel import SpanView, span_steps
-from ._registry import Reader
 
 __all__ = ["READER"]
 

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._chat import chat_messages
-from ._model import RecordedCall, Run, Source, Step, usage_counts
-from ._registry import Reader
+from ._model import Reader, RecordedCall, Run, Source, Step, usage_counts
 
 __all__ = ["READER"]
 

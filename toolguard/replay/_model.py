@@ -9,7 +9,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +20,7 @@ from toolguard._errors import ToolGuardError
 
 __all__ = [
     "Malformed",
+    "Reader",
     "RecordedCall",
     "ReplayInputError",
     "ReplayNote",
@@ -478,3 +479,26 @@ def text_field(value: Any, key: str) -> str | None:
     kinds are compared with sets, which a list or an object in their place would break)."""
     found = value.get(key) if isinstance(value, dict) else None
     return found if isinstance(found, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """One input format.
+
+    Attributes:
+        name: what ``--input-format`` takes and the report's run ``format`` says (the chat
+            reader says ``openai`` or ``anthropic`` per run).
+        description: one line for ``--list-formats``.
+        suffixes: file name endings a directory walk includes (``.jsonl``, ``.traj``, ...).
+        detect: ``(path, head bytes) -> bool``: this file is in this format.
+        read: the runs of one file, lazily; problems and unused records go to the source.
+        calls_expected: a file of this format without calls is a problem even if the model
+            spoke (a trace or a trajectory is nothing but its calls).
+    """
+
+    name: str
+    description: str
+    suffixes: tuple[str, ...]
+    detect: Callable[[Path, bytes], bool]
+    read: Callable[[Source], Iterator[Run]]
+    calls_expected: bool = False

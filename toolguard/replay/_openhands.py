@@ -19,6 +19,7 @@ from typing import Any, Final
 from ._model import (
     Clock,
     Pending,
+    Reader,
     RecordedCall,
     Run,
     Source,
@@ -29,7 +30,6 @@ from ._model import (
     text_field,
     usage_counts,
 )
-from ._registry import Reader
 
 __all__ = ["READER"]
 

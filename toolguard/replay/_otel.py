@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._model import (
+    Reader,
     RecordedCall,
     ReplayInputError,
     Run,
@@ -34,7 +35,6 @@ from ._model import (
     head_objects,
     unrecorded_args,
 )
-from ._registry import Reader
 
 __all__ = ["READER", "SpanView", "span_steps"]
 

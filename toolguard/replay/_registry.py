@@ -4,41 +4,18 @@ A reader is a :class:`Reader`: a name, the file suffixes it claims (a directory 
 file with one of them), ``detect(path, head)`` (``head``: the first 64 KB of the file) and
 ``read(source)``, a generator of :class:`~toolguard.replay._model.Run` objects that reports
 skipped lines and unused records on its :class:`~toolguard.replay._model.Source`. Adding a
-format is one module that defines ``READER`` plus its line in :data:`READERS`.
+format is one module that defines ``READER`` plus its line in :func:`readers`. ``Reader``
+itself lives in ``_model`` (re-exported here), so a reader module does not import the
+registry that imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-from ._model import Run, Source
+from ._model import Reader
 
 __all__ = ["Reader", "detect", "reader_named", "readers", "suffixes"]
-
-
-@dataclass(frozen=True, slots=True)
-class Reader:
-    """One input format.
-
-    Attributes:
-        name: what ``--input-format`` takes and the report's run ``format`` says (the chat
-            reader says ``openai`` or ``anthropic`` per run).
-        description: one line for ``--list-formats``.
-        suffixes: file name endings a directory walk includes (``.jsonl``, ``.traj``, ...).
-        detect: ``(path, head bytes) -> bool``: this file is in this format.
-        read: the runs of one file, lazily; problems and unused records go to the source.
-        calls_expected: a file of this format without calls is a problem even if the model
-            spoke (a trace or a trajectory is nothing but its calls).
-    """
-
-    name: str
-    description: str
-    suffixes: tuple[str, ...]
-    detect: Callable[[Path, bytes], bool]
-    read: Callable[[Source], Iterator[Run]]
-    calls_expected: bool = False
 
 
 def readers() -> tuple[Reader, ...]:

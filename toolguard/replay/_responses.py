@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from ._model import (
     Pending,
+    Reader,
     RecordedCall,
     Run,
     Source,
@@ -34,7 +35,6 @@ from ._model import (
     unrecorded_args,
     usage_counts,
 )
-from ._registry import Reader
 
 __all__ = ["READER", "ItemSteps"]
 

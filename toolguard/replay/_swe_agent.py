@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from ._model import (
     Pending,
+    Reader,
     RecordedCall,
     Run,
     Source,
@@ -28,7 +29,6 @@ from ._model import (
     field_list,
     usage_counts,
 )
-from ._registry import Reader
 
 __all__ = ["READER"]
 

@@ -27,6 +27,7 @@ from ._chat import CHAT_KEYS, chat_run
 from ._model import (
     RUN_ID_KEYS,
     Malformed,
+    Reader,
     RecordedCall,
     Run,
     Source,
@@ -37,7 +38,6 @@ from ._model import (
     seconds,
     usage,
 )
-from ._registry import Reader
 
 __all__ = ["READER", "read_trace", "trace_run"]
 
