@@ -1656,6 +1656,8 @@ class Task:
         or records an unknown outcome) and on to the caller."""
         if not self.guard._store_blocks:
             return _step(pipeline, answer, exc)
+        import asyncio  # lazily, as everywhere in this module (import time)
+
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()
         future = loop.run_in_executor(None, context.run, _step, pipeline, answer, exc)
