@@ -34,8 +34,8 @@ CASES: dict[str, Expected] = {
             2,
             1,
             "unknown key 'foo' (allowed: extends, mode, default_effect, strict_tools, "
-            "require_task, default_max_polls, budget, ladder, idempotency, approval, audit, "
-            "store, tools)",
+            "require_task, default_max_polls, max_args_bytes, budget, ladder, idempotency, "
+            "approval, audit, store, tools)",
         ),
     ],
     "unknown_tool_key.toml": [
