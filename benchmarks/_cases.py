@@ -27,7 +27,6 @@ import asyncio
 import dataclasses
 import functools
 import itertools
-import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -41,6 +40,7 @@ import tenacity
 import xxhash
 from _args import args_for, distinct, json_bytes, sized
 from _harness import Runner, Variant
+from _sketches import BookkeepingSketch, MinimalSketch
 
 import toolguard
 import toolguard._schema as schema_module
@@ -305,23 +305,56 @@ def json_kw_calls(func: Callable[..., Any], text: str) -> Runner:
     return run
 
 
-def sketch_runner(func: Callable[..., Any], args: dict[str, Any]) -> Runner:
-    """The least a pure-Python guard can do per call, as a floor to read the targets by:
-    the canonicalize+hash floor, one lock-held counter per signature, the ladder threshold
-    test, the call, and a tuple as the result. No null or float normalization, budgets,
-    idempotency records, schema, progress detection, call ids, history or audit."""
-    counts: dict[str, int] = {}
-    lock = threading.Lock()
+SKETCH_PATHS: Final = ("allow", "cached", "block")
 
-    def guarded(args: dict[str, Any]) -> tuple[str, Any, int]:
-        sig = xxhash.xxh3_128_hexdigest(orjson.dumps(args, option=_SORT))
-        with lock:
-            n = counts[sig] = counts.get(sig, 0) + 1
-        if n >= BIG:
-            return ("block", None, n)
-        return ("allow", func(**args), n)
 
-    return unary(guarded, args)
+def sketch_variants(size: str) -> list[Variant]:
+    """The minimal and the bookkeeping sketch (``_sketches.py``) on the allow, cached and
+    block paths, with the same tool, arguments and schema as the guard variants; the allow
+    path also from the model's JSON text."""
+    sz = sized(size)
+    args = args_for(size)
+    schema = schema_module.schema_from_signature(sz.tool)
+    out: list[Variant] = []
+    for kind, cls in (("min", MinimalSketch), ("book", BookkeepingSketch)):
+        for path in SKETCH_PATHS:
+            sketch = cls(sz.tool.__name__, sz.tool, schema, mutating=path == "cached",
+                         warn_at=2 if path == "block" else BIG,
+                         block_at=2 if path == "block" else BIG)
+            inputs: list[tuple[str, Any]] = [("", args)]
+            if path == "allow":
+                inputs.append(("/json", orjson.dumps(args).decode()))
+            for suffix, given in inputs:
+                sketch.call(sz.tool.__name__, given)  # cached / block from the next call
+                out.append(Variant(
+                    f"sync/{size}/sketch_{kind}/{path}{suffix}",
+                    {"suite": "memory", "mode": "sync", "size": size, "kind": "sketch",
+                     "sketch": kind, "path": path,
+                     "input": "json_text" if suffix else "dict"},
+                    sync_calls(sketch.call, sz.tool.__name__, given),
+                    payload_bytes=json_bytes(args)))
+    return out
+
+
+def first_call_variant(size: str = "small") -> Variant:
+    """The first call of a fresh task (``guard.task(id)`` included) on a warm guard: the
+    counterpart of the warm allow path (``first/allow`` / ``allow``)."""
+    task, name = make_task(size, "allow", "rs")
+    guard, args = task.guard, args_for(size)
+    ids = itertools.count()
+    guard.task("warm-up").call(name, args)
+
+    def run(n: int) -> int:
+        task_ids = [f"first-{next(ids)}" for _ in range(n)]
+        start = time.perf_counter_ns()
+        for task_id in task_ids:
+            guard.task(task_id).call(name, args)
+        return time.perf_counter_ns() - start
+
+    return Variant(f"memory/sync/{size}/first/rs",
+                   {"suite": "memory", "mode": "sync", "size": size, "kind": "guard",
+                    "path": "first", "schema": "rs", "input": "dict"},
+                   run, payload_bytes=json_bytes(args))
 
 
 # -- baselines ------------------------------------------------------------------------------
@@ -346,8 +379,7 @@ def _tenacity(func: Callable[..., Any]) -> Callable[..., Any]:
 def baseline_variants(size: str, mode: str, loop: asyncio.AbstractEventLoop
                       ) -> list[Variant]:
     """Bare call, ``functools.wraps`` decorator, tenacity retry; for sync also the
-    canonicalize+hash floor, the sorted orjson dump, the bare call from JSON text and the
-    minimal guard sketch."""
+    canonicalize+hash floor, the sorted orjson dump and the bare call from JSON text."""
     sz = sized(size)
     args = args_for(size)
     tags = {"suite": "memory", "mode": mode, "size": size, "kind": "baseline"}
@@ -356,8 +388,7 @@ def baseline_variants(size: str, mode: str, loop: asyncio.AbstractEventLoop
         runners = {"bare": kw_calls(sz.tool, args), "wraps": kw_calls(_wraps(sz.tool), args),
                    "tenacity": kw_calls(_tenacity(sz.tool), args),
                    "floor": floor_runner(args), "orjson": dump_runner(args),
-                   "bare_json": json_kw_calls(sz.tool, orjson.dumps(args).decode()),
-                   "sketch": sketch_runner(sz.tool, args)}
+                   "bare_json": json_kw_calls(sz.tool, orjson.dumps(args).decode())}
     else:
         runners = {"bare": async_kw_calls(loop, sz.tool_async, args),
                    "wraps": async_kw_calls(loop, _wraps_async(sz.tool_async), args),
@@ -425,12 +456,14 @@ def main_variants(loop: asyncio.AbstractEventLoop) -> list[Variant]:
     for size in ("small", "medium", "large"):
         out += baseline_variants(size, "sync", loop)
         out += baseline_variants(size, "async", loop)
+        out += sketch_variants(size)
         for path in PATHS:
             for schema in ("rs", "py", "off"):
                 out.append(guard_variant(size, path, schema, "sync", loop))
             for schema in ("rs", "off"):
                 out.append(guard_variant(size, path, schema, "async", loop))
         out.append(guard_variant(size, "allow", "rs", "sync", loop, as_json=True))
+    out.append(first_call_variant())
     out += baseline_variants("medium_nulls", "sync", loop)
     for schema in ("rs", "off"):
         out.append(guard_variant("medium_nulls", "allow", schema, "sync", loop))
