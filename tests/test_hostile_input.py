@@ -212,3 +212,19 @@ def test_hostile_arguments_never_break_the_guard_or_lose_an_event(
     # split on newlines only: str.splitlines() also splits inside a string at U+0085
     written = {json.loads(line)["call_id"] for line in path.read_bytes().split(b"\n") if line}
     assert set(ids) <= written  # every call that was decided left its event
+
+
+@pytest.mark.parametrize("name", [None, 123, ["a"], {"x": 1}])
+def test_a_tool_name_that_is_not_a_string_is_an_unknown_tool(name: Any) -> None:
+    # a hand-built message missing its function name gave an internal error
+    @tg.readonly
+    def grep_search(pattern: str) -> str:
+        return "x"
+
+    with tg.Guard(tools=[grep_search]).task("t") as task:
+        result = task.call(name, "{}")
+        assert result.decision is tg.Decision.INVALID and not result.executed
+        assert "Unknown tool" in str(result.content) and "grep_search" in str(result.content)
+        (message,) = task.run_tool_calls({"role": "assistant", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"arguments": "{}"}}]})
+        assert message["tool_call_id"] == "c1" and "Unknown tool" in message["content"]

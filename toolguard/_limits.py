@@ -120,10 +120,13 @@ def _flat_size(args: Mapping[Any, Any]) -> int:
     return size
 
 
-def short_name(tool: str) -> str:
+def short_name(tool: object) -> str:
     """``tool`` if it is at most :data:`MAX_TOOL_NAME_CHARS` characters, else its start and a
-    digest of the whole (different long names stay different)."""
-    if len(tool) <= MAX_TOOL_NAME_CHARS:
-        return tool
-    digest = hashlib.blake2b(tool.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-    return f"{tool[:MAX_TOOL_NAME_CHARS - 20]}…{digest}"
+    digest of the whole (different long names stay different). A name that is not a string
+    (a message missing its tool name gives ``None``) becomes its JSON text, so it is an
+    unknown tool like any other, not an internal error."""
+    name = tool if isinstance(tool, str) else orjson.dumps(tool, default=repr).decode()
+    if len(name) <= MAX_TOOL_NAME_CHARS:
+        return name
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return f"{name[:MAX_TOOL_NAME_CHARS - 20]}…{digest}"

@@ -54,7 +54,8 @@ def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is ne
 
 def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
              virtual: bool) -> _Prepared | ToolResult:
-    entry = cfg.entries.get(tool)
+    # a name that is not a string (None from a message missing it) is an unknown tool
+    entry = cfg.entries.get(tool) if type(tool) is str else None
     call_id = f"{task.task_id}#{next(task._ids)}{task._id_suffix}"
     if entry is None:
         tool = short_name(tool)  # the model's: kept in counters, results and history

@@ -307,7 +307,7 @@ class Task:
         return (await self._run_async(tool, args, run, approver, resumed))[0]
 
     def _runnable(self, tool: str) -> None:
-        entry = self.guard._config.entries.get(tool)
+        entry = self.guard._config.entries.get(tool) if isinstance(tool, str) else None
         if entry is not None and is_recorded(entry.spec):
             raise TypeError(
                 f"tool {tool!r} is known by name only (guard.register, or a framework tool "
