@@ -291,6 +291,16 @@ def test_malformed_arguments_and_unknown_tools_answer_the_model() -> None:
     assert unknown["content"].startswith("[toolguard] Unknown tool 'nope'")
 
 
+def test_an_anthropic_content_list_is_answered_like_its_message() -> None:
+    # passing reply.content instead of reply returned [] and ran nothing
+    task = World().guard().task("t")
+    (answer,) = task.run_tool_calls(anthropic_message([READ]).content)
+    assert answer["role"] == "user"
+    (block,) = answer["content"]
+    assert block["type"] == "tool_result" and block["is_error"] is False
+    assert block["content"] == "contents of notes.txt"
+
+
 # -- record_usage -------------------------------------------------------------------------
 def _budget_guard(max_tokens: int) -> tg.Guard:
     return tg.Guard(tg.load_policy_dict({"budget": {"max_tokens": max_tokens}}))

@@ -15,8 +15,8 @@ OpenAI Responses    the output items (``response.output``, or     one ``{"type":
                     the ``Response``): ``function_call`` items    "function_call_output",
                                                                   "call_id", "output"}`` each
 Anthropic           a ``Message`` (or ``{"role": "assistant",     one user message of
-                    "content": [...]}``): ``tool_use`` blocks     ``tool_result`` blocks
-                                                                  (``is_error`` set)
+                    "content": [...]}``, or that content list):   ``tool_result`` blocks
+                    ``tool_use`` blocks                           (``is_error`` set)
 ==================  ============================================  ==========================
 
 The calls of one message are one batch (:meth:`Task.call_batch`: identical calls execute
@@ -69,7 +69,9 @@ def parse_message(message: Any) -> tuple[Shape, list[_Call]]:
         if not choices:
             return "openai_chat", []
         message = _get(choices[0], "message")
-    if isinstance(message, list | tuple) or _get(message, "object") == "response":
+    if isinstance(message, list | tuple) and any(_get(b, "type") == "tool_use" for b in message):
+        message = {"role": "assistant", "content": list(message)}  # an Anthropic reply.content
+    elif isinstance(message, list | tuple) or _get(message, "object") == "response":
         items = _get(message, "output") if not isinstance(message, list | tuple) else message
         return "openai_responses", [
             _Call(_get(i, "call_id"), _get(i, "name"), _get(i, "arguments"))
