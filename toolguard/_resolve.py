@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._decorators import NOT_GIVEN, ToolSpec
 from ._errors import PolicyError, PolicyProblem
@@ -90,6 +90,18 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     def from_tool(key: str) -> str:
         return policy.source_of(f"{tool_key}.{key}")
 
+    def layered(key: str, default: Any) -> Any:
+        """The tool's policy table, else the decorator, else ``default``; notes the source."""
+        own, given = getattr(tp, key), getattr(spec, key)
+        if own is not None:
+            src[key] = from_tool(key)
+            return own
+        if given is not NOT_GIVEN:
+            src[key] = "decorator"
+            return given
+        src[key] = "built-in"
+        return default
+
     deny = False
     effect: Effect
     if tp.effect is not None:
@@ -110,13 +122,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     else:
         approval, src["requires_approval"] = False, "built-in"
 
-    external: bool
-    if tp.external is not None:
-        external, src["external"] = tp.external, from_tool("external")
-    elif spec.external is not NOT_GIVEN:
-        external, src["external"] = spec.external, "decorator"
-    else:
-        external, src["external"] = False, "built-in"
+    external: bool = layered("external", False)
 
     scope: IdempotencyScope
     if tp.idempotency_scope is not None:
@@ -139,22 +145,8 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     else:
         ttl, src["idempotency_ttl_s"] = float(spec.idempotency_ttl_s), "decorator"
 
-    forwards: bool
-    if tp.forwards_idempotency_key is not None:
-        forwards = tp.forwards_idempotency_key
-        src["forwards_idempotency_key"] = from_tool("forwards_idempotency_key")
-    elif spec.forwards_idempotency_key is not NOT_GIVEN:
-        forwards, src["forwards_idempotency_key"] = spec.forwards_idempotency_key, "decorator"
-    else:
-        forwards, src["forwards_idempotency_key"] = False, "built-in"
-
-    max_calls: int | None
-    if tp.max_calls is not None:
-        max_calls, src["max_calls"] = tp.max_calls, from_tool("max_calls")
-    elif spec.max_calls is not NOT_GIVEN:
-        max_calls, src["max_calls"] = spec.max_calls, "decorator"
-    else:
-        max_calls, src["max_calls"] = None, "built-in"
+    forwards: bool = layered("forwards_idempotency_key", False)
+    max_calls: int | None = layered("max_calls", None)
 
     if tp.max_polls is not None:
         max_polls, src["max_polls"] = tp.max_polls, from_tool("max_polls")
