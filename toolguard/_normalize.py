@@ -17,7 +17,8 @@ normalised (the model always gets the raw result):
    more hex digits holding a letter), PIDs (``pid 4242``, ``[1] 4242``) and ports
    (``port 8080``, ``localhost:8080``). Dates alone and plain numbers are kept: a flight on
    another day is another result;
-3. ``ignore``: the user's regexes, whose matches are removed.
+3. ``ignore``: the user's regexes, whose matches are removed (RE2, linear time:
+   ``toolguard._regex``).
 
 Text is normalised as a whole; a JSON value (dict, list) string by string. Every built-in
 pattern is anchored on a word boundary and has no nested quantifier, so the scan is linear
@@ -34,8 +35,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-if TYPE_CHECKING:  # pydantic loads with the first policy
+if TYPE_CHECKING:  # pydantic loads with the first policy, re2 with the first ignore
     from ._policy import ResultPolicy
+    from ._regex import PolicyRegex
 
 __all__ = [
     "MAX_NORMALIZED_CHARS",
@@ -223,7 +225,7 @@ class ResultNormalizer:
     """
 
     strip_volatile: bool
-    ignore: re.Pattern[str] | None
+    ignore: PolicyRegex | None
     fields: tuple[tuple[_Step, ...], ...]
     source: ResultPolicy
 
@@ -259,7 +261,7 @@ class ResultNormalizer:
         if self.strip_volatile:
             text = _IDS.sub(_volatile, _VOLATILE.sub(_volatile, text))
         if self.ignore is not None:
-            text = self.ignore.sub("", text)
+            text = self.ignore.remove(text)
         return text
 
     def _strings(self, value: Any) -> Any:
@@ -287,10 +289,13 @@ def normalizer_for(policy: ResultPolicy) -> ResultNormalizer:
     Raises:
         ValueError: an ``ignore_fields`` path is malformed (the policy loader reports it
             first, with its location).
-        re.error: an ``ignore`` regex does not compile (likewise).
+        ValueError: an ``ignore`` regex is not one RE2 can run (likewise).
     """
-    ignore = (re.compile("|".join(f"(?:{p})" for p in policy.ignore), re.MULTILINE)
-              if policy.ignore else None)
+    ignore = None
+    if policy.ignore:
+        from ._regex import compile_pattern
+
+        ignore = compile_pattern("|".join(f"(?:{p})" for p in policy.ignore), multiline=True)
     return ResultNormalizer(policy.strip_volatile, ignore,
                             tuple(_parse_path(p) for p in policy.ignore_fields), policy)
 

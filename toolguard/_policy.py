@@ -11,13 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ._outcomes import DEFAULT_TIMEOUT_EXCEPTIONS
 from ._redact import key_pattern
 from ._types import Effect, IdempotencyScope, Mode
+
+if TYPE_CHECKING:  # re2 loads with the first rule that is matched
+    from ._regex import PolicyRegex
 
 __all__ = [
     "ApprovalPolicy",
@@ -201,16 +204,24 @@ class ArgOptions(_Frozen):
 
 
 class ToolRule(_Frozen):
-    """``[[tools.X.rules]]``: if every regex in ``match`` is found (``re.search``) in the
-    string form of the named argument, the call gets ``effect``. First match wins."""
+    """``[[tools.X.rules]]``: if every regex in ``match`` is found (a search, as
+    ``re.search``) in the string form of the named argument, the call gets ``effect``. First
+    match wins. The patterns run on RE2, in time linear in the argument
+    (``toolguard._regex``: no backreferences or lookaround)."""
 
     match: dict[str, str]
     effect: Effect
 
     @cached_property
-    def compiled(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
-        """``match`` with each pattern compiled once."""
-        return tuple((arg, re.compile(pattern)) for arg, pattern in self.match.items())
+    def compiled(self) -> tuple[tuple[str, PolicyRegex], ...]:
+        """``match`` with each pattern compiled once (``pattern.search(text) -> bool``).
+
+        Raises:
+            ValueError: a pattern RE2 cannot run (the policy loader reports it first).
+        """
+        from ._regex import compile_pattern
+
+        return tuple((arg, compile_pattern(pattern)) for arg, pattern in self.match.items())
 
 
 class ResultPolicy(_Frozen):
@@ -220,8 +231,9 @@ class ResultPolicy(_Frozen):
     Attributes:
         strip_volatile: strip the built-in volatile parts (timestamps, durations, UUIDs,
             long hex ids, PIDs and ports in known phrasings; see ``toolguard._normalize``).
-        ignore: Python regexes whose matches are removed from text results (and from every
-            string inside a JSON result).
+        ignore: regexes (``^``/``$`` match at line breaks) whose matches are removed from
+            text results (and from every string inside a JSON result); run on RE2, in
+            linear time (``toolguard._regex``).
         ignore_fields: JSONPath-style paths (``$.meta.request_id``, ``$.items[*].etag``,
             ``$..timestamp``) removed from JSON results, and from text results that parse
             as JSON.

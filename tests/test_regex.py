@@ -1,0 +1,203 @@
+"""Policy regexes run in linear time (``toolguard._regex``): ``rules`` ``match`` patterns and
+``result.ignore`` are compiled by RE2, and what RE2 cannot run is a policy problem.
+
+Regression (newcomer pass): ``^(a+)+$`` passed ``toolguard check`` and a guarded call with a
+31-character argument stalled for seconds in Python's backtracking ``re``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import toolguard as tg
+from toolguard import _regex
+from toolguard._normalize import normalizer_for
+from toolguard._policy import ResultPolicy
+from toolguard.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EVIL = r"^(a+)+$"
+
+
+def test_a_catastrophic_pattern_does_not_stall_a_guarded_call(tmp_path: Path) -> None:
+    """The call completes: under backtracking ``re`` a 40-character argument takes hours
+    (2**40 steps), so a hung child is killed at the timeout and the test fails."""
+    policy = tmp_path / "evil.toml"
+    policy.write_text(textwrap.dedent(f"""\
+        [[tools.echo.rules]]
+        match = {{ text = '{EVIL}' }}
+        effect = "readonly"
+
+        [tools.echo.result]
+        ignore = ['(x+x+)+y']
+        """))
+    script = textwrap.dedent(f"""\
+        import toolguard as tg
+
+        @tg.mutating
+        def echo(text: str) -> str:
+            return "x" * 40
+
+        guard = tg.Guard(policy=tg.load_policy({str(policy)!r}), tools=[echo])
+        with guard.task("t") as task:
+            print(task.call("echo", '{{"text": "{"a" * 40}!"}}').decision)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "allow"
+
+
+@pytest.mark.parametrize(("pattern", "reason"), [
+    (r"(a)\1", "uses a backreference \\1, which the linear-time regex engine (RE2)"),
+    (r"(?P<n>a)(?P=n)", "uses a named backreference (?P=name)"),
+    (r"foo(?=bar)", "uses a lookahead (?=...)"),
+    (r"foo(?!bar)", "uses a negative lookahead (?!...)"),
+    (r"(?<=x)y", "uses a lookbehind (?<=...)"),
+    (r"(?<!x)y", "uses a negative lookbehind (?<!...)"),
+    (r"a{1001}", "not a valid regular expression: invalid repetition size: {1001}"),
+    (r"^(git status", "not a valid regular expression: missing ), unterminated subpattern"),
+])
+def test_check_names_file_key_path_and_reason(tmp_path: Path, pattern: str,
+                                              reason: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(textwrap.dedent(f"""\
+        [[tools.bash.rules]]
+        match = {{ command = {json.dumps(pattern)} }}
+        effect = "readonly"
+
+        [tools.get.result]
+        ignore = [{json.dumps(pattern)}]
+        """))
+    result = CliRunner().invoke(app, ["check", str(path)], env={"COLUMNS": "400"})
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    assert f"{path}:2:11: tools.bash.rules[0].match.command: {reason}" in result.output
+    assert f"{path}:6:11: tools.get.result.ignore[0]: {reason}" in result.output
+    with pytest.raises(tg.PolicyError, match=re.escape(reason)):
+        tg.load_policy(path, env={})
+
+
+def test_the_schema_rejects_lookaround_and_backreferences() -> None:
+    """Editors validate with the shipped schema alone: it refuses what RE2 cannot run."""
+    from jsonschema import Draft202012Validator
+
+    from toolguard._policy_loader import policy_schema
+
+    validator = Draft202012Validator(policy_schema())
+    for pattern in (r"foo(?=bar)", r"(?<!x)y", r"(a)\1", r"(?P<n>a)(?P=n)"):
+        document = {"tools": {"bash": {"rules": [{"match": {"command": pattern},
+                                                  "effect": "readonly"}],
+                                       "result": {"ignore": [pattern]}}}}
+        paths = sorted(".".join(map(str, e.absolute_path))
+                       for e in validator.iter_errors(document))
+        assert paths == ["tools.bash.result.ignore.0", "tools.bash.rules.0.match.command"]
+    for pattern in (r"\\1 literal", r"^\s*(ls|cat)\b[^;&|<>`$\n]*$", r"\(?=x"):
+        document = {"tools": {"bash": {"rules": [{"match": {"command": pattern},
+                                                  "effect": "readonly"}]}}}
+        assert list(validator.iter_errors(document)) == [], pattern
+
+
+def test_the_schema_message_is_the_engines_reason(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[[tools.x.rules]]\nmatch = { a = "(?=b)" }\neffect = "readonly"\n')
+    with pytest.raises(tg.PolicyError) as caught:
+        tg.load_policy(path, env={})
+    assert [(p.path, p.message.split(",")[0]) for p in caught.value.problems] == [
+        ("tools.x.rules[0].match.a", "uses a lookahead (?=...)")]
+
+
+# --- the meaning is Python's for the syntax the shipped policies use ----------------------------
+
+SHIPPED = sorted({*(ROOT / "policies").glob("*.toml"),
+                  *(ROOT / "examples/policies").glob("*.toml")})
+PATTERNS = [
+    r"^\s*(ls|cat|grep|rg|head|tail|git (status|diff|log))\b[^;&|<>`$\n]*$",  # README, default
+    r"^view$", r"attempt #\d+", r"seq=\d+", r"^a{,3}$", r"x\Z", r"(?i)^GET\s+/api/v\d+",
+    r"\bid=[0-9a-f]{8}\b", r"^(?:foo|bar)+$", r"[\]$]+$", r"(?m)^ok$",
+]
+TEXTS = st.text(alphabet=st.sampled_from("lscatgrep viewattmpt#0123456789id=abcf$;|&\n\t ]xGET/"),
+                max_size=40)
+
+
+def test_every_shipped_policy_still_loads() -> None:
+    for path in SHIPPED:
+        policy = tg.load_policy(path, env={})
+        for tool in policy.tools.values():
+            for rule in tool.rules:
+                assert all(isinstance(p, _regex.PolicyRegex) for _, p in rule.compiled)
+
+
+@settings(max_examples=300)
+@given(text=TEXTS)
+def test_rule_search_agrees_with_python_re_on_ascii(text: str) -> None:
+    for pattern in PATTERNS:
+        assert _regex.compile_pattern(pattern).search(text) == bool(
+            re.search(pattern, text)), (pattern, text)
+
+
+@settings(max_examples=300)
+@given(text=TEXTS)
+def test_ignore_removes_what_python_re_removes(text: str) -> None:
+    for pattern in PATTERNS:
+        expected = re.sub(pattern, "", text, flags=re.MULTILINE)
+        assert _regex.compile_pattern(pattern, multiline=True).remove(text) == expected
+
+
+def test_the_shipped_rules_classify_the_recorded_commands_as_before(shared: Path) -> None:
+    """Every shell command of the real coding-agent runs gets the same answer from each
+    shipped rule pattern under RE2 as under Python's ``re``."""
+    commands: list[str] = []
+    for path in sorted((shared / "data" / "swe-trajectories").rglob("*")):
+        if path.is_file():
+            commands += re.findall(r'"(?:command|cmd|action)":\s*"((?:[^"\\]|\\.)*)"',
+                                   path.read_text(errors="replace"))
+    assert len(commands) > 1000
+    for pattern in PATTERNS[:2]:
+        compiled = _regex.compile_pattern(pattern)
+        for raw in commands:
+            text = json.loads(f'"{raw}"')
+            assert compiled.search(text) == bool(re.search(pattern, text)), (pattern, text)
+
+
+def test_normalizer_ignore_uses_the_linear_engine() -> None:
+    normalize = normalizer_for(ResultPolicy(strip_volatile=False, ignore=(r"(x+x+)+y",)))
+    assert normalize("ok " + "x" * 40) == "ok " + "x" * 40
+    assert normalize("a xxy b") == "a  b"
+    assert normalize("lone \ud800 surrogate xxy") == "lone \ud800 surrogate "
+
+
+def test_known_differences_are_ascii_classes() -> None:
+    """Documented in ``toolguard._regex``: ``\\d`` and ``\\s`` are ASCII."""
+    assert not _regex.compile_pattern(r"^\d$").search("٣")
+    assert not _regex.compile_pattern(r"^\s$").search("\u00a0")
+
+
+def test_the_fallback_refuses_nested_repetition() -> None:
+    """Without google-re2, Python's ``re`` runs the patterns and refuses the catastrophic
+    shapes instead."""
+    for pattern in (EVIL, r"(a*)*b", r"(a|aa)+$", r"(x+x+)+y", r"(a{1,3})+"):
+        assert "repetition inside a repetition" in (_regex._python_problem(pattern) or "")
+    for pattern in PATTERNS:  # an alternation inside a repetition is refused too: conservative
+        refused = pattern == r"^(?:foo|bar)+$"
+        assert (_regex._python_problem(pattern) is not None) == refused, pattern
+    assert "backreference" in (_regex._python_problem(r"(a)\1") or "")
+    assert "lookaround" in (_regex._python_problem(r"a(?=b)") or "")
+
+
+def test_import_toolguard_does_not_load_re2() -> None:
+    code = "import sys, toolguard; print('re2' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"

@@ -1,0 +1,288 @@
+"""Policy regexes (``tools.X.rules[i].match``, ``tools.X.result.ignore``) in linear time.
+
+A policy's patterns run on every call, against text the model wrote (arguments) or a tool
+returned (results), and a policy may come from a less-trusted place than the code. Python's
+``re`` backtracks: ``^(a+)+$`` takes seconds on 31 characters. These patterns are compiled by
+RE2 (``google-re2``, a dependency with wheels for CPython 3.10-3.14 on Linux, macOS and
+Windows), whose matching time is linear in the text whatever the pattern. RE2 has no
+backreferences and no lookaround (both need backtracking); a pattern using them is a policy
+problem (:func:`pattern_problem`), reported with its file and key path.
+
+A pattern must be valid for both: Python's syntax, less what RE2 lacks. The meaning is
+Python's, with these exceptions (RE2's, as in Go and Rust):
+
+- ``\\d``, ``\\w``, ``\\s`` and ``\\b`` are ASCII (Python's are Unicode): ``\\d`` is ``[0-9]``,
+  ``\\s`` is ``[\\t\\n\\f\\r ]``; spell other characters out (``[0-9\\u0660-\\u0669]``);
+- ``\\Z`` (the very end) is translated to RE2's spelling, ``\\z``;
+- ``a{,3}`` is translated to ``a{0,3}`` (RE2 would read it as literal text);
+- ``$`` without ``(?m)`` matches at the end and before a final newline, as in Python
+  (translated to ``(?:\\n?$)``, which RE2 matches the same way in both modes).
+
+Where ``google-re2`` cannot be imported (a platform without its wheel, e.g. musl Linux,
+where it builds from source only with RE2's headers), Python's ``re`` runs the patterns, and
+:func:`pattern_problem` also refuses a repetition or an alternation inside an unbounded
+repetition (``(a+)+``, ``(a|aa)+``), the shape behind catastrophic backtracking (conservative:
+``(?:foo|bar)+`` too). :func:`engine` says which engine runs.
+
+``re2`` is imported on first use (a policy with patterns), never by ``import toolguard``.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+__all__ = [
+    "PolicyRegex", "compile_pattern", "engine", "pattern_problem", "python_syntax_problem",
+]
+
+_UNSUPPORTED: Final = (
+    "uses {what}, which the linear-time regex engine (RE2) does not support: it needs "
+    "backtracking, which can take exponential time; rewrite the pattern without it")
+_RE2_ERRORS: Final = (  # RE2's message fragment -> what the user wrote
+    ("invalid perl operator: (?=", "a lookahead (?=...)"),
+    ("invalid perl operator: (?!", "a negative lookahead (?!...)"),
+    ("invalid perl operator: (?<=", "a lookbehind (?<=...)"),
+    ("invalid perl operator: (?<!", "a negative lookbehind (?<!...)"),
+    ("invalid perl operator: (?>", "an atomic group (?>...)"),
+)
+_BACKREFERENCE: Final = re.compile(r"invalid escape sequence: \\[1-9]")
+
+
+@cache
+def _re2() -> Any:
+    """The ``re2`` module, or None where it cannot be imported."""
+    try:
+        import re2
+    except ImportError:  # pragma: no cover - google-re2 is a dependency with wheels here
+        return None
+    return re2
+
+
+@cache
+def _options() -> Any:
+    options = _re2().Options()
+    options.log_errors = False  # RE2 would print every rejected pattern on stderr
+    return options
+
+
+def engine() -> str:
+    """``"re2"``, or ``"re"`` where ``google-re2`` cannot be imported."""
+    return "re" if _re2() is None else "re2"
+
+
+def _translated(pattern: str, *, multiline: bool) -> str:
+    """``pattern`` (Python syntax) spelled for RE2 with Python's meaning (module docstring).
+
+    Only tokens outside character classes change: ``\\Z`` → ``\\z``, ``{,n}`` → ``{0,n}``,
+    and (not ``multiline``) ``$`` → ``(?:\\n?$)``.
+    """
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    in_class = False
+    while i < n:
+        char = pattern[i]
+        if char == "\\" and i + 1 < n:
+            pair = pattern[i:i + 2]
+            out.append("\\z" if pair == "\\Z" and not in_class else pair)
+            i += 2
+            continue
+        if in_class:
+            if char == "[" and pattern.startswith("[:", i):  # [[:alpha:]]: RE2's POSIX class
+                end = pattern.find(":]", i + 2)
+                if end > 0:
+                    out.append(pattern[i:end + 2])
+                    i = end + 2
+                    continue
+            if char == "]":
+                in_class = False
+        elif char == "[":
+            in_class = True
+            out.append(char)
+            i += 1
+            for lead in ("^", "]"):  # "[^]...]" and "[]...]": a first "]" is literal
+                if i < n and pattern[i] == lead:
+                    out.append(lead)
+                    i += 1
+            continue
+        elif char == "$" and not multiline:
+            out.append("(?:\\n?$)")
+            i += 1
+            continue
+        elif char == "{" and (found := _OPEN_MIN.match(pattern, i)) is not None:
+            out.append("{0" + found.group(1))
+            i = found.end()
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+_OPEN_MIN: Final = re.compile(r"\{(,\d*\})")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PolicyRegex:
+    """One compiled policy pattern; thread-safe (immutable).
+
+    Text is matched as UTF-8 (lone surrogates, which a Python caller can pass, as their
+    ``surrogatepass`` bytes).
+    """
+
+    pattern: str
+    _compiled: Any
+    _bytes: bool
+
+    def search(self, text: str) -> bool:
+        """Whether the pattern is found anywhere in ``text``."""
+        if self._bytes:
+            return self._compiled.search(text.encode("utf-8", "surrogatepass")) is not None
+        return self._compiled.search(text) is not None
+
+    def remove(self, text: str) -> str:
+        """``text`` with every match removed (leftmost first, non-overlapping)."""
+        if not self._bytes:
+            return str(self._compiled.sub("", text))
+        data = self._compiled.sub(b"", text.encode("utf-8", "surrogatepass"))
+        try:
+            return str(data.decode("utf-8", "surrogatepass"))
+        except UnicodeDecodeError:  # pragma: no cover - RE2 keeps code points whole
+            return str(data.decode("utf-8", "replace"))
+
+    def __repr__(self) -> str:
+        return f"PolicyRegex({self.pattern!r})"
+
+
+def compile_pattern(pattern: str, *, multiline: bool = False) -> PolicyRegex:
+    """Compile a policy pattern with the linear-time engine (module docstring).
+
+    Args:
+        pattern: Python-style syntax (``tools.X.rules[i].match`` values, ``result.ignore``).
+        multiline: ``^`` and ``$`` also match at line breaks (``re.MULTILINE``).
+
+    Returns:
+        The compiled pattern.
+
+    Raises:
+        ValueError: the pattern is not acceptable (:func:`pattern_problem` says why; the
+            policy loader reports it first, with its file and key path).
+    """
+    problem = pattern_problem(pattern)
+    if problem is not None:
+        raise ValueError(f"{problem}, got {pattern!r}")
+    return _compile(pattern, multiline)
+
+
+def _compile(pattern: str, multiline: bool) -> PolicyRegex:
+    module = _re2()
+    if module is None:  # pragma: no cover - exercised by tests that force the fallback
+        flags = re.MULTILINE if multiline else 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return PolicyRegex(pattern, re.compile(pattern, flags), _bytes=False)
+    text = _translated(pattern, multiline=multiline)
+    if multiline:
+        text = f"(?m:{text})"
+    return PolicyRegex(pattern, module.compile(text.encode("utf-8"), _options()), _bytes=True)
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be a policy regex (the policy loader's message), or None.
+
+    Examples: ``uses a lookahead (?=...), which the linear-time regex engine (RE2) does not
+    support...``, ``not a valid regular expression: missing ): ...``.
+    """
+    module = _re2()
+    if module is None:  # pragma: no cover - exercised by tests that force the fallback
+        return _python_problem(pattern)
+    python = python_syntax_problem(pattern)  # Python's syntax, and its message's position
+    if python is not None:
+        return python
+    try:
+        module.compile(_translated(pattern, multiline=False).encode("utf-8", "surrogatepass"),
+                       _options())
+    except module.error as error:
+        message = error.args[0].decode("utf-8", "replace") if error.args and isinstance(
+            error.args[0], bytes) else str(error)
+        if message == "invalid perl operator: (?P" and "(?P=" in pattern:
+            return _UNSUPPORTED.format(what="a named backreference (?P=name)")
+        for fragment, what in _RE2_ERRORS:
+            if message.startswith(fragment):
+                return _UNSUPPORTED.format(what=what)
+        if _BACKREFERENCE.match(message):
+            return _UNSUPPORTED.format(what=f"a backreference {message.rsplit(' ', 1)[-1]}")
+        return f"not a valid regular expression: {message}"
+    return None
+
+
+def python_syntax_problem(pattern: str) -> str | None:
+    """Why Python's ``re`` cannot compile ``pattern`` (with the position), or None."""
+    try:
+        with warnings.catch_warnings():  # "possible set intersection": valid, for now
+            warnings.simplefilter("ignore", FutureWarning)
+            re.compile(pattern)
+    except re.error as error:
+        where = f" at position {error.pos}" if error.pos is not None else ""
+        return f"not a valid regular expression: {error.msg}{where}"
+    except (OverflowError, RecursionError, ValueError) as error:
+        # "a{99999999999}": a repetition beyond re's limit; groups nested too deeply
+        why = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        return f"not a valid regular expression: {why}"
+    return None
+
+
+
+def _python_problem(pattern: str) -> str | None:
+    """The fallback engine's check: compiles with ``re``, and has no nested unbounded
+    repetition (a repeated group that can itself repeat or alternate: ``(a+)+``)."""
+    problem = python_syntax_problem(pattern)
+    if problem is not None:
+        return problem
+    if re.search(r"\\[1-9]|\(\?P=", pattern):
+        return _UNSUPPORTED.format(what="a backreference")
+    if re.search(r"\(\?<?[=!]", pattern):
+        return _UNSUPPORTED.format(what="lookaround")
+    if _nested_repeat(pattern):
+        return ("has a repetition inside a repetition (like (a+)+), which can take "
+                "exponential time without the RE2 engine (install google-re2); rewrite it")
+    return None
+
+
+def _nested_repeat(pattern: str) -> bool:
+    """Whether ``pattern`` repeats (``*``, ``+``, ``{n,}``) a group that holds a repetition
+    or an alternation (Python's own parser; the fallback only)."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        from re import _constants as constants  # type: ignore[attr-defined]
+        from re import _parser as parser  # type: ignore[attr-defined]
+    else:  # pragma: no cover - Python 3.10
+        import sre_constants as constants
+        import sre_parse as parser
+
+    repeats = {constants.MAX_REPEAT, constants.MIN_REPEAT}
+
+    def walk(items: Any, inside: bool) -> bool:
+        for op, value in items:
+            if op in repeats:
+                _low, high, body = value
+                unbounded = high == constants.MAXREPEAT
+                if inside and high > 1:
+                    return True
+                if walk(body, inside or unbounded):
+                    return True
+            elif op == constants.BRANCH:
+                if inside:
+                    return True
+                if any(walk(branch, inside) for branch in value[1]):
+                    return True
+            elif op == constants.SUBPATTERN and walk(value[-1], inside):
+                return True
+        return False
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return walk(parser.parse(pattern), False)
