@@ -265,3 +265,46 @@ def test_deeply_nested_values_are_reported_not_a_traceback(tmp_path: Path) -> No
         result = CliRunner().invoke(make_app(), ["replay", str(trace), "-v", "--format", fmt])
         assert result.exception is None or isinstance(result.exception, SystemExit), fmt
         assert result.exit_code == 2, (fmt, result.output)  # the effects of run e: a problem
+
+
+# -- an explicit --input-format wins; a wrong one is summarized, not one line per line ----------
+
+
+def test_input_format_chat_on_a_jsonl_trace_is_read_as_chat(tmp_path: Path) -> None:
+    """Regression: the chat reader handed JSON lines to the trace reader, so
+    ``--input-format chat`` on a trace ``.jsonl`` replayed it as a trace."""
+    path = ROOT / "examples" / "traces" / "grep-loop.jsonl"
+    result = replay(path, "--input-format", "chat", "--format", "json")
+    assert result.exit_code == 2
+    assert f"{path}: read as chat: 0 run(s), no tool call" in result.stderr
+    notes = [line for line in result.stderr.splitlines() if ": note: " in line]
+    assert notes == [f"toolguard replay: {path}:1: note: lines without 'messages' or 'traj' "
+                     "(not a chat) (7 times)"]
+
+
+def test_input_format_chat_reads_jsonl_of_chats(tmp_path: Path) -> None:
+    chat = {"messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "look", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}
+    path = write(tmp_path / "chats.jsonl", [{**chat, "id": "a"}, {**chat, "id": "b"}])
+    result = replay(path, "--input-format", "chat", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [(r["id"], r["format"], r["summary"]["calls"]) for r in doc["runs"]] == [
+        ("a", "openai", 1), ("b", "openai", 1)]
+
+
+@pytest.mark.parametrize("forced", ["trace", "claude-code", "codex"])
+def test_a_wrong_jsonl_format_is_one_problem_per_kind_with_its_count(forced: str) -> None:
+    """Regression: a pretty-printed JSON file forced through a JSON-lines reader printed one
+    'not valid JSON' problem per line (169 lines)."""
+    path = ROOT / "examples" / "traces" / "openai-airline.json"
+    lines = len([x for x in path.read_text().splitlines() if x.strip()])
+    result = replay(path, "--input-format", forced)
+    assert result.exit_code == 2
+    problems = [line for line in result.stderr.splitlines() if "not valid JSON" in line]
+    assert problems == [f"toolguard replay: {path}:1: not valid JSON: unexpected end of data "
+                        f"(column 1), and {lines - 1} more line(s) like it; {lines} lines "
+                        "skipped (not JSON lines? see --input-format)"]

@@ -64,13 +64,26 @@ def _read(source: Source) -> Iterator[Run]:
         value = source.load_json(data)
     except ReplayInputError:
         lines = [x for x in data.splitlines() if x.strip()]
-        if len(lines) > 1 and _is_object(lines[0]):  # JSON lines of chats, in a .json file
-            from ._trace import read_trace
+        if len(lines) > 1 and _is_object(lines[0]):  # JSON lines
+            if source.forced:  # --input-format chat: a chat per line, nothing else
+                yield from _chat_lines(source)
+                return
+            from ._trace import read_trace  # detected: chats and trace calls, in a .json file
 
             yield from read_trace(source)
             return
         raise
     yield from _document(source, value)
+
+
+def _chat_lines(source: Source) -> Iterator[Run]:
+    """JSON lines read as chats only (the format was forced): a line that is not one is
+    counted, and noted once per kind."""
+    for number, value in source.json_lines():
+        if any(k in value for k in CHAT_KEYS):
+            yield from chat_run(source, value, number, f"line {number}")
+        else:
+            source.unrecognised("lines without 'messages' or 'traj' (not a chat)", number)
 
 
 def _is_object(line: bytes) -> bool:

@@ -105,7 +105,9 @@ def open_file(path: str | Path, *, input_format: str | None = None,
         out.fail(ReplayInputError(name, None, f"format not recognised: {_describe(head)}; {_HINT}"))
         return out
     out.format = reader.name
-    out.runs = _read(reader, Source(Path(path), reader.name), out, allow_empty)
+    source = Source(Path(path), reader.name)
+    source.forced = forced is not None
+    out.runs = _read(reader, source, out, allow_empty)
     return out
 
 

@@ -279,6 +279,7 @@ class Source:
         self.calls = 0
         self.uncaptured = 0
         self.no_calls_by_design: str | None = None  # why this file has no call, if it is fine
+        self.forced = False  # the format was given (--input-format), not detected
         self._kinds: Counter[str] = Counter()
         self._first: dict[str, int | None] = {}
         self.runs = 0  # runs handed on so far
@@ -349,7 +350,9 @@ class Source:
 
     def json_lines(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """Each non-blank line as a JSON object with its 1-based number, read line by line
-        (memory bounded by the longest line); a line that is not a JSON object is a problem.
+        (memory bounded by the longest line). A line that is not a JSON object is a problem
+        naming its line; several of one kind (a pretty-printed JSON document read as JSON
+        lines: every line) are one problem with their count, at the first of them.
 
         Raises:
             ReplayInputError: the file cannot be opened.
@@ -359,22 +362,35 @@ class Source:
         except OSError as exc:
             raise ReplayInputError(self.file, None, f"cannot read: {exc.strerror or exc}"
                                    ) from None
-        with handle:
-            for number, raw in enumerate(handle, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    value = load_json(raw)
-                except json.JSONDecodeError as exc:
-                    self.problem(number, f"not valid JSON: {exc.msg} (column {exc.colno})")
-                    continue
-                except RecursionError:
-                    self.problem(number, "JSON nested too deeply; line skipped")
-                    continue
-                if not isinstance(value, dict):
-                    self.problem(number, f"expected a JSON object, got {json_type(value)}")
-                    continue
-                yield number, value
+        bad: dict[str, list[tuple[int, str]]] = {}  # kind -> (line, its message), in order
+        try:
+            with handle:
+                for number, raw in enumerate(handle, 1):
+                    if not raw.strip():
+                        continue
+                    try:
+                        value = load_json(raw)
+                    except json.JSONDecodeError as exc:
+                        bad.setdefault("not valid JSON", []).append(
+                            (number, f"not valid JSON: {exc.msg} (column {exc.colno})"))
+                        continue
+                    except RecursionError:
+                        bad.setdefault("nested", []).append(
+                            (number, "JSON nested too deeply; line skipped"))
+                        continue
+                    if not isinstance(value, dict):
+                        kind = f"expected a JSON object, got {json_type(value)}"
+                        bad.setdefault(kind, []).append((number, kind))
+                        continue
+                    yield number, value
+        finally:
+            for lines in bad.values():
+                first, message = lines[0]
+                if len(lines) > 1:
+                    message = (f"{message.removesuffix('; line skipped')}, and "
+                               f"{len(lines) - 1} more line(s) like it; {len(lines)} lines "
+                               "skipped (not JSON lines? see --input-format)")
+                self.problem(first, message)
 
 
 def timestamp_s(value: Any) -> float | None:
