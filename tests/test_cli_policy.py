@@ -43,14 +43,15 @@ def test_check_lists_every_problem_and_exits_1(runner: CliRunner) -> None:
     assert f"{bad}:13:15: tools.write_file.args.path.normalize: " in result.output
     assert sum(line.startswith(f"{bad}:") for line in lines) == 6
     syntax = INVALID / "syntax_error.toml"
-    assert f"{syntax}:3:14: <root>: TOML syntax error: Invalid value" in lines
+    assert f"{syntax}:3:14: TOML syntax error: Invalid value" in lines
 
 
 def test_check_a_missing_file_is_one_problem_among_the_others(runner: CliRunner) -> None:
     """Every file is still checked (a missing one once made the argument parser stop)."""
     result = runner.invoke(app, ["check", str(VALID / "full.toml"), "no/such/policy.toml"])
     assert result.exit_code == 1
-    assert "no/such/policy.toml: <root>: cannot read policy file" in result.output
+    assert "no/such/policy.toml: cannot read policy file" in result.output
+    assert "<root>" not in result.output  # regression: the file was labelled "<root>:"
     assert "full.toml: ok" in result.output
     assert "Traceback" not in result.output
 
@@ -134,7 +135,7 @@ def test_explain_an_invalid_policy_exits_2_listing_problems(runner: CliRunner) -
 def test_explain_a_missing_file_exits_2_naming_it(runner: CliRunner) -> None:
     result = runner.invoke(app, ["explain", "absent.toml", "--tool", "t"])
     assert result.exit_code == 2
-    assert "absent.toml: <root>: cannot read policy file" in result.output
+    assert "absent.toml: cannot read policy file" in result.output
 
 
 def test_explain_file_and_env_together_is_bad_input(runner: CliRunner) -> None:
@@ -187,3 +188,31 @@ def test_explain_shows_the_detection_settings(runner: CliRunner) -> None:
     rows = _rows(runner.invoke(app, ["explain", coding, "--tool", "bash"], env=WIDE).output)
     assert rows["shell"] == ["command", coding]
     assert rows["stagnation_warn_at"] == ["4", "built-in"]
+
+
+@pytest.mark.parametrize("command", [["explain", "--tool", "t"], ["replay", "examples/traces"],
+                                     ["mcp-proxy", "--", "true"]])
+def test_env_option_problems_name_the_option_not_the_variable(
+        runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        command: list[str]) -> None:
+    """Regression: ``--env NAME`` errors said ``TOOLGUARD_ENV``, which the user never set."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("TOOLGUARD_POLICY_DIR", str(tmp_path))
+    missing = runner.invoke(app, [*command[:1], "--env", "nope", *command[1:]])
+    assert missing.exit_code == 2, missing.output
+    assert (f"{tmp_path / 'nope.toml'}: cannot read policy file (selected by --env nope)"
+            in missing.output)
+    bad = runner.invoke(app, [*command[:1], "--env", "../x", *command[1:]])
+    assert bad.exit_code == 2, bad.output
+    assert "--env: must be the name of a file in TOOLGUARD_POLICY_DIR" in bad.output
+    for result in (missing, bad):
+        assert "TOOLGUARD_ENV" not in result.output and "Traceback" not in result.output
+
+
+def test_toolguard_env_problems_still_name_the_variable(
+        runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLGUARD_POLICY_DIR", str(tmp_path))
+    monkeypatch.setenv("TOOLGUARD_ENV", "nope")
+    result = runner.invoke(app, ["explain", "--tool", "t"])
+    assert result.exit_code == 2
+    assert "(selected by TOOLGUARD_ENV=nope)" in result.output

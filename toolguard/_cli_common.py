@@ -4,7 +4,6 @@ registers (``_mcp_proxy``), which do not import each other."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -17,7 +16,7 @@ if TYPE_CHECKING:
 
     from ._policy import Policy
 
-__all__ = ["BAD_INPUT", "fail", "load_cli_policy", "stderr_console"]
+__all__ = ["BAD_INPUT", "fail", "load_cli_policy", "read_cli_policy", "stderr_console"]
 
 BAD_INPUT = 2
 
@@ -35,21 +34,29 @@ def load_cli_policy(file: Path | None, env: str | None) -> Policy:
     it is invalid."""
     from rich.text import Text
 
-    from ._policy_loader import load_policy, policy_from_env
-    from ._settings import PREFIX
-
     try:
-        if file is not None:
-            return load_policy(file)
-        if env is not None:
-            environ = {k: v for k, v in os.environ.items() if k.upper() != f"{PREFIX}POLICY"}
-            return load_policy(None, env={**environ, f"{PREFIX}ENV": env})
-        return policy_from_env()
+        return read_cli_policy(file, env)
     except PolicyError as error:
         err = stderr_console()
         for problem in error.problems:
             err.print(Text(str(problem), style="red"))
         fail(f"invalid policy ({len(error.problems)} problem(s))")
+
+
+def read_cli_policy(file: Path | None, env: str | None) -> Policy:
+    """``file``, else the policy of ``--env`` ``env`` (problems name the option), else the
+    one the environment selects.
+
+    Raises:
+        PolicyError: listing every problem.
+    """
+    from ._policy_loader import load_env_option_policy, load_policy, policy_from_env
+
+    if file is not None:
+        return load_policy(file)
+    if env is not None:
+        return load_env_option_policy(env, "--env")
+    return policy_from_env()
 
 
 def fail(message: str) -> NoReturn:

@@ -72,7 +72,9 @@ class PolicyProblem:
             where += f":{self.line}"
             if self.column is not None:
                 where += f":{self.column}"
-        return f"{where}: {self.path or '<root>'}: {self.message}"
+        if not self.path:  # the file (or variable) as a whole: it is named already
+            return f"{where}: {self.message}"
+        return f"{where}: {self.path}: {self.message}"
 
 
 class PolicyError(ToolGuardError, ValueError):

@@ -57,6 +57,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = [
     "check_policy_files",
+    "load_env_option_policy",
     "load_policy",
     "load_policy_dict",
     "policy_from_env",
@@ -103,8 +104,29 @@ def load_policy(
     Raises:
         PolicyError: listing every problem in every file and variable.
     """
+    return _load(path, env, None)
+
+
+def load_env_option_policy(name: str, option: str = "--env",
+                           env: Mapping[str, str] | None = None) -> Policy:
+    """The policy of environment ``name`` given on the command line (``--env NAME``): as if
+    ``TOOLGUARD_ENV=name`` were set (and no ``TOOLGUARD_POLICY``), with problems naming
+    ``option`` instead of the variable.
+
+    Raises:
+        PolicyError: listing every problem.
+    """
+    from ._settings import PREFIX
+
+    environ = {k: v for k, v in (os.environ if env is None else env).items()
+               if k.upper() not in (f"{PREFIX}POLICY", f"{PREFIX}ENV")}
+    return _load(None, {**environ, f"{PREFIX}ENV": name}, option)
+
+
+def _load(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None,
+          env_option: str | None) -> Policy:
     try:
-        environment = read_environment(env)
+        environment = read_environment(env, env_option=env_option)
     except RecursionError:  # a variable holding JSON nested hundreds of levels deep
         raise PolicyError([PolicyProblem(
             "env", "", "a TOOLGUARD_ variable's value is nested too deeply")]) from None

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -278,15 +277,10 @@ def _load_policy(file: Path | None, env: str | None) -> Policy:
     """The policy to replay with; exits 2 listing every problem if it is invalid."""
     from rich.text import Text
 
-    from ._policy_loader import load_policy, policy_from_env
+    from ._cli_common import read_cli_policy
 
     try:
-        if file is not None:
-            return load_policy(file)
-        if env is not None:
-            environ = {k: v for k, v in os.environ.items() if k.upper() != "TOOLGUARD_POLICY"}
-            return policy_from_env({**environ, "TOOLGUARD_ENV": env})
-        return policy_from_env()
+        return read_cli_policy(file, env)
     except PolicyError as error:
         for problem in error.problems:
             _stderr().print(Text(f"toolguard replay: {problem}", style="red"))

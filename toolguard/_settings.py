@@ -165,11 +165,15 @@ class EnvironmentOverrides:
     selection_problems: tuple[PolicyProblem, ...] = ()  # of TOOLGUARD_ENV: moot given a file
 
 
-def read_environment(env: Mapping[str, str] | None = None) -> EnvironmentOverrides:
+def read_environment(env: Mapping[str, str] | None = None, *,
+                     env_option: str | None = None) -> EnvironmentOverrides:
     """Read the ``TOOLGUARD_*`` variables (see the module docstring).
 
     Args:
         env: the variables; ``None`` reads ``os.environ``.
+        env_option: the command-line option that gave ``TOOLGUARD_ENV``'s value (``--env``):
+            ``selected_by`` and a problem with the name then name the option, which the
+            user typed, not the variable.
 
     Returns:
         The selected policy file, the overrides and any problems with the variables. Override
@@ -190,14 +194,14 @@ def read_environment(env: Mapping[str, str] | None = None) -> EnvironmentOverrid
         policy_file = settings.policy
         selected_by = f"{names.get(('policy',), PREFIX + 'POLICY')}={settings.policy}"
     elif settings.env is not None:
-        var = names.get(("env",), PREFIX + "ENV")
+        var = env_option or names.get(("env",), PREFIX + "ENV")
         if _ENV_NAME.fullmatch(settings.env):
             policy_file = settings.policy_dir / f"{settings.env}.toml"
-            selected_by = f"{var}={settings.env}"
+            selected_by = f"{var} {settings.env}" if env_option else f"{var}={settings.env}"
         else:
             selection.append(
                 PolicyProblem(
-                    source=f"env {var}",
+                    source=var if env_option else f"env {var}",
                     path="",
                     message=(
                         "must be the name of a file in TOOLGUARD_POLICY_DIR without .toml "
