@@ -421,8 +421,64 @@ def test_numbers_out_of_range_say_what_was_expected(tmp_path: Path) -> None:
     problems = _messages(path)
     assert problems[0] == f"{path}:2:1: budget.max_tool_calls: must be an integer below 2**63, " \
                           "got 1e+300"
-    assert problems[1].startswith(f"{path}:3:1: budget.timeout_s: must be a finite number "
-                                  "below 1.8e308")
+    assert problems[1] == (f"{path}:3:1: budget.timeout_s: must be at most 1e9 seconds "
+                           "(about 31 years), got 1" + "0" * 58 + "…")
+
+
+HUGE = 10**23
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("budget.max_tool_calls", HUGE, "must be an integer below 2**63"),
+    ("budget.max_tokens", 2**63, "must be an integer below 2**63"),
+    ("tools.t.max_calls", HUGE, "must be an integer below 2**63"),
+    ("tools.t.max_polls", HUGE, "must be an integer below 2**63"),
+    ("ladder.readonly.halt_at", HUGE, "must be an integer below 2**63"),
+    ("tools.t.ladder.warn_at", HUGE, "must be an integer below 2**63"),
+    ("ladder.max_progress_resets", HUGE, "must be an integer below 2**63"),
+    ("idempotency.max_entries", HUGE, "must be an integer below 2**63"),
+    ("max_args_bytes", HUGE, "must be an integer below 2**63"),
+    ("idempotency.wait_timeout_s", 1e300, "must be at most 1e9 seconds (about 31 years)"),
+    ("store.timeout_s", 1e10, "must be at most 1e9 seconds (about 31 years)"),
+    ("tools.t.idempotency_ttl_s", HUGE, "must be at most 1e9 seconds (about 31 years)"),
+])
+def test_huge_counts_and_durations_are_refused_with_the_key_path(
+        tmp_path: Path, key: str, value: float, expected: str) -> None:
+    """Regression: ``max_calls = 10**23`` passed ``check``; a duration of 1e300 s passed too
+    and raised OverflowError from the first wait on it."""
+    *tables, name = key.split(".")
+    path = tmp_path / "p.toml"
+    header = f"[{'.'.join(tables)}]\n" if tables else ""
+    path.write_text(f"{header}{name} = {value!r}\n")
+    problems = _messages(path)
+    line = 2 if tables else 1
+    assert problems == [f"{path}:{line}:1: {key}: {expected}, got {value!r}"], problems
+
+
+def test_the_bounds_themselves_are_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(f"[budget]\nmax_tool_calls = {2**63 - 1}\ntimeout_s = 1e9\n")
+    policy = load_policy(path, env={})
+    assert policy.budget.max_tool_calls == 2**63 - 1 and policy.budget.timeout_s == 1e9
+
+
+def test_a_huge_count_from_the_environment_names_the_variable() -> None:
+    with pytest.raises(PolicyError) as caught:
+        load_policy(None, env={"TOOLGUARD_BUDGET__MAX_TOOL_CALLS": str(HUGE)})
+    assert [str(p) for p in caught.value.problems] == [
+        f"env TOOLGUARD_BUDGET__MAX_TOOL_CALLS: budget.max_tool_calls: must be an integer "
+        f"below 2**63, got {HUGE}"]
+
+
+def test_the_models_refuse_what_the_schema_refuses() -> None:
+    from pydantic import ValidationError
+
+    from toolguard._policy import BudgetPolicy, IdempotencyPolicy
+
+    with pytest.raises(ValidationError):
+        BudgetPolicy(max_tool_calls=HUGE)
+    with pytest.raises(ValidationError):
+        IdempotencyPolicy(wait_timeout_s=1e300)
 
 
 def test_a_policy_dict_may_hold_tuples_and_its_own_dump_loads_back() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -49,6 +49,13 @@ DEFAULT_REDACT: tuple[str, ...] = (
 )
 
 
+MAX_COUNT: Final = 2**63 - 1
+"""The largest count, threshold or size a policy may set (what a 64-bit counter holds)."""
+MAX_SECONDS: Final = 1e9
+"""The longest duration a policy may set (about 31 years): beyond it, timers and socket
+timeouts overflow (``OverflowError``)."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -61,9 +68,9 @@ class LadderThresholds(_Frozen):
     halt_at``; equal values skip a rung.
     """
 
-    warn_at: int = Field(ge=2)
-    block_at: int = Field(ge=2)
-    halt_at: int = Field(ge=2)
+    warn_at: int = Field(ge=2, le=MAX_COUNT)
+    block_at: int = Field(ge=2, le=MAX_COUNT)
+    halt_at: int = Field(ge=2, le=MAX_COUNT)
 
 
 class LadderOverride(_Frozen):
@@ -72,11 +79,11 @@ class LadderOverride(_Frozen):
     ``stagnation_block_at``; ``0`` turns the rung off for this tool, e.g. a ``think`` tool
     that returns nothing whatever it is given)."""
 
-    warn_at: int | None = Field(default=None, ge=2)
-    block_at: int | None = Field(default=None, ge=2)
-    halt_at: int | None = Field(default=None, ge=2)
-    stagnation_warn_at: int | None = Field(default=None, ge=0)
-    stagnation_block_at: int | None = Field(default=None, ge=0)
+    warn_at: int | None = Field(default=None, ge=2, le=MAX_COUNT)
+    block_at: int | None = Field(default=None, ge=2, le=MAX_COUNT)
+    halt_at: int | None = Field(default=None, ge=2, le=MAX_COUNT)
+    stagnation_warn_at: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    stagnation_block_at: int | None = Field(default=None, ge=0, le=MAX_COUNT)
 
 
 class LadderPolicy(_Frozen):
@@ -100,18 +107,18 @@ class LadderPolicy(_Frozen):
     reset_on_user_turn: bool = True
     readonly: LadderThresholds = LadderThresholds(warn_at=3, block_at=4, halt_at=5)
     mutating: LadderThresholds = LadderThresholds(warn_at=2, block_at=3, halt_at=4)
-    stagnation_warn_at: int = Field(default=4, ge=0)
-    stagnation_block_at: int = Field(default=6, ge=0)
-    max_progress_resets: int = Field(default=10, ge=0)
+    stagnation_warn_at: int = Field(default=4, ge=0, le=MAX_COUNT)
+    stagnation_block_at: int = Field(default=6, ge=0, le=MAX_COUNT)
+    max_progress_resets: int = Field(default=10, ge=0, le=MAX_COUNT)
 
 
 class BudgetPolicy(_Frozen):
     """``[budget]``: hard quotas per task (DESIGN.md §2, layer 1). ``None`` means no limit."""
 
-    max_tool_calls: int | None = Field(default=None, ge=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    timeout_s: float | None = Field(default=None, gt=0)
-    max_consecutive_failures: int | None = Field(default=None, ge=1)
+    max_tool_calls: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    max_consecutive_failures: int | None = Field(default=None, ge=1, le=MAX_COUNT)
 
 
 class IdempotencyPolicy(_Frozen):
@@ -133,17 +140,17 @@ class IdempotencyPolicy(_Frozen):
             tool run (a claim that expires under a running call lets an identical call run).
     """
 
-    ttl_s: float = Field(default=3600.0, gt=0)
-    max_entries: int = Field(default=10_000, ge=1)
+    ttl_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)
+    max_entries: int = Field(default=10_000, ge=1, le=MAX_COUNT)
     timeout_exceptions: tuple[str, ...] = DEFAULT_TIMEOUT_EXCEPTIONS
-    wait_timeout_s: float = Field(default=30.0, gt=0)
-    in_progress_ttl_s: float = Field(default=600.0, gt=0)
+    wait_timeout_s: float = Field(default=30.0, gt=0, le=MAX_SECONDS)
+    in_progress_ttl_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS)
 
 
 class ApprovalPolicy(_Frozen):
     """``[approval]``: a pending approval older than ``timeout_s`` seconds fails the task."""
 
-    timeout_s: float = Field(default=300.0, gt=0)
+    timeout_s: float = Field(default=300.0, gt=0, le=MAX_SECONDS)
 
 
 class AuditPolicy(_Frozen):
@@ -156,7 +163,7 @@ class AuditPolicy(_Frozen):
     The approver sees the full arguments."""
 
     redact: tuple[str, ...] = DEFAULT_REDACT
-    max_value_chars: int = Field(default=200, ge=8)
+    max_value_chars: int = Field(default=200, ge=8, le=MAX_COUNT)
 
     @cached_property
     def redact_pattern(self) -> re.Pattern[str] | None:
@@ -185,9 +192,9 @@ class StorePolicy(_Frozen):
     url: str | None = None
     cluster: bool = False
     on_error: Literal["fail_closed", "fail_open"] = "fail_closed"
-    timeout_s: float = Field(default=1.0, gt=0)
+    timeout_s: float = Field(default=1.0, gt=0, le=MAX_SECONDS)
     key_prefix: str = "toolguard"
-    state_ttl_s: float = Field(default=86_400.0, gt=0)
+    state_ttl_s: float = Field(default=86_400.0, gt=0, le=MAX_SECONDS)
 
 
 class ArgOptions(_Frozen):
@@ -255,11 +262,11 @@ class ToolPolicy(_Frozen):
     effect: Effect | None = None
     requires_approval: bool | None = None
     idempotency_scope: IdempotencyScope | None = None
-    idempotency_ttl_s: float | None = Field(default=None, gt=0)
+    idempotency_ttl_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     forwards_idempotency_key: bool | None = None
     external: bool | None = None
-    max_calls: int | None = Field(default=None, ge=1)
-    max_polls: int | None = Field(default=None, ge=1)
+    max_calls: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    max_polls: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     ladder: LadderOverride | None = None
     args: dict[str, ArgOptions] = Field(default_factory=dict)
     rules: tuple[ToolRule, ...] = ()
@@ -290,8 +297,8 @@ class Policy(_Frozen):
     default_effect: Effect | Literal["deny"] = Effect.MUTATING
     strict_tools: bool = True
     require_task: bool = False
-    default_max_polls: int = Field(default=50, ge=1)
-    max_args_bytes: int | None = Field(default=1_000_000, ge=64)
+    default_max_polls: int = Field(default=50, ge=1, le=MAX_COUNT)
+    max_args_bytes: int | None = Field(default=1_000_000, ge=64, le=MAX_COUNT)
     budget: BudgetPolicy = BudgetPolicy()
     ladder: LadderPolicy = LadderPolicy()
     idempotency: IdempotencyPolicy = IdempotencyPolicy()

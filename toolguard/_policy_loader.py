@@ -491,6 +491,9 @@ def _schema_problems(layer: _Layer) -> list[PolicyProblem]:
     problems: list[PolicyProblem] = []
     for error in _validator().iter_errors(layer.data):
         path: KeyPath = tuple(error.absolute_path)
+        if error.validator == "maximum" and isinstance(error.instance, float) and not (
+                math.isfinite(error.instance)):
+            continue  # inf: "must be a finite number", from _value_problems
         schema = error.schema if isinstance(error.schema, Mapping) else {}
         if error.validator == "additionalProperties" and error.validator_value is False:
             allowed = list(schema.get("properties", {}))
@@ -510,6 +513,8 @@ def _schema_problems(layer: _Layer) -> list[PolicyProblem]:
 def _expected_message(error: ValidationError, schema: Mapping[str, Any]) -> str:
     if error.validator in {"type", "enum", "minimum", "exclusiveMinimum"}:
         return f"must be {_expected(schema)}, got {_show(error.instance)}"
+    if error.validator == "maximum":
+        return f"must be {_at_most(schema)}, got {_show(error.instance)}"
     if error.validator == "not" and isinstance(error.instance, str):  # a Regex: as RE2 says
         why = pattern_problem(error.instance) or (
             "uses lookaround or a backreference, which the linear-time regex engine (RE2) "
@@ -544,6 +549,16 @@ def _expected(schema: Mapping[str, Any]) -> str:
     if "exclusiveMinimum" in schema:
         words += f" > {schema['exclusiveMinimum']}"
     return words
+
+
+def _at_most(schema: Mapping[str, Any]) -> str:
+    """The upper bound of a count (what a 64-bit counter holds, in a store or elsewhere) or
+    of a duration (beyond it, timers and sockets overflow)."""
+    types = schema.get("type", [])
+    if "integer" in ([types] if isinstance(types, str) else types):
+        return "an integer below 2**63"
+    bound = f"{schema['maximum']:.0e}".replace("e+0", "e").replace("e+", "e")
+    return f"at most {bound} seconds (about 31 years)"
 
 
 def _show(value: Any, limit: int = 60) -> str:
