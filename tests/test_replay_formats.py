@@ -654,7 +654,7 @@ def test_integers_beyond_64_bits_in_metadata_and_effects_replay_and_print(
 
     big = 123456789012345678901234567890
     path = write_jsonl(tmp_path / "t.jsonl", [
-        {"case": "b", "ticket": big, "effects": {"a": {"max_calls": big}}},
+        {"case": "b", "ticket": big, "effects": {"a": {"max_calls": 5}}},
         call("a", {"n": big}),
     ])
     runs, problems = read_file(path)
@@ -664,6 +664,13 @@ def test_integers_beyond_64_bits_in_metadata_and_effects_replay_and_print(
     assert json.loads(to_json_text(report))["runs"][0]["id"] == "b"
     assert str(big) in to_json_text(report)  # exact, not a float
     assert all(json.loads(line) for line in jsonl_lines(report))
+    # a count no store can hold is an invalid header, named with its key path
+    huge = write_jsonl(tmp_path / "h.jsonl", [{"case": "h", "effects": {"a": {"max_calls": big}}},
+                                             call("a", {})])
+    report = replay_runs(read_file(huge)[0], tg.Policy())
+    assert [p.message for p in report.problems] == [
+        f"run h: invalid header effects: tools.a.max_calls: must be an integer below 2**63, "
+        f"got {big}"]
 
 
 def test_a_guard_error_inside_a_run_is_a_problem(tmp_path: Path,
