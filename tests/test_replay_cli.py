@@ -308,3 +308,39 @@ def test_a_wrong_jsonl_format_is_one_problem_per_kind_with_its_count(forced: str
     assert problems == [f"toolguard replay: {path}:1: not valid JSON: unexpected end of data "
                         f"(column 1), and {lines - 1} more line(s) like it; {lines} lines "
                         "skipped (not JSON lines? see --input-format)"]
+
+
+# -- --allow-empty: input without tool calls, whatever its shape -------------------------------
+
+
+def test_allow_empty_accepts_a_directory_without_recordings(tmp_path: Path) -> None:
+    """Regression: ``--allow-empty`` on an empty directory still exited 2."""
+    (tmp_path / "readme.txt").write_text("not a recording")
+    result = replay(tmp_path, "--allow-empty", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["runs"] == [] and doc["problems"] == []
+    assert [n["file"] for n in doc["notes"]] == [str(tmp_path)]
+    assert "nothing to replay" in result.stderr
+    without = replay(tmp_path)
+    assert without.exit_code == 2
+    assert f"{tmp_path}: no .eval, .json, .jsonl, .traj, .traj.json files (--allow-empty " \
+           "allows it)" in without.stderr
+
+
+def test_allow_empty_accepts_empty_files(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text("")
+    (tmp_path / "b.json").write_text("  \n")
+    result = replay(tmp_path, "--allow-empty", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert [n["message"] for n in json.loads(result.stdout)["notes"]] == [
+        "empty file: nothing to replay"] * 2
+    assert replay(tmp_path).exit_code == 2
+
+
+def test_allow_empty_still_reports_unreadable_and_unrecognised_files(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text('{"neither": "chat nor trace"}')
+    result = replay(tmp_path / "x.json", tmp_path / "missing.jsonl", "--allow-empty")
+    assert result.exit_code == 2
+    assert f"{tmp_path / 'missing.jsonl'}: cannot read" in result.stderr
+    assert f"{tmp_path / 'x.json'}: format not recognised" in result.stderr

@@ -195,7 +195,8 @@ def test_a_directory_stands_for_its_transcripts(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     runs, problems = read_runs([tmp_path / "empty"])
     assert runs == []
-    assert problems[0].message == "no .eval, .json, .jsonl, .traj, .traj.json files"
+    assert problems[0].message == ("no .eval, .json, .jsonl, .traj, .traj.json files "
+                                   "(--allow-empty allows it)")
 
 
 @settings(max_examples=50, deadline=None)

@@ -119,7 +119,9 @@ def replay(
                           "(see --list-formats)."),
     ] = None,
     allow_empty: Annotated[
-        bool, typer.Option("--allow-empty", help="A file without tool calls is no problem.")
+        bool, typer.Option("--allow-empty",
+                           help="Input without tool calls is no problem: a file without any "
+                                "(or empty), a directory without recordings.")
     ] = False,
     list_formats: Annotated[
         bool, typer.Option("--list-formats", help="List the input formats and exit.")
@@ -170,9 +172,12 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
     from .replay import ReplayReport, UniqueIds, iter_files, open_file, replay_runs
 
     report = ReplayReport()
-    files = list(iter_files(paths, report.problems))
+    files = list(iter_files(paths, report.problems,
+                            notes=report.notes if allow_empty else None))
     for problem in report.problems:  # directories without any transcript
         _error(problem)
+    for note in report.notes:
+        _note(note)
     unique = UniqueIds()
     with _FileProgress(files) as progress:
         for path in files:

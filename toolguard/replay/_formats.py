@@ -98,7 +98,10 @@ def open_file(path: str | Path, *, input_format: str | None = None,
         out.fail(ReplayInputError(name, None, f"cannot read: {exc.strerror or exc}"))
         return out
     if not head.strip():
-        out.fail(ReplayInputError(name, None, "empty file"))
+        if allow_empty:  # no tool call, which --allow-empty allows
+            out.notes.append(ReplayNote(name, "empty file: nothing to replay"))
+        else:
+            out.fail(ReplayInputError(name, None, "empty file (--allow-empty allows it)"))
         return out
     reader = forced or detect(Path(path), head)
     if reader is None:
@@ -178,10 +181,11 @@ def _keys(value: dict[str, Any]) -> str:
     return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "") if names else "(none)"
 
 
-def iter_files(paths: Iterable[str | Path], problems: list[ReplayInputError]) -> Iterator[Path]:
+def iter_files(paths: Iterable[str | Path], problems: list[ReplayInputError], *,
+               notes: list[ReplayNote] | None = None) -> Iterator[Path]:
     """The files to read: each file as given; each directory as the files below it (sorted by
     path) whose name ends with a suffix some reader claims. A directory with none is a
-    problem."""
+    problem, or a note in ``notes`` when that list is given (``--allow-empty``)."""
     claimed = suffixes()
     for item in paths:
         path = Path(item)
@@ -189,8 +193,12 @@ def iter_files(paths: Iterable[str | Path], problems: list[ReplayInputError]) ->
             files = sorted(p for p in path.rglob("*")
                            if p.is_file() and p.name.endswith(claimed))
             if not files:
-                problems.append(ReplayInputError(
-                    str(path), None, f"no {', '.join(claimed)} files"))
+                found = f"no {', '.join(claimed)} files"
+                if notes is not None:
+                    notes.append(ReplayNote(str(path), f"{found}: nothing to replay"))
+                else:
+                    problems.append(ReplayInputError(str(path), None,
+                                                     f"{found} (--allow-empty allows it)"))
             yield from files
         else:
             yield path
