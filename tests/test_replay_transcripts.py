@@ -264,6 +264,30 @@ def test_codex_rollout_with_the_default_policy_caches_the_polls_then_halts() -> 
                             ("write_stdin", "cached"), ("write_stdin", "halt")]
 
 
+CODEX_12_47 = ("codex-rollout/rollout-2026-02-23T12-47-42-019c8a53-a0dd-7130-bcd7-"
+               "95445d84846a.jsonl")
+
+
+def test_codex_12_47_with_the_default_policy_caches_one_poll_that_had_moved() -> None:
+    """The one ``cached`` of rollout 12-47-42 under the default policy (README, replay) is not
+    a repeated write: calls 26 and 27 are the same ``write_stdin`` poll of one running
+    process, back to back, and the recorded outputs differ (113 and 102 characters), so the
+    cached answer would have shown the model stale output. The codex policy makes
+    ``write_stdin`` a poll, and nothing is cached."""
+    runs, problems = read_runs([TRANSCRIPTS / CODEX_12_47])
+    assert problems == []
+    calls = runs[0].calls
+    first, second = calls[26], calls[27]
+    assert (first.tool, second.tool) == ("write_stdin", "write_stdin")
+    assert first.args == second.args and first.result != second.result
+    [run] = replay_runs(runs, tg.Policy()).runs
+    assert [(s.index, s.tool, str(s.decision)) for s in run.steps
+            if str(s.decision) != "allow"] == [(27, "write_stdin", "cached")]
+    runs, _ = read_runs([TRANSCRIPTS / CODEX_12_47])
+    [run] = replay_runs(runs, tg.load_policy(POLICIES / "codex.toml", env={})).runs
+    assert {str(s.decision) for s in run.steps} == {"allow"}
+
+
 @pytest.mark.parametrize("name", [n for n in EXPECTED if n.startswith("codex-rollout/")])
 def test_every_codex_rollout_replays_without_a_stop_under_the_codex_policy(name: str) -> None:
     runs, _ = read_runs([TRANSCRIPTS / name])
