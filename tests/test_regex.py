@@ -201,3 +201,12 @@ def test_import_toolguard_does_not_load_re2() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"
+
+
+@settings(max_examples=200)
+@given(text=st.text(alphabet=st.sampled_from("xé€😀a\n "), max_size=30))
+def test_removal_with_empty_matches_keeps_characters_whole(text: str) -> None:
+    """Empty matches advance one character, not one byte, on the UTF-8 text."""
+    for pattern in (r"x*", r"(?:é|x)*", r"a?", r"^"):
+        assert _regex.compile_pattern(pattern, multiline=True).remove(text) == re.sub(
+            pattern, "", text, flags=re.MULTILINE), pattern
