@@ -492,3 +492,18 @@ def test_reload_policy_without_a_policy_is_a_type_error() -> None:
     guard = tg.Guard()
     with pytest.raises(TypeError, match="policy_from_env"):
         guard.reload_policy(None)  # type: ignore[arg-type]
+
+
+def test_one_clear_problem_per_bad_pattern_value(tmp_path: Path) -> None:
+    """Regression (break-it pass): a non-string regex also failed the schema's Regex 'not'
+    and an ignore_fields path without '$' was reported twice, once in jsonschema's words."""
+    path = tmp_path / "p.toml"
+    path.write_text('[[tools.y.rules]]\nmatch = {cmd = 5}\neffect = "readonly"\n'
+                    '[tools.z.result]\nignore = [1]\nignore_fields = ["nope", 3]\n')
+    assert _messages(path) == [
+        f"{path}:2:10: tools.y.rules[0].match.cmd: must be a string, got 5",
+        f"{path}:5:11: tools.z.result.ignore[0]: must be a string, got 1",
+        f'{path}:6:18: tools.z.result.ignore_fields[0]: not a field path: must start with $, '
+        'got "nope"',
+        f"{path}:6:26: tools.z.result.ignore_fields[1]: must be a string, got 3",
+    ]

@@ -515,6 +515,9 @@ def _expected_message(error: ValidationError, schema: Mapping[str, Any]) -> str:
         return f"must be {_expected(schema)}, got {_show(error.instance)}"
     if error.validator == "maximum":
         return f"must be {_at_most(schema)}, got {_show(error.instance)}"
+    if error.validator == "pattern" and isinstance(error.instance, str):  # ignore_fields
+        why = field_path_problem(error.instance) or f"must match {error.validator_value}"
+        return f"{why}, got {_show(error.instance)}"  # as _regex_problems says it: once
     if error.validator == "not" and isinstance(error.instance, str):  # a Regex: as RE2 says
         why = pattern_problem(error.instance) or (
             "uses lookaround or a backreference, which the linear-time regex engine (RE2) "
