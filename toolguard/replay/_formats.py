@@ -91,6 +91,7 @@ def open_file(path: str | Path, *, input_format: str | None = None,
                          f"{', '.join(r.name for r in readers())})")
     out = FileRuns(name, None, iter(()))
     try:
+        _regular(Path(path))
         with Path(path).open("rb") as handle:
             head = handle.read(HEAD_BYTES)
         out.size = Path(path).stat().st_size
@@ -112,6 +113,13 @@ def open_file(path: str | Path, *, input_format: str | None = None,
     source.forced = forced is not None
     out.runs = _read(reader, source, out, allow_empty)
     return out
+
+
+def _regular(path: Path) -> None:
+    """Raises OSError unless ``path`` is a regular file (or absent: opening it says so).
+    A FIFO would block the read until some writer came, a device could be endless."""
+    if path.exists() and not path.is_file():
+        raise IsADirectoryError(0, "not a regular file (a directory, FIFO or device)")
 
 
 def _read(reader: Reader, source: Source, out: FileRuns, allow_empty: bool) -> Iterator[Run]:
@@ -280,6 +288,7 @@ def read_tool_definitions(path: str | Path) -> list[ToolSpec]:
     """
     name = str(path)
     try:
+        _regular(Path(path))
         value = load_json(Path(path).read_bytes())
     except OSError as exc:
         raise ReplayInputError(name, None, f"cannot read: {exc.strerror or exc}") from None
