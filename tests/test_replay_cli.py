@@ -344,3 +344,22 @@ def test_allow_empty_still_reports_unreadable_and_unrecognised_files(tmp_path: P
     assert result.exit_code == 2
     assert f"{tmp_path / 'missing.jsonl'}: cannot read" in result.stderr
     assert f"{tmp_path / 'x.json'}: format not recognised" in result.stderr
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """Regression (break-it pass): ``replay FIFO`` and ``--tools FIFO`` blocked forever in
+    open(), waiting for a writer; now each is a problem naming the file. Run in a child with
+    a timeout so that a regression fails instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "calls.jsonl"
+    os.mkfifo(fifo)
+    trace = ROOT / "examples" / "traces" / "grep-loop.jsonl"
+    for args in ([str(fifo)], [str(trace), "--tools", str(fifo)]):
+        done = subprocess.run([sys.executable, "-m", "toolguard.cli", "replay", *args],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 2, done.stderr
+        assert f"{fifo}: cannot read: not a regular file (a directory, FIFO or device)" \
+               in done.stderr
+        assert "Traceback" not in done.stderr
