@@ -507,3 +507,21 @@ def test_one_clear_problem_per_bad_pattern_value(tmp_path: Path) -> None:
         'got "nope"',
         f"{path}:6:26: tools.z.result.ignore_fields[1]: must be a string, got 3",
     ]
+
+
+def test_a_non_finite_number_is_one_problem(tmp_path: Path) -> None:
+    """Regression (break-it pass): ``max_calls = inf`` was reported twice, as not an integer
+    and as not finite."""
+    path = tmp_path / "p.toml"
+    path.write_text("[budget]\nmax_tool_calls = inf\ntimeout_s = nan\n"
+                    '[tools.x]\nmax_calls = -inf\neffect = inf\n')
+    assert _messages(path) == [
+        f"{path}:2:1: budget.max_tool_calls: must be a finite number (leave the key out for "
+        "no limit), got inf",
+        f"{path}:3:1: budget.timeout_s: must be a finite number (leave the key out for no "
+        "limit), got nan",
+        f"{path}:5:1: tools.x.max_calls: must be a finite number (leave the key out for no "
+        "limit), got -inf",
+        f'{path}:6:1: tools.x.effect: must be one of "readonly", "mutating", "poll", got '
+        "Infinity",
+    ]

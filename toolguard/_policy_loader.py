@@ -392,7 +392,10 @@ def _build(
         layers = [*layers, _Layer(env_data, "env", None, environment.variables)]
 
     for index, layer in enumerate(layers):
-        found = _schema_problems(layer) + _regex_problems(layer) + _value_problems(layer)
+        found = _schema_problems(layer)
+        shown = {p.path for p in found}  # a value the schema refused: that problem is enough
+        found += [p for p in _regex_problems(layer) + _value_problems(layer)
+                  if p.path not in shown]
         problems.extend(sorted(found, key=lambda p: (p.line or 0, p.column or 0)))
         merged = _merge(merged, layer.data)
         for leaf in _leaves(layer.data):
@@ -491,10 +494,10 @@ def _schema_problems(layer: _Layer) -> list[PolicyProblem]:
     problems: list[PolicyProblem] = []
     for error in _validator().iter_errors(layer.data):
         path: KeyPath = tuple(error.absolute_path)
-        if error.validator == "maximum" and isinstance(error.instance, float) and not (
-                math.isfinite(error.instance)):
-            continue  # inf: "must be a finite number", from _value_problems
         schema = error.schema if isinstance(error.schema, Mapping) else {}
+        if (isinstance(error.instance, float) and not math.isfinite(error.instance)
+                and {"integer", "number"} & set(_types(schema))):
+            continue  # inf, nan: "must be a finite number", once, from _value_problems
         if error.validator == "additionalProperties" and error.validator_value is False:
             allowed = list(schema.get("properties", {}))
             for key in error.instance:
@@ -541,8 +544,7 @@ def _expected(schema: Mapping[str, Any]) -> str:
     if "enum" in schema:
         options = [json.dumps(v) for v in schema["enum"] if v is not None]
         return "one of " + ", ".join(options)
-    types = schema.get("type", [])
-    types = [types] if isinstance(types, str) else [t for t in types if t != "null"]
+    types = [t for t in _types(schema) if t != "null"]
     words = " or ".join(_TYPE_NAMES.get(t, t) for t in types)
     items = schema.get("items")
     if "array" in types and isinstance(items, Mapping) and items.get("type") == "string":
@@ -557,11 +559,16 @@ def _expected(schema: Mapping[str, Any]) -> str:
 def _at_most(schema: Mapping[str, Any]) -> str:
     """The upper bound of a count (what a 64-bit counter holds, in a store or elsewhere) or
     of a duration (beyond it, timers and sockets overflow)."""
-    types = schema.get("type", [])
-    if "integer" in ([types] if isinstance(types, str) else types):
+    if "integer" in _types(schema):
         return "an integer below 2**63"
     bound = f"{schema['maximum']:.0e}".replace("e+0", "e").replace("e+", "e")
     return f"at most {bound} seconds (about 31 years)"
+
+
+def _types(schema: Mapping[str, Any]) -> list[str]:
+    """A (sub)schema's ``type`` as a list."""
+    types = schema.get("type", [])
+    return [types] if isinstance(types, str) else list(types)
 
 
 def _show(value: Any, limit: int = 60) -> str:
