@@ -59,6 +59,54 @@ def test_a_catastrophic_pattern_does_not_stall_a_guarded_call(tmp_path: Path) ->
     assert done.stdout.strip() == "allow"
 
 
+def test_a_catastrophic_redact_pattern_does_not_stall_a_call(tmp_path: Path) -> None:
+    """``audit.redact`` patterns are searched in every argument's key name, which the model
+    writes: they run on RE2 too (under ``re``, this key takes hours)."""
+    policy = tmp_path / "evil.toml"
+    policy.write_text(f"[audit]\nredact = ['{EVIL}']\n")
+    script = textwrap.dedent(f"""\
+        import toolguard as tg
+
+        @tg.readonly
+        def echo(**kwargs: str) -> str:
+            return "ok"
+
+        guard = tg.Guard(policy=tg.load_policy({str(policy)!r}), tools=[echo])
+        with guard.task("t") as task:
+            print(task.call("echo", '{{"{"a" * 40}!": "v", "aaa": "secret"}}').decision)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "allow"
+
+
+def test_redact_keeps_matching_keys_case_insensitively_and_folded() -> None:
+    from toolguard._policy import AuditPolicy
+    from toolguard._redact import redact
+
+    pattern = AuditPolicy(redact=("api_key", "^(a+)+$", "(?i)Session")).redact_pattern
+    out = redact({"apiKey": "k", "X-API-KEY": "k", "aaaa": "v", "aaab": "w", "SESSION": "s"},
+                 pattern, 200)
+    assert out == {"apiKey": "[REDACTED]", "X-API-KEY": "[REDACTED]", "aaaa": "[REDACTED]",
+                   "aaab": "w", "SESSION": "[REDACTED]"}
+
+
+def test_inline_flags_of_each_pattern_stay_its_own(tmp_path: Path) -> None:
+    """Regression: the patterns of a list were joined into one Python regex, where an inline
+    flag is an error unless at the very start: ``ignore = ['(?i)foo']`` passed ``check`` and
+    then failed the first call."""
+    policy = tmp_path / "flags.toml"
+    policy.write_text('[audit]\nredact = ["(?i)token"]\n'
+                      '[tools.x.result]\nignore = ["(?i)foo", "bar"]\n')
+    loaded = tg.load_policy(policy, env={})
+    result = loaded.tools["x"].result
+    assert result is not None
+    assert normalizer_for(result)("FOO Bar bar foo") == " Bar  "
+    assert loaded.audit.redact_pattern is not None
+    assert loaded.audit.redact_pattern.search("X-TOKEN")
+
+
 @pytest.mark.parametrize(("pattern", "reason"), [
     (r"(a)\1", "uses a backreference \\1, which the linear-time regex engine (RE2)"),
     (r"(?P<n>a)(?P=n)", "uses a named backreference (?P=name)"),
@@ -79,12 +127,16 @@ def test_check_names_file_key_path_and_reason(tmp_path: Path, pattern: str,
 
         [tools.get.result]
         ignore = [{json.dumps(pattern)}]
+
+        [audit]
+        redact = [{json.dumps(pattern)}]
         """))
     result = CliRunner().invoke(app, ["check", str(path)], env={"COLUMNS": "400"})
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     assert f"{path}:2:11: tools.bash.rules[0].match.command: {reason}" in result.output
     assert f"{path}:6:11: tools.get.result.ignore[0]: {reason}" in result.output
+    assert f"{path}:9:11: audit.redact[0]: {reason}" in result.output
     with pytest.raises(tg.PolicyError, match=re.escape(reason)):
         tg.load_policy(path, env={})
 
@@ -99,10 +151,12 @@ def test_the_schema_rejects_lookaround_and_backreferences() -> None:
     for pattern in (r"foo(?=bar)", r"(?<!x)y", r"(a)\1", r"(?P<n>a)(?P=n)"):
         document = {"tools": {"bash": {"rules": [{"match": {"command": pattern},
                                                   "effect": "readonly"}],
-                                       "result": {"ignore": [pattern]}}}}
+                                       "result": {"ignore": [pattern]}}},
+                    "audit": {"redact": [pattern]}}
         paths = sorted(".".join(map(str, e.absolute_path))
                        for e in validator.iter_errors(document))
-        assert paths == ["tools.bash.result.ignore.0", "tools.bash.rules.0.match.command"]
+        assert paths == ["audit.redact.0", "tools.bash.result.ignore.0",
+                         "tools.bash.rules.0.match.command"]
     for pattern in (r"\\1 literal", r"^\s*(ls|cat)\b[^;&|<>`$\n]*$", r"\(?=x"):
         document = {"tools": {"bash": {"rules": [{"match": {"command": pattern},
                                                   "effect": "readonly"}]}}}

@@ -14,7 +14,6 @@ Sinks are callables taking one event. Built in: :class:`LoggingSink` (stdlib ``l
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from ._redact import REDACTED, redact, redact_text, secrets_in
+from ._redact import REDACTED, KeyPattern, redact, redact_text, secrets_in
 
 __all__ = [
     "AuditEvent",
@@ -70,7 +69,7 @@ class AuditEvent:
 AuditSink = Callable[[AuditEvent], None]
 
 
-def scrub(message: str, args: Mapping[str, Any], pattern: re.Pattern[str] | None) -> str:
+def scrub(message: str, args: Mapping[str, Any], pattern: KeyPattern | None) -> str:
     """``message`` with the value of every key matching ``pattern``, at any depth of
     ``args``, replaced by ``"[REDACTED]"`` (validation messages quote the offending value,
     which may be a container holding a secret: ``[{'token': '…'}] is not of type 'object'``),

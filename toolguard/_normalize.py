@@ -293,9 +293,9 @@ def normalizer_for(policy: ResultPolicy) -> ResultNormalizer:
     """
     ignore = None
     if policy.ignore:
-        from ._regex import compile_pattern
+        from ._regex import compile_patterns
 
-        ignore = compile_pattern("|".join(f"(?:{p})" for p in policy.ignore), multiline=True)
+        ignore = compile_patterns(policy.ignore, multiline=True)
     return ResultNormalizer(policy.strip_volatile, ignore,
                             tuple(_parse_path(p) for p in policy.ignore_fields), policy)
 

@@ -8,7 +8,6 @@ source for what a file may contain. Counts are calls; durations are seconds (``_
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Final, Literal
@@ -16,7 +15,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ._outcomes import DEFAULT_TIMEOUT_EXCEPTIONS
-from ._redact import key_pattern
+from ._redact import key_patterns
 from ._types import Effect, IdempotencyScope, Mode
 
 if TYPE_CHECKING:  # re2 loads with the first rule that is matched
@@ -166,11 +165,19 @@ class AuditPolicy(_Frozen):
     max_value_chars: int = Field(default=200, ge=8, le=MAX_COUNT)
 
     @cached_property
-    def redact_pattern(self) -> re.Pattern[str] | None:
-        """All ``redact`` patterns as one compiled case-insensitive regex, a plain word also
-        folded (``api_key`` → ``apikey``, see :func:`toolguard._redact.key_pattern`); None
-        if empty."""
-        return key_pattern(self.redact)
+    def redact_pattern(self) -> PolicyRegex | None:
+        """All ``redact`` patterns, compiled once case-insensitively for RE2 (linear time in
+        the key: a key name is the model's text), a plain word also folded (``api_key`` →
+        ``apikey``, see :func:`toolguard._redact.key_patterns`); None if empty.
+
+        Raises:
+            ValueError: a pattern RE2 cannot run (the policy loader reports it first).
+        """
+        if not self.redact:
+            return None
+        from ._regex import compile_patterns
+
+        return compile_patterns(key_patterns(self.redact), ignore_case=True)
 
 
 class StorePolicy(_Frozen):

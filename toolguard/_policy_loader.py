@@ -47,7 +47,7 @@ from ._ladder_order import out_of_order as _out_of_order
 from ._ladder_order import override_order_problems
 from ._normalize import field_path_problem
 from ._policy import Policy
-from ._regex import pattern_problem, python_syntax_problem
+from ._regex import pattern_problem
 from ._settings import EnvironmentOverrides, read_environment
 
 if sys.version_info >= (3, 11):
@@ -639,8 +639,7 @@ def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
     for path, pattern in candidates:
         if not isinstance(pattern, str):
             continue  # a type error the schema reports
-        # audit.redact is matched by re against key names (toolguard._redact)
-        why = (python_syntax_problem if path[0] == "audit" else pattern_problem)(pattern)
+        why = pattern_problem(pattern)
         if why is not None:
             problems.append(layer.problem(path, f"{why}, got {_show(pattern)}"))
     return problems

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -36,8 +36,10 @@ __all__ = [
     "DEEP",
     "MAX_DEPTH",
     "REDACTED",
+    "KeyPattern",
     "fold_key",
     "key_pattern",
+    "key_patterns",
     "redact",
     "redact_json_text",
     "redact_text",
@@ -116,23 +118,38 @@ def fold_key(key: str) -> str:
     return _SEPARATORS.sub("", key).casefold()
 
 
-def key_pattern(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
-    """``audit.redact`` as one case-insensitive regex, searched in a key and in its folded
-    form; a plain word (``api_key``) also matches folded (``apikey``). None if empty."""
-    if not patterns:
-        return None
+class KeyPattern(Protocol):
+    """What redaction searches key names with: a compiled ``re`` pattern, or the RE2-backed
+    ``audit.redact`` patterns of a policy (``toolguard._regex``)."""
+
+    def search(self, text: str, /) -> object:
+        """Truthy when the pattern is found in ``text``."""
+        ...
+
+
+def key_patterns(patterns: tuple[str, ...]) -> list[str]:
+    """``audit.redact`` as the patterns searched in a key and in its folded form: each one,
+    and for a plain word (``api_key``) also its folded form (``apikey``)."""
     parts: list[str] = []
     for pattern in patterns:
-        parts.append(f"(?:{pattern})")
+        parts.append(pattern)
         if _WORD.fullmatch(pattern) and fold_key(pattern) != pattern.casefold():
-            parts.append(f"(?:{re.escape(fold_key(pattern))})")
-    return re.compile("|".join(parts), re.IGNORECASE)
+            parts.append(re.escape(fold_key(pattern)))
+    return parts
 
 
-_KEYS_SEEN: dict[tuple[re.Pattern[str], str], bool] = {}  # argument names repeat: cached
+def key_pattern(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """``audit.redact`` as one case-insensitive ``re`` regex (:func:`key_patterns`); None if
+    empty. A policy's own patterns run on RE2 instead (``AuditPolicy.redact_pattern``)."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in key_patterns(patterns)), re.IGNORECASE)
 
 
-def _secret_key(key: str, pattern: re.Pattern[str] | None) -> bool:
+_KEYS_SEEN: dict[tuple[KeyPattern, str], bool] = {}  # argument names repeat: cached
+
+
+def _secret_key(key: str, pattern: KeyPattern | None) -> bool:
     if pattern is None:
         return False
     known = _KEYS_SEEN.get((pattern, key))
@@ -166,7 +183,7 @@ def _keeping(group: int) -> Callable[[re.Match[str]], str]:
     return replace
 
 
-def redact(args: Mapping[str, Any], pattern: re.Pattern[str] | None, max_chars: int
+def redact(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int
            ) -> dict[str, Any]:
     """A copy of ``args`` safe to show: values of keys matching ``pattern`` (see
     :func:`key_pattern`) replaced by ``"[REDACTED]"`` at any depth, credentials of a known
@@ -176,7 +193,7 @@ def redact(args: Mapping[str, Any], pattern: re.Pattern[str] | None, max_chars: 
     return {str(k): _value(str(k), v, pattern, max_chars, 1) for k, v in args.items()}
 
 
-def _value(key: str, value: Any, pattern: re.Pattern[str] | None, max_chars: int,
+def _value(key: str, value: Any, pattern: KeyPattern | None, max_chars: int,
            depth: int) -> Any:
     if key and _secret_key(key, pattern):
         return REDACTED
@@ -208,14 +225,14 @@ def _value(key: str, value: Any, pattern: re.Pattern[str] | None, max_chars: int
     return text if len(text) <= max_chars else f"{text[:max_chars]}…"
 
 
-def redact_json_text(text: str, pattern: re.Pattern[str] | None) -> str:
+def redact_json_text(text: str, pattern: KeyPattern | None) -> str:
     """The model's JSON text of a call's arguments, redacted as :func:`redact` redacts them
     (no truncation); text that is not JSON has only its token shapes redacted."""
     cleaned = _json_text(text, pattern, 0)
     return redact_text(text) if cleaned is text else cleaned
 
 
-def _json_text(text: str, pattern: re.Pattern[str] | None, depth: int) -> str:
+def _json_text(text: str, pattern: KeyPattern | None, depth: int) -> str:
     """``text`` redacted as arguments if it is a JSON object or array, else ``text`` itself."""
     stripped = text.lstrip()
     if stripped[:1] not in ("{", "[") or len(text) > _JSON_TEXT_LIMIT:
@@ -230,7 +247,7 @@ def _json_text(text: str, pattern: re.Pattern[str] | None, depth: int) -> str:
     return orjson.dumps(cleaned).decode()
 
 
-def secrets_in(value: Any, pattern: re.Pattern[str], depth: int = 0) -> list[Any]:
+def secrets_in(value: Any, pattern: KeyPattern, depth: int = 0) -> list[Any]:
     """The values of the keys matching ``pattern`` inside ``value``, at any depth (up to
     :data:`MAX_DEPTH`): what a validation message quoting an argument must not show."""
     found: list[Any] = []

@@ -31,12 +31,18 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
 __all__ = [
-    "PolicyRegex", "compile_pattern", "engine", "pattern_problem", "python_syntax_problem",
+    "PolicyRegex",
+    "compile_pattern",
+    "compile_patterns",
+    "engine",
+    "pattern_problem",
+    "python_syntax_problem",
 ]
 
 _UNSUPPORTED: Final = (
@@ -144,29 +150,37 @@ _OPEN_MIN: Final = re.compile(r"\{(,\d*\})")
 
 @dataclass(frozen=True, slots=True, eq=False)
 class PolicyRegex:
-    """One compiled policy pattern; thread-safe (immutable; RE2 objects match concurrently).
+    """Compiled policy patterns: a match of any of them is a match; thread-safe (immutable;
+    RE2 objects match concurrently).
 
     Text is matched as UTF-8 (lone surrogates, which a Python caller can pass, as their
     ``surrogatepass`` bytes).
     """
 
-    pattern: str
-    _re2: Any  # an RE2 object, or None with the fallback
-    _re: re.Pattern[str] | None = None  # the fallback: Python's re
+    patterns: tuple[str, ...]
+    _re2: Any  # one RE2 object for the alternation, or None with the fallback
+    _re: tuple[re.Pattern[str], ...] = ()  # the fallback: Python's re, one per pattern
     _anchor: Any = None  # RE2::UNANCHORED: a search
 
+    @property
+    def pattern(self) -> str:
+        """The patterns as one alternation (for messages)."""
+        return "|".join(self.patterns)
+
     def search(self, text: str) -> bool:
-        """Whether the pattern is found anywhere in ``text``."""
-        if self._re is not None:
-            return self._re.search(text) is not None
+        """Whether any of the patterns is found anywhere in ``text``."""
+        if self._re2 is None:
+            return any(p.search(text) is not None for p in self._re)
         data = text.encode("utf-8", "surrogatepass")
         return bool(self._re2.Match(self._anchor, data, 0, len(data))[0][0] >= 0)
 
     def remove(self, text: str) -> str:
         """``text`` with every match removed (leftmost first, non-overlapping, as
-        ``re.sub(pattern, "", text)``)."""
-        if self._re is not None:
-            return self._re.sub("", text)
+        ``re.sub(alternation, "", text)``; the fallback removes pattern by pattern)."""
+        if self._re2 is None:
+            for compiled in self._re:
+                text = compiled.sub("", text)
+            return text
         data = text.encode("utf-8", "surrogatepass")
         end = len(data)
         kept: list[bytes] = []
@@ -191,37 +205,46 @@ class PolicyRegex:
             return b"".join(kept).decode("utf-8", "replace")
 
     def __repr__(self) -> str:
-        return f"PolicyRegex({self.pattern!r})"
+        return f"PolicyRegex({self.patterns!r})"
 
 
 def compile_pattern(pattern: str, *, multiline: bool = False) -> PolicyRegex:
-    """Compile a policy pattern with the linear-time engine (module docstring).
+    """Compile one policy pattern with the linear-time engine (see :func:`compile_patterns`)."""
+    return compile_patterns((pattern,), multiline=multiline)
+
+
+def compile_patterns(patterns: Iterable[str], *, multiline: bool = False,
+                     ignore_case: bool = False) -> PolicyRegex:
+    """Compile policy patterns, any of which may match, with the linear-time engine (module
+    docstring): one RE2 program for their alternation. Each is a pattern of its own, so an
+    inline flag (``(?i)``) at its start applies to it alone.
 
     Args:
-        pattern: Python-style syntax (``tools.X.rules[i].match`` values, ``result.ignore``).
+        patterns: Python-style syntax (``tools.X.rules[i].match`` values, ``result.ignore``,
+            ``audit.redact``).
         multiline: ``^`` and ``$`` also match at line breaks (``re.MULTILINE``).
+        ignore_case: case-insensitive (``re.IGNORECASE``).
 
     Returns:
-        The compiled pattern.
+        The compiled patterns.
 
     Raises:
-        ValueError: the pattern is not acceptable (:func:`pattern_problem` says why; the
+        ValueError: a pattern is not acceptable (:func:`pattern_problem` says why; the
             policy loader reports it first, with its file and key path).
     """
-    problem = pattern_problem(pattern)
-    if problem is not None:
-        raise ValueError(f"{problem}, got {pattern!r}")
-    return _compile(pattern, multiline)
-
-
-def _compile(pattern: str, multiline: bool) -> PolicyRegex:
+    given = tuple(patterns)
+    for pattern in given:
+        problem = pattern_problem(pattern)
+        if problem is not None:
+            raise ValueError(f"{problem}, got {pattern!r}")
     if _re2() is None:  # pragma: no cover - exercised by tests that force the fallback
-        flags = re.MULTILINE if multiline else 0
+        flags = (re.MULTILINE if multiline else 0) | (re.IGNORECASE if ignore_case else 0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            return PolicyRegex(pattern, None, re.compile(pattern, flags))
-    text = _translated(pattern, multiline=multiline)
-    return PolicyRegex(pattern, _re2_compile(f"(?m:{text})" if multiline else text),
+            return PolicyRegex(given, None, tuple(re.compile(p, flags) for p in given))
+    text = "|".join(f"(?:{_translated(p, multiline=multiline)})" for p in given)
+    inline = ("m" if multiline else "") + ("i" if ignore_case else "")
+    return PolicyRegex(given, _re2_compile(f"(?{inline}:{text})" if inline else text),
                        _anchor=_re2().RE2.Anchor.UNANCHORED)
 
 
