@@ -42,21 +42,27 @@ def test_a_catastrophic_pattern_does_not_stall_a_guarded_call(tmp_path: Path) ->
         [tools.echo.result]
         ignore = ['(x+x+)+y']
         """))
+    assert _decision_in_a_child(policy, "@tg.mutating", f'{{"text": "{"a" * 40}!"}}') == "allow"
+
+
+def _decision_in_a_child(policy: Path, decorator: str, args: str) -> str:
+    """The decision of one call of an ``echo`` tool under ``policy``, made in a child
+    process that is killed after 120 s (a backtracking stall fails the test, not the run)."""
     script = textwrap.dedent(f"""\
         import toolguard as tg
 
-        @tg.mutating
-        def echo(text: str) -> str:
+        {decorator}
+        def echo(**kwargs: str) -> str:
             return "x" * 40
 
         guard = tg.Guard(policy=tg.load_policy({str(policy)!r}), tools=[echo])
         with guard.task("t") as task:
-            print(task.call("echo", '{{"text": "{"a" * 40}!"}}').decision)
+            print(task.call("echo", {args!r}).decision)
         """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "allow"
+    return done.stdout.strip()
 
 
 def test_a_catastrophic_redact_pattern_does_not_stall_a_call(tmp_path: Path) -> None:
@@ -64,21 +70,8 @@ def test_a_catastrophic_redact_pattern_does_not_stall_a_call(tmp_path: Path) -> 
     writes: they run on RE2 too (under ``re``, this key takes hours)."""
     policy = tmp_path / "evil.toml"
     policy.write_text(f"[audit]\nredact = ['{EVIL}']\n")
-    script = textwrap.dedent(f"""\
-        import toolguard as tg
-
-        @tg.readonly
-        def echo(**kwargs: str) -> str:
-            return "ok"
-
-        guard = tg.Guard(policy=tg.load_policy({str(policy)!r}), tools=[echo])
-        with guard.task("t") as task:
-            print(task.call("echo", '{{"{"a" * 40}!": "v", "aaa": "secret"}}').decision)
-        """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == "allow"
+    args = f'{{"{"a" * 40}!": "v", "aaa": "secret"}}'
+    assert _decision_in_a_child(policy, "@tg.readonly", args) == "allow"
 
 
 def test_redact_keeps_matching_keys_case_insensitively_and_folded() -> None:
