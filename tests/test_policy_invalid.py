@@ -525,3 +525,18 @@ def test_a_non_finite_number_is_one_problem(tmp_path: Path) -> None:
         f'{path}:6:1: tools.x.effect: must be one of "readonly", "mutating", "poll", got '
         "Infinity",
     ]
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b'extends = ""\n', '1:1: extends: must be a file path (relative to this file), got ""'),
+    (b'extends = "  "\n', '1:1: extends: must be a file path, got "  "'),
+    ('mode = "off"\n'.encode("utf-16"),
+     " cannot read policy file: UTF-16 or UTF-32 text (a byte order mark): save it as UTF-8"),
+])
+def test_break_it_inputs_get_a_clear_problem(tmp_path: Path, content: bytes,
+                                             message: str) -> None:
+    """Regression (break-it pass): ``extends = ""`` said 'cannot read .: not a regular file';
+    a UTF-16 policy said 'byte 0xff at line 1, column 1'."""
+    path = tmp_path / "p.toml"
+    path.write_bytes(content)
+    assert _messages(path) == [f"{path}:{message}"]

@@ -363,3 +363,12 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
         assert f"{fifo}: cannot read: not a regular file (a directory, FIFO or device)" \
                in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_utf16_recording_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "chat.json"
+    path.write_bytes(json.dumps({"messages": []}).encode("utf-16"))
+    result = replay(path)
+    assert result.exit_code == 2
+    assert (f"{path}: format not recognised: UTF-16 or UTF-32 text (a byte order mark): save "
+            "it as UTF-8") in result.stderr

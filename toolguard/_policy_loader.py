@@ -328,6 +328,11 @@ def _read_chain(
         if not isinstance(extends, str):  # absent, or a type error the schema reports
             return chain[::-1], True
         extending = layer
+        if not extends.strip():  # "" would name this file's own directory
+            problems.append(layer.problem(
+                ("extends",), "must be a file path (relative to this file), got \"\""
+                if not extends else f"must be a file path, got {_show(extends)}"))
+            return chain[::-1], False
         if "\0" in extends:  # no file has such a name: os calls raise ValueError on it
             problems.append(layer.problem(
                 ("extends",), "must be a file path, got a path holding a NUL byte"))
@@ -347,6 +352,8 @@ def _decoded(data: bytes) -> str:
 
 def _where(error: UnicodeDecodeError) -> str:
     """A decoding error with the line and column of the offending byte."""
+    if error.object.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-32 LE starts FF FE too
+        return "UTF-16 or UTF-32 text (a byte order mark): save it as UTF-8"
     before = error.object[: error.start]
     line = before.count(b"\n") + 1
     column = error.start - (before.rfind(b"\n") + 1) + 1

@@ -159,11 +159,13 @@ def _describe(head: bytes) -> str:
     """What an unrecognised file looks like, for the problem message."""
     if head.startswith(b"PK\x03\x04"):
         return "a zip archive that no reader claims"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):  # UTF-32 LE starts with FF FE too
+        return "UTF-16 or UTF-32 text (a byte order mark): save it as UTF-8"
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:
         if exc.start < len(head) - 4:  # not merely a character cut at the end of the head
-            return f"not UTF-8 text (byte {exc.start})"
+            return (f"not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start})")
     objects = head_objects(head, limit=1)
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if objects and len(head.splitlines()) > 1:
