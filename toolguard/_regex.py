@@ -13,7 +13,9 @@ Python's, with these exceptions (RE2's, as in Go and Rust):
 
 - ``\\d``, ``\\w``, ``\\s`` and ``\\b`` are ASCII (Python's are Unicode): ``\\d`` is ``[0-9]``,
   ``\\s`` is ``[\\t\\n\\f\\r ]``; spell other characters out (``[0-9\\u0660-\\u0669]``);
-- ``\\Z`` (the very end) is translated to RE2's spelling, ``\\z``;
+- ``\\Z`` (the very end) is translated to RE2's spelling, ``\\z``, and ``\\u00e9``,
+  ``\\U0001F600`` and ``\\N{NAME}`` to ``\\x{...}``; a ``[`` inside a class stays literal;
+- atomic groups, possessive quantifiers and verbose mode ``(?x)`` are refused (RE2 has none);
 - ``a{,3}`` is translated to ``a{0,3}`` (RE2 would read it as literal text);
 - ``$`` without ``(?m)`` matches at the end and before a final newline, as in Python
   (translated to ``(?:\\n?$)``, which RE2 matches the same way in both modes).
@@ -53,7 +55,13 @@ _RE2_ERRORS: Final = (  # RE2's message fragment -> what the user wrote
     ("invalid perl operator: (?!", "a negative lookahead (?!...)"),
     ("invalid perl operator: (?<=", "a lookbehind (?<=...)"),
     ("invalid perl operator: (?<!", "a negative lookbehind (?<!...)"),
+)
+_NOT_IN_RE2: Final = (  # syntax RE2 lacks, though no backtracking is needed to mean it
     ("invalid perl operator: (?>", "an atomic group (?>...)"),
+    ("bad repetition operator: ++", "a possessive quantifier (++)"),
+    ("bad repetition operator: *+", "a possessive quantifier (*+)"),
+    ("bad repetition operator: ?+", "a possessive quantifier (?+)"),
+    ("invalid perl operator: (?x", "verbose mode (?x)"),
 )
 _BACKREFERENCE: Final = re.compile(r"invalid escape sequence: \\[1-9]")
 
@@ -101,26 +109,37 @@ def _re2_compile(pattern: str) -> Any:
 def _translated(pattern: str, *, multiline: bool) -> str:
     """``pattern`` (Python syntax) spelled for RE2 with Python's meaning (module docstring).
 
-    Only tokens outside character classes change: ``\\Z`` → ``\\z``, ``{,n}`` → ``{0,n}``,
-    and (not ``multiline``) ``$`` → ``(?:\\n?$)``.
+    ``\\Z`` → ``\\z``; ``\\uXXXX``, ``\\UXXXXXXXX`` and ``\\N{NAME}`` → ``\\x{...}``;
+    ``{,n}`` → ``{0,n}``; (not ``multiline``) ``$`` → ``(?:\\n?$)``; a ``[`` inside a
+    character class is literal (as in Python; RE2 would read ``[[:alpha:]]`` as a POSIX
+    class); the leading flags ``a`` and ``u`` are dropped (RE2's classes are ASCII already,
+    and ``u`` is Python's default).
     """
     out: list[str] = []
+    flags = _GLOBAL_FLAGS.match(pattern)
     i, n = 0, len(pattern)
+    if flags is not None and {"a", "u"} & set(flags.group(1)):
+        kept = flags.group(1).replace("a", "").replace("u", "")
+        out.append(f"(?{kept})" if kept else "")
+        i = flags.end()
     in_class = False
     while i < n:
         char = pattern[i]
         if char == "\\" and i + 1 < n:
+            escape = _ESCAPE.match(pattern, i)
+            if escape is not None:
+                out.append(_code_point(escape.group()))
+                i = escape.end()
+                continue
             pair = pattern[i:i + 2]
             out.append("\\z" if pair == "\\Z" and not in_class else pair)
             i += 2
             continue
         if in_class:
-            if char == "[" and pattern.startswith("[:", i):  # [[:alpha:]]: RE2's POSIX class
-                end = pattern.find(":]", i + 2)
-                if end > 0:
-                    out.append(pattern[i:end + 2])
-                    i = end + 2
-                    continue
+            if char == "[":
+                out.append("\\[")
+                i += 1
+                continue
             if char == "]":
                 in_class = False
         elif char == "[":
@@ -129,7 +148,7 @@ def _translated(pattern: str, *, multiline: bool) -> str:
             i += 1
             for lead in ("^", "]"):  # "[^]...]" and "[]...]": a first "]" is literal
                 if i < n and pattern[i] == lead:
-                    out.append(lead)
+                    out.append("\\]" if lead == "]" else lead)
                     i += 1
             continue
         elif char == "$" and not multiline:
@@ -145,6 +164,17 @@ def _translated(pattern: str, *, multiline: bool) -> str:
     return "".join(out)
 
 
+def _code_point(escape: str) -> str:
+    """``\\u00e9``, ``\\U0001F600`` or ``\\N{NAME}`` as RE2's ``\\x{...}``."""
+    import unicodedata
+
+    if escape.startswith("\\N"):
+        return f"\\x{{{ord(unicodedata.lookup(escape[3:-1])):x}}}"
+    return f"\\x{{{escape[2:]}}}"
+
+
+_ESCAPE: Final = re.compile(r"\\u[0-9a-fA-F]{4}|\\U[0-9a-fA-F]{8}|\\N\{[^}]+\}")
+_GLOBAL_FLAGS: Final = re.compile(r"\(\?([aiLmsux]+)\)")
 _OPEN_MIN: Final = re.compile(r"\{(,\d*\})")
 
 
@@ -268,6 +298,10 @@ def pattern_problem(pattern: str) -> str | None:
         for fragment, what in _RE2_ERRORS:
             if message.startswith(fragment):
                 return _UNSUPPORTED.format(what=what)
+        for fragment, what in _NOT_IN_RE2:
+            if message.startswith(fragment):
+                return (f"uses {what}, which the linear-time regex engine (RE2) does not "
+                        "support; rewrite the pattern without it")
         if _BACKREFERENCE.match(message):
             return _UNSUPPORTED.format(what=f"a backreference {message.rsplit(' ', 1)[-1]}")
         return f"not a valid regular expression: {message}"
