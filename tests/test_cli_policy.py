@@ -216,3 +216,21 @@ def test_toolguard_env_problems_still_name_the_variable(
     result = runner.invoke(app, ["explain", "--tool", "t"])
     assert result.exit_code == 2
     assert "(selected by TOOLGUARD_ENV=nope)" in result.output
+
+
+@pytest.mark.parametrize("command", [["schema"], ["check", "policies/default.toml"],
+                                     ["replay", "examples/traces"]])
+def test_an_output_that_cannot_be_written_is_an_error_not_a_traceback(
+        command: list[str]) -> None:
+    """Regression (break-it pass): ``toolguard schema > /dev/full`` printed a traceback."""
+    import subprocess
+    import sys
+
+    if not Path("/dev/full").exists():
+        pytest.skip("needs /dev/full (Linux)")
+    with Path("/dev/full").open("w") as full:
+        done = subprocess.run([sys.executable, "-m", "toolguard.cli", *command], cwd=ROOT,
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+                              check=False)
+    assert done.returncode == 2
+    assert done.stderr == "toolguard: error: No space left on device (writing the output)\n"

@@ -20,6 +20,7 @@ another module adds itself to the same app (``@app.command()`` on import, or a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -184,7 +185,14 @@ def main() -> None:
         # "\ud800", is valid JSON): print it escaped instead of failing mid-report.
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
-    app()
+    try:
+        app()
+    except OSError as exc:  # the output cannot be written (a full disk, a closed terminal):
+        # every input was read already, and each reader reports its own OSErrors
+        where = f" ({exc.filename})" if exc.filename else " (writing the output)"
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"toolguard: error: {exc.strerror or exc}{where}\n")
+        raise SystemExit(2) from None
 
 
 _OFF_AT_ZERO = frozenset({"stagnation_warn_at", "stagnation_block_at", "max_progress_resets"})
