@@ -390,3 +390,23 @@ def test_environment_problems_name_the_variables_that_caused_them() -> None:
         load_policy(None, env={"TOOLGUARD_MODE": "observe", "toolguard_mode": "off"})
     [problem] = cased.value.problems
     assert (problem.source, problem.path) == ("env TOOLGUARD_MODE, toolguard_mode", "mode")
+
+
+@pytest.mark.parametrize(("env", "variable", "what"), [
+    ({"TOOLGUARD_POLICY": ""}, "TOOLGUARD_POLICY", "a policy file path"),
+    ({"TOOLGUARD_POLICY": "  "}, "TOOLGUARD_POLICY", "a policy file path"),
+    ({"TOOLGUARD_ENV": "prod", "TOOLGUARD_POLICY_DIR": ""}, "TOOLGUARD_POLICY_DIR",
+     "a directory"),
+])
+def test_an_empty_selection_variable_is_named_not_read_as_the_current_directory(
+        env: dict[str, str], variable: str, what: str) -> None:
+    """Regression (break-it pass): TOOLGUARD_POLICY= said 'cannot read policy file (selected
+    by TOOLGUARD_POLICY=.): not a regular file'."""
+    with pytest.raises(PolicyError) as caught:
+        load_policy(None, env=env)
+    assert [str(p) for p in caught.value.problems] == [
+        f"env {variable}: must be {what}, got an empty value (unset the variable instead)"]
+
+
+def test_an_empty_policy_dir_without_toolguard_env_is_moot() -> None:
+    assert load_policy(None, env={"TOOLGUARD_POLICY_DIR": ""}).sources == ()

@@ -190,7 +190,20 @@ def read_environment(env: Mapping[str, str] | None = None, *,
 
     policy_file: Path | None = None
     selected_by: str | None = None
-    if settings.policy is not None:
+    # An empty TOOLGUARD_POLICY, or TOOLGUARD_POLICY_DIR where TOOLGUARD_ENV needs it, would
+    # be Path("") = "." (the current directory): say so instead, and select nothing.
+    used = ["policy"] if settings.policy is not None or settings.env is None else [
+        "policy", "policy_dir"]
+    for key in used:
+        var = names.get((key,))
+        if var is not None and not environ[var].strip():
+            what = "a policy file path" if key == "policy" else "a directory"
+            selection.append(PolicyProblem(
+                source=f"env {var}", path="",
+                message=f"must be {what}, got an empty value (unset the variable instead)"))
+    if selection:
+        pass
+    elif settings.policy is not None:
         policy_file = settings.policy
         selected_by = f"{names.get(('policy',), PREFIX + 'POLICY')}={settings.policy}"
     elif settings.env is not None:
