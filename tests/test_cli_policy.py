@@ -234,3 +234,13 @@ def test_an_output_that_cannot_be_written_is_an_error_not_a_traceback(
                               check=False)
     assert done.returncode == 2
     assert done.stderr == "toolguard: error: No space left on device (writing the output)\n"
+
+
+def test_explain_prints_a_policys_control_characters_escaped(runner: CliRunner,
+                                                            tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[tools."x\\u001b]0;t"]\nshell = "cmd\\u001b[2J"\n')
+    result = runner.invoke(app, ["explain", str(path), "--tool", "x\x1b]0;t"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output
+    assert "cmd\\x1b[2J" in result.output and "x\\x1b]0;t: effective settings" in result.output

@@ -372,3 +372,22 @@ def test_a_utf16_recording_is_named_as_such(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert (f"{path}: format not recognised: UTF-16 or UTF-32 text (a byte order mark): save "
             "it as UTF-8") in result.stderr
+
+
+def test_control_characters_of_a_recording_are_printed_escaped(tmp_path: Path) -> None:
+    """Regression (break-it pass): a run id, tool name or argument holding ESC sequences
+    (clear the screen, retitle the window) reached the terminal raw through the table and
+    the problem lines on stderr."""
+    call = {"tool": "x\u001b[2Jred", "args": {"k": "\u001b[5m"}}
+    path = write(tmp_path / "esc.jsonl", [{"case": "esc\u001b]0;pwned\u0007"}, call, call, call,
+                                          {"tool": "\u001b[31m", "args": 5}])
+    result = replay(path, "-v")
+    assert "\u001b" not in result.stdout and "\u0007" not in result.stdout
+    assert "\u001b" not in result.stderr
+    assert "esc\\x1b]0;pwned\\x07" in result.stdout and "x\\x1b[2Jred" in result.stdout
+
+
+def test_printable_escapes_c0_and_c1_controls_but_tab_and_newline() -> None:
+    from toolguard.replay._report import printable
+
+    assert printable("a\tb\nc\x00\x1b\x7f\x85\x9fé€") == "a\tb\nc\\x00\\x1b\\x7f\\x85\\x9fé€"

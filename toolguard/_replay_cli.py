@@ -323,13 +323,17 @@ def _stderr() -> Console:
 def _error(problem: ReplayInputError) -> None:
     from rich.text import Text
 
-    _stderr().print(Text(f"toolguard replay: {problem}", style="red"))
+    from .replay._report import printable
+
+    _stderr().print(Text(printable(f"toolguard replay: {problem}"), style="red"))
 
 
 def _note(note: ReplayNote) -> None:
     from rich.text import Text
 
-    _stderr().print(Text(f"toolguard replay: {note}", style="yellow"))
+    from .replay._report import printable
+
+    _stderr().print(Text(printable(f"toolguard replay: {note}"), style="yellow"))
 
 
 def _fail(message: str) -> NoReturn:

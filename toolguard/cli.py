@@ -138,7 +138,9 @@ def explain(
     except PolicyError as exc:
         _fail(str(exc))
 
-    table = Table(title=f"{tool}: effective settings", title_justify="left")
+    from .replay._report import printable  # a policy's text may hold control characters
+
+    table = Table(title=printable(f"{tool}: effective settings"), title_justify="left")
     table.add_column("setting", no_wrap=True)  # key names stay whole, as typed in a policy
     for column in ("value", "source"):
         table.add_column(column, overflow="fold")
@@ -149,7 +151,7 @@ def explain(
         value = getattr(settings, item.name)
         shown = ("none (the tool's effect)" if item.name == "shell" and value is None
                  else "0 (off)" if item.name in _OFF_AT_ZERO and value == 0 else _show(value))
-        table.add_row(item.name, shown, source)
+        table.add_row(item.name, printable(shown), printable(source))
     table.add_section()
     table.add_row("mode", str(policy.mode), policy.source_of("mode"))
     table.add_row("max_args_bytes", _show(policy.max_args_bytes),

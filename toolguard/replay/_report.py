@@ -97,6 +97,19 @@ def _cut(value: Any, depth: int) -> Any:
     return value
 
 
+# C0 and C1 control characters but tab and newline: a recording's text (a run id, a tool
+# name, an argument) shown raw on a terminal could clear the screen, retitle the window or
+# hide what follows ("\x1b[2J"); shown escaped instead.
+_CONTROLS: Final = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))
+                    if c not in (0x09, 0x0A)}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character (but tab and newline) escaped as ``\\xNN``: what a
+    recording says, safe to print on a terminal."""
+    return text.translate(_CONTROLS)
+
+
 def render_table(report: ReplayReport, console: Console, *, verbose: bool = False) -> None:
     """Print the per-run table, the totals and (``verbose``) every non-allow step.
 
@@ -114,7 +127,7 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("halted", overflow="fold")
     for run in report.runs:
-        cells: list[str | Text] = [run.id]
+        cells: list[str | Text] = [printable(run.id)]
         if show_meta:
             cells.append(_meta_text(run))
         cells += [str(run.calls), str(run.executed)]
@@ -155,9 +168,10 @@ def _render_steps(report: ReplayReport, console: Console) -> None:
         for step in run.steps:
             if step.decision is Decision.ALLOW:
                 continue
-            table.add_row(run.id, str(step.index), step.tool or "(token usage)",
+            table.add_row(printable(run.id), str(step.index),
+                          printable(step.tool or "(token usage)"),
                           Text(str(step.decision), style=_STYLE.get(step.decision, "")),
-                          str(step.count), step.args, step.reason)
+                          str(step.count), printable(step.args), printable(step.reason))
     if table.row_count:
         console.print(table)
     else:
@@ -172,16 +186,17 @@ def _count(n: int, decision: Decision, suffix: str = "") -> Text:
 
 def _halt_text(run: RunReport) -> Text:
     if run.error is not None:
-        return Text(f"error: {run.error}", style="bold red")
+        return Text(printable(f"error: {run.error}"), style="bold red")
     if run.halted_at is None:
         return Text("")
-    return Text(f"step {run.halted_at}: {run.halt_reason}", style=_STYLE[Decision.HALT])
+    return Text(printable(f"step {run.halted_at}: {run.halt_reason}"),
+                style=_STYLE[Decision.HALT])
 
 
 def _meta_text(run: RunReport) -> str:
     parts = [f"{k}={v}" for k, v in run.meta.items()
              if k not in _HIDDEN_META and (v is None or isinstance(v, (str, int, float, bool)))]
-    text = ", ".join(parts)
+    text = printable(", ".join(parts))
     return text if len(text) <= _META_CHARS else text[: _META_CHARS - 1] + "…"
 
 
