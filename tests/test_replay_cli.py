@@ -391,3 +391,11 @@ def test_printable_escapes_c0_and_c1_controls_but_tab_and_newline() -> None:
     from toolguard.replay._report import printable
 
     assert printable("a\tb\nc\x00\x1b\x7f\x85\x9fé€") == "a\tb\nc\\x00\\x1b\\x7f\\x85\\x9fé€"
+
+
+def test_a_kind_seen_once_is_not_counted_as_1_times(tmp_path: Path) -> None:
+    path = write(tmp_path / "s.jsonl", [{"type": "session_meta"}, {"type": "odd"}, {"type": "odd"}])
+    result = replay(path, "--input-format", "claude-code")
+    assert result.exit_code == 2
+    assert "(1 times)" not in result.stderr
+    assert "lines of type 'session_meta'; lines of type 'odd' (2 times)" in result.stderr

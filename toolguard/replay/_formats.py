@@ -148,7 +148,8 @@ def _read(reader: Reader, source: Source, out: FileRuns, allow_empty: bool) -> I
         out.notes.append(ReplayNote(source.file, f"{found}: the model answered "
                                     f"{source.model_turns} time(s) without calling a tool"))
         return
-    unused = "; ".join(f"{n.message} ({n.count} times)" for n in source.notes)
+    unused = "; ".join(n.message + (f" ({n.count} times)" if n.count > 1 else "")
+                       for n in source.notes)
     out.problems.append(ReplayInputError(
         source.file, None, f"read as {reader.name}: {found}"
         + (f" (unused: {unused})" if unused else "")
