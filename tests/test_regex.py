@@ -270,3 +270,21 @@ def test_removal_with_empty_matches_keeps_characters_whole(text: str) -> None:
     for pattern in (r"x*", r"(?:é|x)*", r"a?", r"^"):
         assert _regex.compile_pattern(pattern, multiline=True).remove(text) == re.sub(
             pattern, "", text, flags=re.MULTILINE), pattern
+
+
+def test_without_google_re2_python_re_runs_the_patterns(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """The fallback where google-re2 cannot be imported: the same API on ``re``, and the
+    loader refuses the catastrophic shapes (and what RE2 would refuse too)."""
+    monkeypatch.setattr(_regex, "_re2", lambda: None)
+    assert _regex.engine() == "re"
+    rule = _regex.compile_pattern(PATTERNS[0])
+    assert rule.search("ls -la\n") and not rule.search("ls; rm -rf /")
+    ignore = _regex.compile_patterns([r"(?i)foo", r"seq=\d+"], multiline=True)
+    assert ignore.remove("FOO seq=12 bar") == "  bar"
+    redact = _regex.compile_patterns(["token"], ignore_case=True)
+    assert redact.search("X-TOKEN")
+    path = tmp_path / "evil.toml"
+    path.write_text(f"[[tools.x.rules]]\nmatch = {{ a = '{EVIL}' }}\neffect = 'readonly'\n")
+    with pytest.raises(tg.PolicyError, match="repetition inside a repetition"):
+        tg.load_policy(path, env={})
