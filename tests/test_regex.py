@@ -288,3 +288,25 @@ def test_without_google_re2_python_re_runs_the_patterns(monkeypatch: pytest.Monk
     path.write_text(f"[[tools.x.rules]]\nmatch = {{ a = '{EVIL}' }}\neffect = 'readonly'\n")
     with pytest.raises(tg.PolicyError, match="repetition inside a repetition"):
         tg.load_policy(path, env={})
+
+
+def test_a_policy_with_compiled_patterns_still_pickles() -> None:
+    """RE2 objects do not pickle; a policy whose rule, ignore and redact patterns have been
+    used must (as it did on ``re``), for a worker process that gets it."""
+    import pickle
+
+    from toolguard._normalize import normalizer_for
+
+    policy = tg.load_policy(ROOT / "examples" / "policies" / "openhands.toml", env={})
+    [rule] = [r for t in policy.tools.values() for r in t.rules]
+    assert rule.compiled[0][1].search("view")
+    assert policy.audit.redact_pattern is not None
+    assert policy.audit.redact_pattern.search("X-API_KEY")
+    back = pickle.loads(pickle.dumps(policy))
+    [again] = [r for t in back.tools.values() for r in t.rules]
+    assert again.compiled[0][1].search("view") and not again.compiled[0][1].search("views")
+    assert back.audit.redact_pattern is not None
+    assert back.audit.redact_pattern.search("apiKey")
+    ignore = normalizer_for(ResultPolicy(ignore=(r"(?i)seq=\d+",))).ignore
+    assert ignore is not None
+    assert pickle.loads(pickle.dumps(ignore)).remove("a SEQ=3\nb") == "a \nb"

@@ -191,6 +191,12 @@ class PolicyRegex:
     _re2: Any  # one RE2 object for the alternation, or None with the fallback
     _re: tuple[re.Pattern[str], ...] = ()  # the fallback: Python's re, one per pattern
     _anchor: Any = None  # RE2::UNANCHORED: a search
+    multiline: bool = False
+    ignore_case: bool = False
+
+    def __reduce__(self) -> tuple[Any, tuple[tuple[str, ...], bool, bool]]:
+        # RE2 objects do not pickle; a policy (with its compiled patterns) does: recompile
+        return _recompiled, (self.patterns, self.multiline, self.ignore_case)
 
     @property
     def pattern(self) -> str:
@@ -271,11 +277,17 @@ def compile_patterns(patterns: Iterable[str], *, multiline: bool = False,
         flags = (re.MULTILINE if multiline else 0) | (re.IGNORECASE if ignore_case else 0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            return PolicyRegex(given, None, tuple(re.compile(p, flags) for p in given))
+            return PolicyRegex(given, None, tuple(re.compile(p, flags) for p in given),
+                               multiline=multiline, ignore_case=ignore_case)
     text = "|".join(f"(?:{_translated(p, multiline=multiline)})" for p in given)
     inline = ("m" if multiline else "") + ("i" if ignore_case else "")
     return PolicyRegex(given, _re2_compile(f"(?{inline}:{text})" if inline else text),
-                       _anchor=_re2().RE2.Anchor.UNANCHORED)
+                       _anchor=_re2().RE2.Anchor.UNANCHORED, multiline=multiline,
+                       ignore_case=ignore_case)
+
+
+def _recompiled(patterns: tuple[str, ...], multiline: bool, ignore_case: bool) -> PolicyRegex:
+    return compile_patterns(patterns, multiline=multiline, ignore_case=ignore_case)
 
 
 def pattern_problem(pattern: str) -> str | None:
