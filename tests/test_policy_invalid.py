@@ -540,3 +540,11 @@ def test_break_it_inputs_get_a_clear_problem(tmp_path: Path, content: bytes,
     path = tmp_path / "p.toml"
     path.write_bytes(content)
     assert _messages(path) == [f"{path}:{message}"]
+
+
+def test_a_pattern_list_that_is_not_a_list_says_of_strings(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[tools.x.result]\nignore = "x"\n[audit]\nredact = 5\n')
+    assert _messages(path) == [
+        f'{path}:2:1: tools.x.result.ignore: must be an array of strings, got "x"',
+        f"{path}:4:1: audit.redact: must be an array of strings, got 5"]

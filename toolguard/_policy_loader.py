@@ -554,6 +554,8 @@ def _expected(schema: Mapping[str, Any]) -> str:
     types = [t for t in _types(schema) if t != "null"]
     words = " or ".join(_TYPE_NAMES.get(t, t) for t in types)
     items = schema.get("items")
+    if isinstance(items, Mapping) and "$ref" in items:  # "#/$defs/Regex": a string
+        items = policy_schema()["$defs"].get(str(items["$ref"]).rsplit("/", 1)[-1], items)
     if "array" in types and isinstance(items, Mapping) and items.get("type") == "string":
         words += " of strings"
     if "minimum" in schema:
