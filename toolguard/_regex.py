@@ -18,7 +18,14 @@ Python's, with these exceptions (RE2's, as in Go and Rust):
 - atomic groups, possessive quantifiers and verbose mode ``(?x)`` are refused (RE2 has none);
 - ``a{,3}`` is translated to ``a{0,3}`` (RE2 would read it as literal text);
 - ``$`` without ``(?m)`` matches at the end and before a final newline, as in Python
-  (translated to ``(?:\\n?$)``, which RE2 matches the same way in both modes).
+  (translated to ``(?:\\n?$)``, which RE2 matches the same way in both modes), unless more
+  of the pattern after it would match that newline itself (``$\\n``: then only the end);
+- removal (``result.ignore``) of a pattern that can match the empty string steps past an
+  empty match where Python would first retry the same position for a non-empty one
+  (``a*?``, ``|x``): such a pattern may remove less. Searches (rules, redact) agree.
+
+A random-pattern comparison with ``re`` (30,000 patterns of these tokens, 11,735 accepted)
+found no other difference.
 
 Where ``google-re2`` cannot be imported (a platform without its wheel, e.g. musl Linux,
 where it builds from source only with RE2's headers), Python's ``re`` runs the patterns, and
