@@ -15,11 +15,15 @@ so the check can fail. Throughput itself is measured in ``benchmarks/_redis_benc
 from __future__ import annotations
 
 import gc
+import json
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -327,3 +331,21 @@ def test_a_forked_child_gets_connections_of_its_own(srv: Server, prefix: str) ->
     assert got == [2, 3, 4]
     assert store.add_usage("forked", 1, 0, 0.0) == 5  # the parent's connection is intact
     store.close()
+
+
+def test_the_thread_benchmark_runs(tmp_path: Path) -> None:
+    # benchmarks/_redis_bench.py's smoke run takes every code path (no timing asserted)
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "threads"
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "_redis_bench.py"), "--smoke",
+         "--out", str(out)], cwd=root / "benchmarks", capture_output=True, text=True,
+        timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    report = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    rows = report["threads"]["rows"]
+    assert {(r["delay_ms"], r["client"], r["threads"]) for r in rows} == {
+        (d, c, n) for d in (0.0, 1.0) for c in ("bare", "own", "passed") for n in (1, 2, 4)}
+    assert all(r["calls_per_s"] > 0 for r in rows)
+    trips = {t["path"]: t["commands_per_call"] for t in report["round_trips"]}
+    assert trips == {"allow": 2, "warn": 2, "cached": 1, "block": 1, "executed": 2}
