@@ -272,9 +272,9 @@ def _in_threads(n: int, target: Callable[[int], None]) -> None:
 
 def test_each_thread_has_a_connection_and_returns_it_when_it_ends(srv: Server,
                                                                   prefix: str) -> None:
-    store = RedisStore(url=srv.url, key_prefix=prefix, timeout_s=5.0)
-    name = "toolguard"
-    before = _connections(srv, name)
+    name = f"tg-{os.urandom(4).hex()}"  # this store's connections only
+    store = RedisStore(url=f"{srv.url}?client_name={name}", key_prefix=prefix, timeout_s=5.0)
+    assert _connections(srv, name) == 0
     inside = threading.Barrier(4)
 
     def use(k: int) -> None:
@@ -283,10 +283,10 @@ def test_each_thread_has_a_connection_and_returns_it_when_it_ends(srv: Server,
         store.add_usage("all", 1, 0, 0.0)
 
     _in_threads(4, use)
-    assert _connections(srv, name) - before == 4
+    assert _connections(srv, name) == 4
     gc.collect()
     _in_threads(4, use)  # the ended threads' connections came back to the pool
-    assert _connections(srv, name) - before == 4
+    assert _connections(srv, name) == 4
     assert store.usage("t0").input_tokens == 2
     assert store.usage("all").input_tokens == 8
     store.close()
