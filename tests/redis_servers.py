@@ -113,8 +113,10 @@ class Server:
                                    f"({self.proc.returncode})")
             client = _client(self.port)
             try:
-                if client.ping():
+                # ours, not another run's server that won the port (ours then exits)
+                if int(client.info("server")["process_id"]) == self.proc.pid:
                     return self
+                time.sleep(0.02)
             except Exception:  # not up yet
                 if time.monotonic() > deadline:
                     raise

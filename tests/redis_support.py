@@ -248,3 +248,62 @@ class FaultProxy:
         for sock in (src, dst):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+
+class DelayProxy:
+    """A network delay between a client and a Redis server: ``tests/redis_delay_proxy.py``
+    run as a child process (not a thread, so its work does not take the GIL from the
+    threads being measured), forwarding each byte ``delay_s`` seconds after it arrives, in
+    each direction: every round trip takes at least ``2 * delay_s`` longer.
+
+    ``url`` is ``target`` (default: the test server) with the proxy's address. Use as a
+    context manager; the child exits when this object closes its standard input (or this
+    process dies).
+
+    Raises:
+        RuntimeError: the proxy did not start.
+    """
+
+    def __init__(self, delay_s: float, target: str = REDIS_URL) -> None:
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        parts = urlsplit(target)
+        self._target = parts
+        script = Path(__file__).with_name("redis_delay_proxy.py")
+        self._proc = subprocess.Popen(
+            [sys.executable, str(script), parts.hostname or "127.0.0.1",
+             str(parts.port or 6379), repr(delay_s * 1000.0)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line.startswith("port "):
+            self.close()
+            raise RuntimeError(f"the delay proxy did not start (said {line!r})")
+        self.port = int(line.split()[1])
+        self.delay_s = delay_s
+
+    @property
+    def url(self) -> str:
+        """The target's URL with the proxy's address."""
+        return self._target._replace(netloc=f"127.0.0.1:{self.port}").geturl()
+
+    def __enter__(self) -> DelayProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the proxy (its connections close)."""
+        if self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=5)
+        except Exception:  # it did not exit on EOF: make it
+            self._proc.kill()
+            self._proc.wait(timeout=5)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()

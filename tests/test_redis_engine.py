@@ -330,7 +330,8 @@ def test_connection_killed_mid_call_keeps_state(redis_prefix: str) -> None:
     killed: list[int] = []
 
     def kill_store_connection() -> None:  # runs between begin and finish
-        client_id = store.client.client_id()
+        # this thread's connection: the one the store's begin used and its finish will use
+        client_id = store._here().client_id()
         killer.client_kill_filter(_id=str(client_id))
         killed.append(client_id)
 
@@ -341,7 +342,7 @@ def test_connection_killed_mid_call_keeps_state(redis_prefix: str) -> None:
     assert task.call("write", {"path": "b"}).decision is tg.Decision.ALLOW
     assert ran == ["a", "b"]
     assert len(killed) == 2
-    assert store.client.client_id() not in killed
+    assert store._here().client_id() not in killed
     assert task.usage.tool_calls == 3
     killer.close()
     store.close()

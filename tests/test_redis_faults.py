@@ -96,10 +96,13 @@ def test_lost_begin_reply_leaves_a_claim_its_retry_takes_over() -> None:
         store.close()
 
 
-def test_two_lost_begin_replies_then_the_retry_claims(redis_store: RedisStore) -> None:
+def test_two_lost_begin_replies_then_the_retry_claims(redis_prefix: str) -> None:
     # Redis runs each begin but its reply is lost (a dropped connection after the script):
     # the second begin takes the first one's claim over; the third must still find it its own.
-    real = redis_store.client.evalsha
+    # A client passed in carries every command of the store, so patching it intercepts them.
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5.0)
+    redis_store = RedisStore(client, key_prefix=redis_prefix)
+    real = client.evalsha
 
     def reply_lost(*args: Any, **kwargs: Any) -> Any:
         real(*args, **kwargs)
@@ -112,14 +115,15 @@ def test_two_lost_begin_replies_then_the_retry_claims(redis_store: RedisStore) -
             call_id=call_id))
 
     redis_store.usage("t1")  # scripts loaded
-    redis_store.client.evalsha = reply_lost  # type: ignore[method-assign]
+    client.evalsha = reply_lost  # type: ignore[method-assign]
     for call_id in ("a", "b"):
         with pytest.raises(tg.StoreError, match="reply lost"):
             begin(call_id)
-    redis_store.client.evalsha = real  # type: ignore[method-assign]
+    client.evalsha = real  # type: ignore[method-assign]
     snap = begin("c")
     assert snap.claimed and snap.record is None
     assert snap.calls == 1  # the lost attempts and the retry are one call
+    client.close()
 
 
 def test_a_lost_claim_is_not_another_workers() -> None:

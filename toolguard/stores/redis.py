@@ -63,7 +63,16 @@ Cluster (``cluster=True``): redis-py's ``RedisCluster`` with the same scripts an
 script names all its keys, which share the task's slot), following ``MOVED`` and ``ASK``;
 replicas are never read, so every decision sees the master's state.
 
-Thread-safe (redis-py's connection pool) and fork-safe (the pool reconnects in a child).
+Threads: nothing in this store holds a lock across a round trip, so N threads wait on
+Redis at the same time (``benchmarks/_redis_bench.py``, "threads"). A store that built its
+own single-node client (``url=``, not ``client=``, not ``cluster``) gives each thread a
+connection of its own (a single-connection ``redis.Redis`` on the store's pool, made on the
+thread's first operation and returned to the pool when the thread ends), so a command
+takes no lock shared between threads: redis-py's pool otherwise takes its lock twice per
+command and polls the socket once. Up to 32 threads get one; the others share the pool as
+before. A client passed in is used as it is for every command (its pool, its subclass).
+Fork-safe: a forked child drops the parent's per-thread connections and redis-py's pool
+reconnects there.
 Signature history is not LRU-bounded per task as in memory: it lives until the task's TTL.
 """
 
@@ -76,6 +85,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from typing import Any, Final, Literal, NamedTuple
 from urllib.parse import urlsplit
 
@@ -559,9 +569,9 @@ class RedisStore:
         on_error: as given (``None``: follow the policy).
         blocking: True: every operation waits on the network, so under ``acall`` the engine
             runs it in a worker thread instead of on the event loop.
-        round_trips: Redis commands sent by this store so far (a script call counts one; the
-            one-time script load after a server restart one more; redis-py's reconnect
-            retries are not counted). For tests and benchmarks.
+        round_trips: Redis commands sent by this store so far, from every thread (a script
+            call counts one; the one-time script load after a server restart one more;
+            redis-py's reconnect retries are not counted). For tests and benchmarks.
 
     Raises:
         ValueError: both ``client`` and ``url``, a non-positive TTL or timeout, an unknown
@@ -600,8 +610,17 @@ class RedisStore:
                 raise StoreError(f"Redis Cluster at {url} cannot be used: {exc}") from exc
         self._client = client
         self.on_error: OnError | None = on_error
-        self.round_trips = 0
-        self._lock = threading.Lock()
+        # round trips by thread id: each thread adds to its own entry, so no lock and no
+        # lost update (a finished thread's entry stays, and a new thread may reuse its id)
+        self._trips: dict[int, int] = {}
+        self._lock = threading.Lock()  # the lost-claim and pending-outcome tables only
+        # this thread's client (see the module doc: "Threads"), for a pool of our own
+        self._pool = (client.connection_pool
+                      if self._owns_client and type(client) is redis.Redis else None)
+        self._local = threading.local()
+        self._bound: weakref.WeakSet[redis.Redis] = weakref.WeakSet()
+        if self._pool is not None:
+            _STORES.add(self)
         self._prefix = key_prefix
         self._escaped_prefix = _escape(key_prefix)
         self._state_ttl_s = state_ttl_s
@@ -625,19 +644,61 @@ class RedisStore:
 
     @property
     def client(self) -> redis.Redis | RedisCluster:
-        """The redis-py client."""
+        """The redis-py client (the one passed in, or the one this store built; its threads'
+        own connections come from its pool)."""
         return self._client
+
+    @property
+    def round_trips(self) -> int:
+        """Redis commands this store sent so far, from every thread (see the class doc)."""
+        return sum(list(self._trips.values()))
+
+    @round_trips.setter
+    def round_trips(self, value: int) -> None:
+        self._trips = {threading.get_ident(): value}
 
     def close(self) -> None:
         """Close the connection pool if this store created the client (a client passed in
         stays open)."""
         if self._owns_client:
+            self._forget_threads()
             self._client.close()
 
     def __repr__(self) -> str:
         return f"RedisStore({self._where!r}, key_prefix={self._prefix!r})"
 
     # -- plumbing ------------------------------------------------------------------------
+    def _here(self) -> redis.Redis | RedisCluster:
+        """The client for this thread's commands: its own single-connection client on the
+        store's pool when the store built a single-node client and fewer than
+        ``_MAX_THREADS`` threads hold one, else the store's client.
+
+        Raises:
+            redis.RedisError: the thread's connection could not be made.
+        """
+        pool = self._pool
+        if pool is None:
+            return self._client
+        try:
+            here: redis.Redis = self._local.client
+        except AttributeError:
+            if len(self._bound) >= _MAX_THREADS:
+                return self._client  # not kept: a later operation may find room
+            here = redis.Redis(connection_pool=pool, single_connection_client=True)
+            self._local.client = here
+            self._bound.add(here)
+        return here
+
+    def _forget_threads(self) -> None:
+        """Drop every thread's own client (after a fork: they hold the parent's sockets,
+        which the child's pool disowns, so nothing is sent or shut down on them)."""
+        self._local = threading.local()
+        self._bound = weakref.WeakSet()
+
+    def _count(self) -> None:
+        trips, ident = self._trips, threading.get_ident()
+        trips[ident] = trips.get(ident, 0) + 1
+
     def _keys(self, task_id: str, record_key: str = "") -> list[str]:
         base = f"{self._escaped_prefix}:{{{_escape(task_id) or '%'}}}:"
         return [base + "meta", base + "sigs", base + "seen", base + "appr", base + "recs",
@@ -666,15 +727,13 @@ class RedisStore:
             args += [known[0], ""]
         else:  # new here, or idle long enough that its state may have expired: start over
             args += ["", os.urandom(8).hex()]
-        client = self._client
-        with self._lock:
-            self.round_trips += 1
+        self._count()
         try:
+            client = self._here()
             try:
                 gen, value = client.evalsha(script.sha, len(keys), *keys, *args)
             except NoScriptError:  # first use on this server (or after SCRIPT FLUSH)
-                with self._lock:
-                    self.round_trips += 1
+                self._count()
                 gen, value = client.eval(script.source, len(keys), *keys, *args)
         except redis.RedisError as exc:
             raise self._fail(op, task_id, exc) from exc
@@ -808,10 +867,9 @@ class RedisStore:
         """
         if self._unrecorded and task_id in self._unrecorded:
             self._write_unrecorded(task_id)
-        with self._lock:
-            self.round_trips += 1
+        self._count()
         try:
-            raw = self._client.get(self._keys(task_id, key)[5])
+            raw = self._here().get(self._keys(task_id, key)[5])
         except redis.RedisError as exc:
             raise self._fail("get_record", task_id, exc) from exc
         if raw is None:
@@ -902,14 +960,15 @@ class RedisStore:
             StoreError: Redis failed or timed out.
         """
         keys = self._keys(task_id)
+        self._count()
         with self._lock:
-            self.round_trips += 1
             self._unrecorded.pop(task_id, None)
         try:
+            client = self._here()
             try:
-                self._client.evalsha(_CLEAR_SCRIPT.sha, 5, *keys[:5], keys[5])
+                client.evalsha(_CLEAR_SCRIPT.sha, 5, *keys[:5], keys[5])
             except NoScriptError:
-                self._client.eval(_CLEAR_SCRIPT.source, 5, *keys[:5], keys[5])
+                client.eval(_CLEAR_SCRIPT.source, 5, *keys[:5], keys[5])
         except redis.RedisError as exc:
             raise self._fail("clear_task", task_id, exc) from exc
         self._gens.pop(task_id, None)
@@ -935,6 +994,19 @@ _CLEAR_SCRIPT: Final = _script(_CLEAR)
 _LOST: Final = "TOOLGUARD_STATE_LOST"
 _MAX_TASKS: Final = 65_536  # tasks one store remembers a generation (and pending writes) of
 _MAX_UNRECORDED: Final = 64  # outcomes kept per task while Redis does not take them
+# Threads of one store with a connection of their own: well under redis-py's default pool
+# size (100), so the threads beyond them still find connections in the shared pool.
+_MAX_THREADS: Final = 32
+# Stores with per-thread clients, so that a forked child drops the parent's connections.
+_STORES: Final[weakref.WeakSet[RedisStore]] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):
+        store._forget_threads()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _escape(text: str) -> str:
