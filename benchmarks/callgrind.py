@@ -133,7 +133,7 @@ def _child(name: str, n: int) -> None:
 def _instructions(name: str, n: int) -> int:
     """Total instructions of one interpreter making ``n`` calls of ``name``."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "callgrind.out")
+        out = Path(tmp) / "callgrind.out"
         subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
              sys.executable, str(Path(__file__).resolve()), "--child", name, str(n)],

@@ -78,6 +78,7 @@ __all__ = [
     "canonical_args",
     "canonicalize",
     "digest",
+    "dump_for_hash",
     "hash_args",
     "load_json",
     "normalize_path",
@@ -438,31 +439,49 @@ def args_hash_and_floats(
     return _hexdigest(out, CANONICAL_VERSION), floats
 
 
-def hash_args(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None = None
-              ) -> tuple[str, bool, int]:
+def hash_args(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None = None,
+              dumped: bytes = b"") -> tuple[str, bool, int]:
     """:func:`args_hash_and_floats`, and the size in bytes of the canonical form when it is
     the plain serialization of ``args`` (no null dropped, no number or key rewritten, no
     option applied; else 0): then the hash determines ``args`` exactly, up to key order,
-    and the engine keys its memo of validated arguments by it.
+    and the engine keys its memo of validated arguments by it. ``dumped``: the bytes of
+    :func:`dump_for_hash` of these very ``args`` when the caller made them already (one
+    serialization of 100 KB less); used only without ``options``.
 
     Raises:
         CanonicalizationError: an argument has no canonical form.
     """
-    out, floats, plain = _canonical(args, options)
+    out, floats, plain = _canonical(args, options, dumped)
     return _hexdigest(out, CANONICAL_VERSION), floats, len(out) if plain else 0
 
 
-def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None
-               ) -> tuple[bytes, bool, bool]:
+def dump_for_hash(args: Mapping[str, Any], wrap: int = 0) -> bytes:
+    """The first serialization :func:`hash_args` makes of ``args`` (no argument options),
+    or ``b""`` when orjson cannot take it natively (the hash then walks). Serialized
+    inside ``wrap`` one-item arrays: with ``wrap = 254 - n`` it fails past orjson's depth
+    limit, so the bytes also say ``args`` is at most ``n`` levels deep (in C; the wrapping
+    is cut off again)."""
+    probe: Any = args
+    for _ in range(wrap):
+        probe = [probe]
+    try:
+        out = orjson.dumps(probe, default=_refuse, option=_OPTS)
+    except (_Unserializable, TypeError, orjson.JSONEncodeError):
+        return b""
+    return out[wrap:-wrap] if wrap else out
+
+
+def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None,
+               dumped: bytes = b"") -> tuple[bytes, bool, bool]:
     """The canonical bytes; whether an integral float may be among the values (true
     whenever the output was not read as plain: the walk ran, or options rewrote values);
-    and whether the bytes are the plain serialization of ``args`` (nothing normalized)."""
+    and whether the bytes are the plain serialization of ``args`` (nothing normalized).
+    ``dumped``: :func:`dump_for_hash` of ``args`` made already (no options)."""
     if options:
         args = apply_arg_options(args, options)
-    try:
-        out = orjson.dumps(args, default=_refuse, option=_OPTS)
-    except (_Unserializable, TypeError, orjson.JSONEncodeError):
-        out = b""
+        out = dump_for_hash(args)
+    else:
+        out = dumped or dump_for_hash(args)
     if not out:
         return _walked_bytes(args), True, False
     if _NULL.search(out) is None:

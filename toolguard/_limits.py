@@ -20,10 +20,13 @@ from typing import Any, Final
 
 import orjson
 
+from ._canonical import dump_for_hash
+
 __all__ = [
     "MAX_ARGS_DEPTH",
     "MAX_TOOL_NAME_CHARS",
     "UNKNOWN_TOOLS",
+    "dict_bounds",
     "oversized",
     "short_name",
     "too_deep",
@@ -54,10 +57,42 @@ def oversized(raw: Any, limit: int | None) -> str | None:
             return None  # too deep or not JSON: the canonical hash says so
     else:
         return None
-    if size <= limit:
-        return None
+    return None if size <= limit else _too_large(size, limit)
+
+
+def _too_large(size: int, limit: int) -> str:
     return (f"the arguments are {size:,} bytes, more than max_args_bytes ({limit:,}): send "
             "less (a path or an id instead of the content)")
+
+
+def dict_bounds(args: dict[str, Any], limit: int | None
+                ) -> tuple[str | None, str | None, bytes]:
+    """:func:`oversized` and :func:`too_deep` of a dict of arguments at the cost of at most
+    one serialization: ``(too large, too deep, dump)``, the first two the reasons or None.
+    ``dump`` is the canonical hash's first serialization of ``args``
+    (:func:`toolguard._canonical.dump_for_hash`), when one was made (nested arguments:
+    wrapped in one-item arrays, one orjson pass measures the size and bounds the depth,
+    and the hash reuses its bytes), else ``b""`` (flat arguments: no serialization)."""
+    size = 2
+    for key, value in args.items():
+        kind = type(value)
+        if kind not in _SCALARS:
+            break
+        size += 6 + len(str(key)) * 6 + (
+            len(value) * 6 if kind is str else value.bit_length() // 3 + 2 if kind is int
+            else 24)
+    else:  # flat: not deep, and far below the limit needs no serialization
+        if limit is None or size * 2 < limit:
+            return None, None, b""
+        return oversized(args, limit), None, b""
+    if MAX_ARGS_DEPTH < _ORJSON_DEPTH:
+        dumped = dump_for_hash(args, _ORJSON_DEPTH - MAX_ARGS_DEPTH)
+        if dumped:
+            return (None if limit is None or len(dumped) <= limit
+                    else _too_large(len(dumped), limit)), None, dumped
+    # a value orjson does not take, or nested too deep: measured and walked one by one
+    too = oversized(args, limit)
+    return too, None if too is not None else too_deep(None, args), b""
 
 
 def too_deep(raw: Any, args: Any, limit: int = MAX_ARGS_DEPTH) -> str | None:
