@@ -239,7 +239,7 @@ _JSONISH = st.recursive(
     max_leaves=12)
 
 
-def _nested(depth: int) -> Any:
+def _nested_lists(depth: int) -> Any:
     value: Any = 1
     for _ in range(depth - 1):
         value = [value]
@@ -259,7 +259,7 @@ def test_one_serialization_bounds_and_hashes_as_the_separate_checks_do(
     from toolguard._limits import dict_bounds, oversized, too_deep
 
     if depth:
-        args = {**args, "deep": _nested(depth)}
+        args = {**args, "deep": _nested_lists(depth)}
     too, deep, dumped = dict_bounds(args, limit)
     assert too == oversized(args, limit)
     assert deep == (None if too is not None else too_deep(None, args))
