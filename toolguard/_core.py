@@ -46,6 +46,7 @@ from ._types import (
     IN_PROGRESS,
     INVALID,
     POLL,
+    READONLY,
     REVIEW,
     UNKNOWN,
     WARN,
@@ -195,7 +196,8 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
                            f"{ctx.tool} polled that often with the same arguments")
         ladder = None
     else:
-        ladder = s.ladder_for(ctx.effect)
+        # s.ladder_for(ctx.effect), inline (hot path)
+        ladder = s.readonly_ladder if ctx.effect is READONLY else s.mutating_ladder
         if snap.count >= ladder.halt_at:
             return Verdict(
                 HALT,

@@ -67,29 +67,21 @@ def _too_large(size: int, limit: int) -> str:
 
 def dict_bounds(args: dict[str, Any], limit: int | None
                 ) -> tuple[str | None, str | None, bytes]:
-    """:func:`oversized` and :func:`too_deep` of a dict of arguments at the cost of at most
-    one serialization: ``(too large, too deep, dump)``, the first two the reasons or None.
-    ``dump`` is the canonical hash's first serialization of ``args``
-    (:func:`toolguard._canonical.dump_for_hash`), when one was made (nested arguments:
-    wrapped in one-item arrays, one orjson pass measures the size and bounds the depth,
-    and the hash reuses its bytes), else ``b""`` (flat arguments: no serialization)."""
-    size = 2
-    for key, value in args.items():
-        kind = type(value)
-        if kind not in _SCALARS:
+    """:func:`oversized` and :func:`too_deep` of a dict of arguments, measured on the
+    canonical hash's first serialization (:func:`toolguard._canonical.dump_for_hash`),
+    which is returned for the hash to reuse: ``(too large, too deep, dump)``, the first two
+    the reasons or None. Nested arguments are serialized wrapped in one-item arrays, so the
+    one orjson pass also bounds their depth. ``dump`` is ``b""`` when orjson cannot take
+    ``args`` natively (then both are checked one by one, as before)."""
+    wrap = 0  # flat arguments cannot be too deep
+    for value in args.values():
+        if type(value) not in _SCALARS:
+            wrap = _ORJSON_DEPTH - MAX_ARGS_DEPTH
             break
-        size += 6 + len(str(key)) * 6 + (
-            len(value) * 6 if kind is str else value.bit_length() // 3 + 2 if kind is int
-            else 24)
-    else:  # flat: not deep, and far below the limit needs no serialization
-        if limit is None or size * 2 < limit:
-            return None, None, b""
-        return oversized(args, limit), None, b""
-    if MAX_ARGS_DEPTH < _ORJSON_DEPTH:
-        dumped = dump_for_hash(args, _ORJSON_DEPTH - MAX_ARGS_DEPTH)
-        if dumped:
-            return (None if limit is None or len(dumped) <= limit
-                    else _too_large(len(dumped), limit)), None, dumped
+    dumped = dump_for_hash(args, wrap) if wrap >= 0 else b""
+    if dumped:
+        return (None if limit is None or len(dumped) <= limit
+                else _too_large(len(dumped), limit)), None, dumped
     # a value orjson does not take, or nested too deep: measured and walked one by one
     too = oversized(args, limit)
     return too, None if too is not None else too_deep(None, args), b""

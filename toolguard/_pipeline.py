@@ -10,7 +10,7 @@ import functools
 import logging
 from collections.abc import Callable, Generator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ._approval import (
     ApprovalDecision,
@@ -207,7 +207,7 @@ def _front(task: Task, cfg: _Config, tool: str, raw: Any, executor: Executor | N
         if type(prepared) is ToolResult:
             task._remember(CallRecord(tool, raw, prepared))
             return prepared
-        p = cast(_Prepared, prepared)
+        p: _Prepared = prepared  # type: ignore[assignment]  # not a ToolResult: tested above
         snap = task._begin(cfg, p, True)
         if snap.claimed:
             claimed = (p, snap)
@@ -219,7 +219,8 @@ def _front(task: Task, cfg: _Config, tool: str, raw: Any, executor: Executor | N
             if (snap.approval is not None
                     or cfg.policy.budget.max_consecutive_failures is not None):
                 return p, snap, None
-            _origin(p, snap)
+            if snap.record is not None:
+                _origin(p, snap)
             return p, snap, verdict
         return task._conclude(cfg, p, snap, verdict, None, None)
     except BaseException as exc:
@@ -291,7 +292,7 @@ def _run_sync(task: Task, tool: str, raw: Any, executor: Executor | None,
         front = _front(task, cfg, tool, raw, executor)
         if type(front) is ToolResult:
             return front, None
-        p, snap, verdict = cast(tuple[_Prepared, Snapshot, "Verdict | None"], front)
+        p, snap, verdict = front  # type: ignore[misc]  # not a ToolResult: tested above
         if verdict is not None:
             return _executed_sync(task, cfg, tool, p, snap, verdict, executor)
         start = (cfg, p, snap)
@@ -325,7 +326,7 @@ async def _run_async(task: Task, tool: str, raw: Any, executor: Executor | None,
         front = _front(task, cfg, tool, raw, executor)
         if type(front) is ToolResult:
             return front, None
-        p, snap, verdict = cast(tuple[_Prepared, Snapshot, "Verdict | None"], front)
+        p, snap, verdict = front  # type: ignore[misc]  # not a ToolResult: tested above
         if verdict is not None and (executor is not None or not p.entry.in_thread):
             return await _executed_async(task, cfg, tool, p, snap, verdict, executor)
         start = (cfg, p, snap)  # a sync tool in a worker thread: the pipeline detaches it
