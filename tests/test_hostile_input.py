@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -269,3 +270,18 @@ def test_one_serialization_bounds_and_hashes_as_the_separate_checks_do(
         except CanonicalizationError:
             return
         assert hash_args(args, None, dumped) == expected
+
+
+def test_the_depth_probe_gives_the_same_bytes_while_another_thread_holds_its_arrays() -> None:
+    from toolguard._canonical import _CHAINS, dump_for_hash
+
+    wrap = 254 - MAX_ARGS_DEPTH
+    args = {"rows": [{"a": [1, 2]}, {"b": None}], "deep": _nested_lists(MAX_ARGS_DEPTH - 1)}
+    expected = dump_for_hash(args, wrap)
+    assert expected == orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
+    chain = _CHAINS[wrap]
+    with chain.lock:  # as if another thread were serializing in the prebuilt arrays
+        assert dump_for_hash(args, wrap) == expected
+        assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, wrap) == b""
+    assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, wrap) == b""
+    assert chain.inner[0] is None  # the arguments are not kept

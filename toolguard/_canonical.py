@@ -56,6 +56,7 @@ import enum
 import json
 import math
 import re
+import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import PurePath
@@ -461,14 +462,48 @@ def dump_for_hash(args: Mapping[str, Any], wrap: int = 0) -> bytes:
     inside ``wrap`` one-item arrays: with ``wrap = 254 - n`` it fails past orjson's depth
     limit, so the bytes also say ``args`` is at most ``n`` levels deep (in C; the wrapping
     is cut off again)."""
-    probe: Any = args
-    for _ in range(wrap):
-        probe = [probe]
+    if not wrap:
+        try:
+            return orjson.dumps(args, default=_refuse, option=_OPTS)
+        except (_Unserializable, TypeError, orjson.JSONEncodeError):
+            return b""
+    chain = _CHAINS.get(wrap) or _CHAINS.setdefault(wrap, _Chain(wrap))
+    probe: Any
+    inner: list[Any] | None
+    if chain.lock.acquire(False):  # the prebuilt arrays: no Python loop of `wrap` steps
+        inner, probe = chain.inner, chain.outer
+        inner[0] = args
+    else:  # another thread serializes in it right now
+        inner, probe = None, args
+        for _ in range(wrap):
+            probe = [probe]
     try:
         out = orjson.dumps(probe, default=_refuse, option=_OPTS)
     except (_Unserializable, TypeError, orjson.JSONEncodeError):
         return b""
-    return out[wrap:-wrap] if wrap else out
+    finally:
+        if inner is not None:
+            inner[0] = None
+            chain.lock.release()
+    return out[wrap:-wrap]
+
+
+class _Chain:
+    """``wrap`` nested one-item arrays, the innermost ``inner`` (its item is set to the
+    arguments for one serialization, under ``lock``)."""
+
+    __slots__ = ("inner", "lock", "outer")
+
+    def __init__(self, wrap: int) -> None:
+        self.inner: list[Any] = [None]
+        outer = self.inner
+        for _ in range(wrap - 1):
+            outer = [outer]
+        self.outer = outer
+        self.lock = threading.Lock()
+
+
+_CHAINS: dict[int, _Chain] = {}
 
 
 def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None,
