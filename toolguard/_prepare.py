@@ -97,7 +97,8 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
     effect, sig, floats, denied = settings.effect, "", False, settings.deny
     plain = 0
     if invalid is None:
-        bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
+        # rules see the defaults too: one signature, one effect
+        bound = entry.bound(args) if entry.defaults else args
         if settings.rules and (ruled := entry.effect_for(bound)) is not None:
             effect, denied = ruled, False  # a matching rule classifies the call
         elif settings.shell is not None and (

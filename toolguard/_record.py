@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ._engine import Task
 
 log = logging.getLogger("toolguard")
+_new = tuple.__new__  # a named tuple from all its fields without its Python __new__
 
 
 def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
@@ -61,14 +62,14 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
                                      or settings.stagnation_block_at):
             judged = outcome_kind(success, normalized) + (
                 result_digest or value_digest(normalized))
-    req = FinishRequest(  # positional, in FinishRequest's order (hot path)
+    req: FinishRequest = _new(FinishRequest, (  # every field, in order (hot path)
         p.entry.spec.name, p.signature, p.key, executed, success,
         outcome is not None and mutating and outcome.unknown,  # unknown
         mutating, result_digest,
         success and p.claim and p.remember,  # store_result
         content, snap.claimed, settings.idempotency_ttl_s, task.guard._clock(),
         halt, p.call_id, judged, settings.max_progress_resets,
-    )
+    ))
     try:
         task.guard._store.finish(task.task_id, req)
     except Exception as exc:  # noqa: BLE001 - _store_failed re-raises or falls back

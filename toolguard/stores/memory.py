@@ -42,7 +42,10 @@ from ._base import (
 
 __all__ = ["MemoryStore"]
 
-_NO_RUN = (0, 0, "", "")  # no stagnation run of the tool in this epoch
+_NO_RUN = (0, 0, "", "")
+# A named tuple from all its fields, without the Python function that is its __new__
+# (0.2 µs per Snapshot on the hot path).
+_new = tuple.__new__  # no stagnation run of the tool in this epoch
 
 
 class _Sig:
@@ -200,7 +203,13 @@ class MemoryStore:
         if not lock.acquire(False):
             wait_for(lock)
         try:
-            state = self._task(task_id)
+            state = self._tasks.get(task_id)
+            now = self._clock()
+            if state is not None and now - state.used_at <= self._state_ttl_s:
+                self._tasks.move_to_end(task_id)  # self._task(task_id), inline (hot path)
+                state.used_at = now
+            else:
+                state = self._task(task_id)
             if state.started_at is None:
                 state.started_at = req.now
             sig = state.sig(req.signature)
@@ -241,14 +250,14 @@ class MemoryStore:
             run = state.stagnation.get(req.tool)
             if run is None or run[0] != state.epoch:
                 run = _NO_RUN
-            return Snapshot(  # positional, in Snapshot's order (hot path)
+            return _new(Snapshot, (  # every field, in Snapshot's order (hot path)
                 state.halted, state.epoch, state.calls, tool_calls,
                 state.failures.get(req.tool, 0),  # consecutive_failures
                 state.input_tokens + state.output_tokens,  # tokens
                 state.started_at,
                 count if count > 1 else 1,  # count
                 sig.polls, record, approval, claimed, run[1], run[2], run[3],
-            )
+            ))
         finally:
             lock.release()
 
