@@ -212,7 +212,12 @@ class MemoryStore:
                 state = self._task(task_id)
             if state.started_at is None:
                 state.started_at = req.now
-            sig = state.sig(req.signature)
+            sigs = state.sigs  # state.sig(req.signature), inline (hot path)
+            sig = sigs.get(req.signature)
+            if sig is None:
+                sig = state.sig(req.signature)
+            else:
+                sigs.move_to_end(req.signature)
             if sig.epoch != state.epoch:
                 sig.epoch, sig.count, sig.polls = state.epoch, 0, 0
             record = None
@@ -298,8 +303,8 @@ class MemoryStore:
                 elif run[3] != req.signature:
                     state.stagnation[req.tool] = (state.epoch, run[1] + 1, req.outcome,
                                                   req.signature)
-            key = (task_id, req.idempotency_key)
             if req.idempotency_key:
+                key = (task_id, req.idempotency_key)
                 if req.store_result:
                     record = IdempotencyRecord(COMPLETED, state.changes, req.now,
                                                req.content, req.call_id)
