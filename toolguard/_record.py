@@ -161,13 +161,11 @@ def _conclude(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: V
 def _synthetic(task: Task, p: _Prepared, snap: Snapshot, verdict: Verdict) -> ToolResult:
     tool = p.entry.spec.name
     decision = verdict.decision
-    common: dict[str, Any] = {"reason": verdict.reason, "count": snap.count,
-                              "effect": p.effect, "args_hash": p.sig,
-                              "idempotency_key": p.key}
     if decision is CACHED and snap.record is not None:
         stored = snap.record.content
-        return new_result(tool, p.call_id, decision, _with_notice(stored, verdict.notice),
-                          value=stored, notice=verdict.notice, **common)
+        return new_result(  # positional, in ToolResult's order (hot path)
+            tool, p.call_id, decision, _with_notice(stored, verdict.notice), stored, False,
+            None, verdict.reason, verdict.notice, snap.count, p.effect, p.sig, p.key)
     if decision is INVALID and p.entry.unknown:
         names = ", ".join(sorted(task.guard._config.entries)) or "none"
         text = f"[toolguard] Unknown tool {tool!r}. Available tools: {names}."
@@ -187,7 +185,8 @@ def _synthetic(task: Task, p: _Prepared, snap: Snapshot, verdict: Verdict) -> To
             previous = task._last_content.get(p.signature)
             if p.effect is READONLY and previous is not None:
                 text += f"\nThe previous result of this call was:\n{_as_text(previous)}"
-    return new_result(tool, p.call_id, decision, text, is_error=True, **common)
+    return new_result(tool, p.call_id, decision, text, None, True, None, verdict.reason, None,
+                      snap.count, p.effect, p.sig, p.key)
 
 
 def _plain(task: Task, p: _Prepared, outcome: _Outcome) -> ToolResult:
