@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from toolguard._lock import YieldingLock, wait_for
+from toolguard._results import _fast_constructor
 from toolguard._types import COMPLETED, IN_PROGRESS, UNKNOWN
 
 from ._base import (
@@ -42,10 +43,13 @@ from ._base import (
 
 __all__ = ["MemoryStore"]
 
-_NO_RUN = (0, 0, "", "")
+_NO_RUN = (0, 0, "", "")  # no stagnation run of the tool in this epoch
 # A named tuple from all its fields, without the Python function that is its __new__
 # (0.2 µs per Snapshot on the hot path).
-_new = tuple.__new__  # no stagnation run of the tool in this epoch
+_new = tuple.__new__
+# IdempotencyRecord(...) without the frozen dataclass's object.__setattr__ per field: two
+# are built on every executed mutating call
+_record: Callable[..., IdempotencyRecord] = _fast_constructor(IdempotencyRecord)
 
 
 class _Sig:
@@ -232,7 +236,7 @@ class MemoryStore:
                         and record.state is IN_PROGRESS and record.call_id == req.call_id):
                     record, claimed = None, True  # its own claim: a retried begin (Redis)
                 elif record is None and req.claim:
-                    claim = IdempotencyRecord(IN_PROGRESS, state.changes, req.now,
+                    claim = _record(IN_PROGRESS, state.changes, req.now,
                                               None, req.call_id)
                     self._records.put((task_id, req.idempotency_key), claim, req.claim_ttl_s)
                     claimed = True
@@ -306,11 +310,11 @@ class MemoryStore:
             if req.idempotency_key:
                 key = (task_id, req.idempotency_key)
                 if req.store_result:
-                    record = IdempotencyRecord(COMPLETED, state.changes, req.now,
+                    record = _record(COMPLETED, state.changes, req.now,
                                                req.content, req.call_id)
                     self._records.put(key, record, req.ttl_s)
                 elif req.unknown:
-                    record = IdempotencyRecord(UNKNOWN, state.changes, req.now,
+                    record = _record(UNKNOWN, state.changes, req.now,
                                                None, req.call_id)
                     self._records.put(key, record, req.ttl_s)
                 elif req.release:
