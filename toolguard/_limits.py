@@ -14,7 +14,6 @@ audit events), so nothing it sends may be unbounded:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -155,5 +154,7 @@ def short_name(tool: object) -> str:
     name = tool if isinstance(tool, str) else orjson.dumps(tool, default=repr).decode()
     if len(name) <= MAX_TOOL_NAME_CHARS:
         return name
+    import hashlib  # rare (an invented long name): not loaded by import toolguard
+
     digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
     return f"{name[:MAX_TOOL_NAME_CHARS - 20]}…{digest}"
