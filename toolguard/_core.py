@@ -298,7 +298,7 @@ def outcome_kind(success: bool, normalized: object) -> str:
     ``{}``, ``None``, or text saying it found nothing), or any other result."""
     if not success:
         return ERROR_RESULT
-    if normalized is None or normalized in ("", [], {}):
+    if normalized is None or normalized in _EMPTY_VALUES:
         return EMPTY_RESULT
     if isinstance(normalized, str):
         text = normalized.strip().lower()
@@ -309,6 +309,7 @@ def outcome_kind(success: bool, normalized: object) -> str:
 
 
 _EMPTY_TEXTS: Final = frozenset({"[]", "{}", "null", "none", "0"})
+_EMPTY_VALUES: Final = ("", [], {})  # compared by ==, never changed (built once, not per call)
 
 
 def _stagnated(tool: str, run: int, outcome: str) -> str:
