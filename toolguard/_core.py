@@ -309,7 +309,8 @@ def outcome_kind(success: bool, normalized: object) -> str:
 
 
 _EMPTY_TEXTS: Final = frozenset({"[]", "{}", "null", "none", "0"})
-_EMPTY_VALUES: Final = ("", [], {})  # compared by ==, never changed (built once, not per call)
+# compared by ==, never changed: built once, not a list and a dict per call
+_EMPTY_VALUES: Final[tuple[object, ...]] = ("", [], {})
 
 
 def _stagnated(tool: str, run: int, outcome: str) -> str:
