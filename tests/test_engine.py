@@ -13,7 +13,13 @@ from typing import Any, TypedDict
 import pytest
 
 import toolguard as tg
-from toolguard._policy import BudgetPolicy, IdempotencyPolicy, LadderPolicy, ToolPolicy
+from toolguard._policy import (
+    BudgetPolicy,
+    IdempotencyPolicy,
+    LadderPolicy,
+    LadderThresholds,
+    ToolPolicy,
+)
 from toolguard.testing import FakeClock, capture_audit
 
 D = tg.Decision
@@ -671,3 +677,34 @@ async def test_a_halt_in_an_async_batch_raises_after_every_call_finished(
         await task.acall_batch([("slow_write", {"x": 1}), ("lookup", {"key": "b"})])
     assert log == ["start", "done"]  # the write finished (and was recorded) before the raise
     assert sorted(str(r.result.decision) for r in list(task.history)[-2:]) == ["allow", "halt"]
+
+
+@pytest.mark.parametrize("path", ["warn", "cached"])
+def test_a_tool_returning_none_gets_the_notice_alone(path: str) -> None:
+    # allow gives content None; a notice on nothing is the notice, not "null" and a notice
+    ran: list[int] = []
+
+    def touch(name: str) -> None:
+        ran.append(1)
+
+    effect = tg.Effect.MUTATING if path == "cached" else tg.Effect.READONLY
+    ladder = LadderPolicy(readonly=LadderThresholds(warn_at=2, block_at=9,
+                                                        halt_at=10))
+    guard = tg.Guard(tg.Policy(ladder=ladder),
+                     [tg.ToolSpec(name="touch", func=touch, effect=effect)])
+    task = guard.task("t")
+    first = task.call("touch", {"name": "a"})
+    assert first.decision is tg.Decision.ALLOW and first.content is None
+    second = task.call("touch", {"name": "a"})
+    assert second.decision is (tg.Decision.CACHED if path == "cached" else tg.Decision.WARN)
+    assert second.notice
+    assert second.content == f"[toolguard] {second.notice}"
+    assert second.value is None
+    assert len(ran) == (1 if path == "cached" else 2)
+    # the agent-loop helpers send the same text
+    reply = {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "touch", "arguments": '{"name": "a"}'}}]}
+    [message] = task.run_tool_calls(reply)
+    assert not message["content"].startswith("null")
+    assert "[toolguard]" in message["content"]

@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -228,3 +229,59 @@ def test_a_tool_name_that_is_not_a_string_is_an_unknown_tool(name: Any) -> None:
         (message,) = task.run_tool_calls({"role": "assistant", "tool_calls": [
             {"id": "c1", "type": "function", "function": {"arguments": "{}"}}]})
         assert message["tool_call_id"] == "c1" and "Unknown tool" in message["content"]
+
+
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from([1.0, -0.0, 1e16]),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=4) | st.sampled_from(["$a", "$bytes"]), inner,
+                      max_size=3),
+    max_leaves=12)
+
+
+def _nested_lists(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(args=st.dictionaries(st.text(max_size=5), _JSONISH, max_size=4),
+       limit=st.none() | st.integers(0, 400),
+       depth=st.sampled_from([0, MAX_ARGS_DEPTH - 1, MAX_ARGS_DEPTH, 150, 300]))
+def test_one_serialization_bounds_and_hashes_as_the_separate_checks_do(
+        args: dict[str, Any], limit: int | None, depth: int) -> None:
+    # the call path measures size and depth with the hash's own serialization: the
+    # verdicts and the hash are those of the separate checks, for every argument dict
+    from toolguard._canonical import hash_args
+    from toolguard._errors import CanonicalizationError
+    from toolguard._limits import dict_bounds, oversized, too_deep
+
+    if depth:
+        args = {**args, "deep": _nested_lists(depth)}
+    too, deep, dumped = dict_bounds(args, limit)
+    assert too == oversized(args, limit)
+    assert deep == (None if too is not None else too_deep(None, args))
+    if too is None and deep is None:
+        try:
+            expected = hash_args(args)
+        except CanonicalizationError:
+            return
+        assert hash_args(args, None, dumped) == expected
+
+
+def test_the_depth_probe_gives_the_same_bytes_while_another_thread_holds_its_arrays() -> None:
+    from toolguard._canonical import _CHAINS, dump_for_hash
+
+    wrap = 254 - MAX_ARGS_DEPTH
+    args = {"rows": [{"a": [1, 2]}, {"b": None}], "deep": _nested_lists(MAX_ARGS_DEPTH - 1)}
+    expected = dump_for_hash(args, wrap)
+    assert expected == orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
+    chain = _CHAINS[wrap]
+    with chain.lock:  # as if another thread were serializing in the prebuilt arrays
+        assert dump_for_hash(args, wrap) == expected
+        assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, wrap) == b""
+    assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, wrap) == b""
+    assert chain.inner[0] is None  # the arguments are not kept

@@ -31,11 +31,13 @@ if TYPE_CHECKING:
     from ._engine import Task
 
 log = logging.getLogger("toolguard")
+_new = tuple.__new__  # a named tuple from all its fields without its Python __new__
 
 
 def _begin(task: Task, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
-    # Positional (hot path: keywords cost 0.3 µs per tuple), in BeginRequest's order.
-    req = BeginRequest(
+    # Every field, in BeginRequest's order, built by tuple.__new__ (hot path: the named
+    # tuple's own __new__ is a Python function, 0.2 µs more per tuple).
+    req: BeginRequest = _new(BeginRequest, (
         # names no tool has share one counter: the model can invent any number of them
         UNKNOWN_TOOLS if p.entry.unknown else p.entry.spec.name, p.signature,
         # records and approvals exist only for mutating or approval-gated calls: other
@@ -43,7 +45,7 @@ def _begin(task: Task, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
         p.key if p.effect is MUTATING or p.entry.settings.requires_approval else "",
         p.claim, p.task_scope, count, p.effect is POLL, task.guard._clock(),
         cfg.policy.idempotency.in_progress_ttl_s, p.call_id,
-    )
+    ))
     try:
         return task.guard._store.begin(task.task_id, req)
     except Exception as exc:  # noqa: BLE001 - _store_failed re-raises or falls back
@@ -99,8 +101,8 @@ def _waited(task: Task, cfg: _Config, p: _Prepared) -> bool:
 
 def _decide(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot) -> Verdict:
     policy = cfg.policy
-    return decide(CallContext(  # positional, in CallContext's order (hot path)
+    return decide(_new(CallContext, (  # every field, in CallContext's order (hot path)
         task.task_id, p.entry.spec.name, p.entry.settings, p.effect, p.sig, p.key,
         p.invalid, policy.budget, policy.approval.timeout_s, task.guard._clock(), p.denied,
         p.exact,
-    ), snap)
+    )), snap)

@@ -17,10 +17,12 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 from ._redact import REDACTED, KeyPattern, redact, redact_text, secrets_in
 
@@ -127,6 +129,8 @@ class JsonlSink:
     """
 
     def __init__(self, path: str | Path) -> None:
+        from pathlib import Path  # with the first JSONL sink, not with import toolguard
+
         self.path = Path(path)
         self._lock = threading.Lock()
         self._file = self.path.open("ab")

@@ -48,17 +48,14 @@ same orjson serialization of the same normalized value, so they give identical b
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import datetime as dt
-import decimal
 import enum
 import json
 import math
 import re
-import uuid
+import sys
+import threading
 from collections.abc import Mapping
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -67,6 +64,8 @@ import xxhash
 from ._errors import CanonicalizationError
 
 if TYPE_CHECKING:
+    import decimal
+
     from ._policy import ArgOptions
 
 __all__ = [
@@ -78,6 +77,7 @@ __all__ = [
     "canonical_args",
     "canonicalize",
     "digest",
+    "dump_for_hash",
     "hash_args",
     "load_json",
     "normalize_path",
@@ -319,25 +319,34 @@ def _walk(value: Any, path: str | None) -> Any:
         items = [_walk(item, None if path is None else f"{path}{{}}") for item in value]
         return sorted(items, key=lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS))
     if isinstance(value, (bytes, bytearray, memoryview)):
+        import base64
+
         return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, decimal.Decimal):
+    # A Decimal, date or UUID exists only once its module is loaded: ``import toolguard``
+    # does not load them (decimal, datetime and uuid, with platform, cost ~5 ms).
+    modules = sys.modules
+    decimal = modules.get("decimal")
+    if decimal is not None and isinstance(value, decimal.Decimal):
         if not value.is_finite():
             raise CanonicalizationError(path or "args", f"Decimal {value} is not finite")
         return {"$decimal": _decimal_text(value)}
-    if isinstance(value, dt.datetime):
+    dt = modules.get("datetime")
+    if dt is not None and isinstance(value, dt.datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
         try:
             return {"$datetime": aware.astimezone(dt.timezone.utc).isoformat()}
         except OverflowError:
             raise CanonicalizationError(path or "args",
                                         f"{value.isoformat()} is out of range in UTC") from None
-    if isinstance(value, dt.date):
+    if dt is not None and isinstance(value, dt.date):
         return {"$date": value.isoformat()}
-    if isinstance(value, dt.time):
+    if dt is not None and isinstance(value, dt.time):
         return {"$time": value.isoformat()}
-    if isinstance(value, uuid.UUID):
+    uuid = modules.get("uuid")
+    if uuid is not None and isinstance(value, uuid.UUID):
         return str(value)
-    if isinstance(value, PurePath):
+    pathlib = modules.get("pathlib")
+    if pathlib is not None and isinstance(value, pathlib.PurePath):
         return {"$path": value.as_posix()}
     structured = fields_of(value)
     if structured is not None:
@@ -438,31 +447,83 @@ def args_hash_and_floats(
     return _hexdigest(out, CANONICAL_VERSION), floats
 
 
-def hash_args(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None = None
-              ) -> tuple[str, bool, int]:
+def hash_args(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None = None,
+              dumped: bytes = b"") -> tuple[str, bool, int]:
     """:func:`args_hash_and_floats`, and the size in bytes of the canonical form when it is
     the plain serialization of ``args`` (no null dropped, no number or key rewritten, no
     option applied; else 0): then the hash determines ``args`` exactly, up to key order,
-    and the engine keys its memo of validated arguments by it.
+    and the engine keys its memo of validated arguments by it. ``dumped``: the bytes of
+    :func:`dump_for_hash` of these very ``args`` when the caller made them already (one
+    serialization of 100 KB less); used only without ``options``.
 
     Raises:
         CanonicalizationError: an argument has no canonical form.
     """
-    out, floats, plain = _canonical(args, options)
+    out, floats, plain = _canonical(args, options, dumped)
     return _hexdigest(out, CANONICAL_VERSION), floats, len(out) if plain else 0
 
 
-def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None
-               ) -> tuple[bytes, bool, bool]:
+def dump_for_hash(args: Mapping[str, Any], wrap: int = 0) -> bytes:
+    """The first serialization :func:`hash_args` makes of ``args`` (no argument options),
+    or ``b""`` when orjson cannot take it natively (the hash then walks). Serialized
+    inside ``wrap`` one-item arrays: with ``wrap = 254 - n`` it fails past orjson's depth
+    limit, so the bytes also say ``args`` is at most ``n`` levels deep (in C; the wrapping
+    is cut off again)."""
+    if not wrap:
+        try:
+            return orjson.dumps(args, default=_refuse, option=_OPTS)
+        except (_Unserializable, TypeError, orjson.JSONEncodeError):
+            return b""
+    chain = _CHAINS.get(wrap) or _CHAINS.setdefault(wrap, _Chain(wrap))
+    probe: Any
+    inner: list[Any] | None
+    if chain.lock.acquire(False):  # the prebuilt arrays: no Python loop of `wrap` steps
+        inner, probe = chain.inner, chain.outer
+        inner[0] = args
+    else:  # another thread serializes in it right now
+        inner, probe = None, args
+        for _ in range(wrap):
+            probe = [probe]
+    try:
+        out = orjson.dumps(probe, default=_refuse, option=_OPTS)
+    except (_Unserializable, TypeError, orjson.JSONEncodeError):
+        return b""
+    finally:
+        if inner is not None:
+            inner[0] = None
+            chain.lock.release()
+    return out[wrap:-wrap]
+
+
+class _Chain:
+    """``wrap`` nested one-item arrays, the innermost ``inner`` (its item is set to the
+    arguments for one serialization, under ``lock``)."""
+
+    __slots__ = ("inner", "lock", "outer")
+
+    def __init__(self, wrap: int) -> None:
+        self.inner: list[Any] = [None]
+        outer = self.inner
+        for _ in range(wrap - 1):
+            outer = [outer]
+        self.outer = outer
+        self.lock = threading.Lock()
+
+
+_CHAINS: dict[int, _Chain] = {}
+
+
+def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None,
+               dumped: bytes = b"") -> tuple[bytes, bool, bool]:
     """The canonical bytes; whether an integral float may be among the values (true
     whenever the output was not read as plain: the walk ran, or options rewrote values);
-    and whether the bytes are the plain serialization of ``args`` (nothing normalized)."""
+    and whether the bytes are the plain serialization of ``args`` (nothing normalized).
+    ``dumped``: :func:`dump_for_hash` of ``args`` made already (no options)."""
     if options:
         args = apply_arg_options(args, options)
-    try:
-        out = orjson.dumps(args, default=_refuse, option=_OPTS)
-    except (_Unserializable, TypeError, orjson.JSONEncodeError):
-        out = b""
+        out = dump_for_hash(args)
+    else:
+        out = dumped or dump_for_hash(args)
     if not out:
         return _walked_bytes(args), True, False
     if _NULL.search(out) is None:

@@ -40,7 +40,11 @@ def as_text(value: Any) -> str:
 
 
 def with_notice(content: Any, notice: str | None) -> Any:
-    """``content`` with the guard's notice appended (as text), or as it is without one."""
+    """``content`` with the guard's notice appended (as text), or as it is without one. A
+    result of ``None`` (a tool that returns nothing) is the notice alone: there is no text
+    for it to follow, and ``"null"`` would read as a value the tool returned."""
     if not notice:
         return content
+    if content is None:
+        return f"[toolguard] {notice}"
     return f"{as_text(content)}\n\n[toolguard] {notice}"

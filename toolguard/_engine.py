@@ -2,9 +2,11 @@
 
 * :mod:`toolguard._guard` — :class:`Guard`: tools + policy + store; :mod:`toolguard._task` —
   :class:`Task`: one agent task, its public methods;
-* :mod:`toolguard._pipeline` — one pipeline for ``call`` and ``acall``, sans I/O: a generator
-  that yields its I/O requests (run the tool, ask the approver, wait for a twin), driven by
-  ``_run_sync`` / ``_run_async``;
+* :mod:`toolguard._pipeline` — ``_run_sync`` / ``_run_async``: the common call (enforce
+  mode, no audit sink) runs straight through the stages below (``_front``, then
+  ``_executed_sync`` / ``_executed_async``); a call that needs I/O in the middle (an
+  approval, a wait for a twin, a worker thread) goes through the one pipeline for ``call``
+  and ``acall``, sans I/O: a generator that yields its I/O requests;
 * :mod:`toolguard._prepare` — parse, bind defaults, classify, canonical hash, schema;
 * :mod:`toolguard._admit` — ``store.begin`` and the pure :func:`toolguard._core.decide`:
   budget → approval → idempotency → ladder (the store's failure policy too);

@@ -12,12 +12,14 @@ from ._results import ToolResult
 from ._types import BLOCK, Decision
 from .stores._base import Snapshot
 
+_new = tuple.__new__  # a named tuple from all its fields without its Python __new__
+
 if TYPE_CHECKING:
     from ._engine import Task
 
 
 def _record(task: Task, p: _Prepared, result: ToolResult, transition: str, cfg: _Config) -> None:
-    task.history.append(CallRecord(p.entry.spec.name, p.raw_args, result))
+    task.history.append(_new(CallRecord, (p.entry.spec.name, p.raw_args, result)))
     if task.guard._sinks:
         extra: dict[str, Any] = {}
         if result.observed is not None:

@@ -14,16 +14,18 @@ audit events), so nothing it sends may be unbounded:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
 
 import orjson
 
+from ._canonical import dump_for_hash
+
 __all__ = [
     "MAX_ARGS_DEPTH",
     "MAX_TOOL_NAME_CHARS",
     "UNKNOWN_TOOLS",
+    "dict_bounds",
     "oversized",
     "short_name",
     "too_deep",
@@ -54,10 +56,34 @@ def oversized(raw: Any, limit: int | None) -> str | None:
             return None  # too deep or not JSON: the canonical hash says so
     else:
         return None
-    if size <= limit:
-        return None
+    return None if size <= limit else _too_large(size, limit)
+
+
+def _too_large(size: int, limit: int) -> str:
     return (f"the arguments are {size:,} bytes, more than max_args_bytes ({limit:,}): send "
             "less (a path or an id instead of the content)")
+
+
+def dict_bounds(args: dict[str, Any], limit: int | None
+                ) -> tuple[str | None, str | None, bytes]:
+    """:func:`oversized` and :func:`too_deep` of a dict of arguments, measured on the
+    canonical hash's first serialization (:func:`toolguard._canonical.dump_for_hash`),
+    which is returned for the hash to reuse: ``(too large, too deep, dump)``, the first two
+    the reasons or None. Nested arguments are serialized wrapped in one-item arrays, so the
+    one orjson pass also bounds their depth. ``dump`` is ``b""`` when orjson cannot take
+    ``args`` natively (then both are checked one by one, as before)."""
+    wrap = 0  # flat arguments cannot be too deep
+    for value in args.values():
+        if type(value) not in _SCALARS:
+            wrap = _ORJSON_DEPTH - MAX_ARGS_DEPTH
+            break
+    dumped = dump_for_hash(args, wrap) if wrap >= 0 else b""
+    if dumped:
+        return (None if limit is None or len(dumped) <= limit
+                else _too_large(len(dumped), limit)), None, dumped
+    # a value orjson does not take, or nested too deep: measured and walked one by one
+    too = oversized(args, limit)
+    return too, None if too is not None else too_deep(None, args), b""
 
 
 def too_deep(raw: Any, args: Any, limit: int = MAX_ARGS_DEPTH) -> str | None:
@@ -128,5 +154,7 @@ def short_name(tool: object) -> str:
     name = tool if isinstance(tool, str) else orjson.dumps(tool, default=repr).decode()
     if len(name) <= MAX_TOOL_NAME_CHARS:
         return name
+    import hashlib  # rare (an invented long name): not loaded by import toolguard
+
     digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
     return f"{name[:MAX_TOOL_NAME_CHARS - 20]}…{digest}"

@@ -39,6 +39,7 @@ from ._call import (
     CallRecord,
     Executor,
     _Approve,
+    _Config,
     _Detached,
     _Execute,
     _Io,
@@ -47,7 +48,10 @@ from ._call import (
     _Prepared,
     _Wait,
 )
+from ._core import Verdict
 from ._execute import _until_done
+
+_Start = tuple[_Config, _Prepared, Snapshot]  # where _front handed the call over
 
 log = logging.getLogger("toolguard")
 
@@ -81,24 +85,30 @@ def _step(pipeline: Generator[_Io, Any, Any], answer: Any, exc: BaseException | 
 
 def _pipeline(task: Task, tool: str, raw: Any, executor: Executor | None,
               approver: Approver | None = None, resumed: bool = False,
+              start: _Start | None = None,
               ) -> Generator[_Io, Any, tuple[ToolResult, BaseException | None]]:
     """The whole pipeline of one call, sans I/O that differs between sync and async: it
     yields an :data:`_Io` request (run the tool, ask the approver, wait for an identical
-    call) and is sent the answer. ``_run_sync`` and ``_run_async`` drive it."""
-    cfg = task.guard._config
+    call) and is sent the answer. ``_run_sync`` and ``_run_async`` drive it. ``start``:
+    the call as :func:`_front` prepared and began it, which handed it over here (it needs
+    an approval, a wait, or something else only the pipeline does)."""
     claimed: tuple[_Prepared, Snapshot] | None = None
     executing = False  # from here on, the execution's own handler records the outcome
+    cfg = task.guard._config if start is None else start[0]
     try:
-        prepared = task._prepare(cfg, tool, raw, executor is not None)
-        if isinstance(prepared, ToolResult):
-            task._remember(CallRecord(tool, raw, prepared))
-            return prepared, None
-        p = prepared
-        if cfg.policy.mode is MODE_OFF and not p.unusable:
-            task.guard._warn_off()
-            outcome: _Outcome = yield _Execute(cfg, p, executor)
-            return task._plain(p, outcome), outcome.exc
-        snap = task._begin(cfg, p, count=not (resumed and task._waited(cfg, p)))
+        if start is None:
+            prepared = task._prepare(cfg, tool, raw, executor is not None)
+            if isinstance(prepared, ToolResult):
+                task._remember(CallRecord(tool, raw, prepared))
+                return prepared, None
+            p = prepared
+            if cfg.policy.mode is MODE_OFF and not p.unusable:
+                task.guard._warn_off()
+                outcome: _Outcome = yield _Execute(cfg, p, executor)
+                return task._plain(p, outcome), outcome.exc
+            snap = task._begin(cfg, p, count=not (resumed and task._waited(cfg, p)))
+        else:
+            _, p, snap = start
         if snap.claimed:
             claimed = (p, snap)
         while True:
@@ -135,9 +145,7 @@ def _pipeline(task: Task, tool: str, raw: Any, executor: Executor | None,
                         return task._conclude(cfg, p, snap, audited, None, None), None
                 if observed is None:
                     task._spend_approval(cfg, p, snap)
-                record = snap.record
-                if record is not None and record.state is UNKNOWN and record.call_id:
-                    p.origin = record.call_id  # a retry of that execution: its key
+                _origin(p, snap)
                 executing = True
                 try:
                     outcome = yield _Execute(cfg, p, executor)
@@ -154,32 +162,141 @@ def _pipeline(task: Task, tool: str, raw: Any, executor: Executor | None,
                 task._notify(p)
             return task._conclude(cfg, p, snap, final, outcome, observed), outcome.exc
         return task._conclude(cfg, p, snap, final, None, None), None
-    except StoreError:
-        # e.g. fail_closed while storing an approval: the tool did not run, so give the
-        # claim back (best effort) rather than leave identical calls waiting for it
-        if not executing:
+    except BaseException as exc:
+        _failed(task, cfg, tool, exc, claimed, executing)
+        raise
+
+
+def _failed(task: Task, cfg: _Config, tool: str, exc: BaseException,
+            claimed: tuple[_Prepared, Snapshot] | None, executing: bool) -> None:
+    """What a call that raised ``exc`` leaves behind; the caller re-raises ``exc`` unless
+    this raises :class:`ToolGuardError` for a bug in the guard. ``claimed``: the call and
+    its snapshot if it holds the idempotency claim; ``executing``: the tool started (its
+    own handler recorded the outcome)."""
+    if isinstance(exc, ToolGuardError):
+        if isinstance(exc, StoreError) and not executing:
+            # e.g. fail_closed while storing an approval: the tool did not run, so give
+            # the claim back (best effort) rather than leave identical calls waiting
             task._give_back(cfg, claimed)
-        raise
-    except ToolGuardError:
-        raise
-    except Exception as exc:  # a bug in the guard: never a half-recorded call
+        return
+    if isinstance(exc, Exception):  # a bug in the guard: never a half-recorded call
         if claimed is not None:  # do not leave identical calls waiting on a dead claim
             with contextlib.suppress(Exception):
                 task._abandon(cfg, *claimed)
         raise ToolGuardError(f"internal error while guarding {tool}: "
                              f"{type(exc).__name__}: {_safe_str(exc)}") from exc
-    except BaseException:  # cancelled or interrupted before the tool ran (e.g. while a
-        # human was being asked): it did not happen, so give the claim back at once
-        # instead of making identical calls wait for in_progress_ttl_s
-        if not executing:
-            task._give_back(cfg, claimed)
+    # cancelled or interrupted before the tool ran (e.g. while a human was being asked):
+    # it did not happen, so give the claim back at once instead of making identical calls
+    # wait for in_progress_ttl_s
+    if not executing:
+        task._give_back(cfg, claimed)
+
+
+def _front(task: Task, cfg: _Config, tool: str, raw: Any, executor: Executor | None
+           ) -> ToolResult | tuple[_Prepared, Snapshot, Verdict | None]:
+    """The straight call path (enforce mode, no audit sinks, not a resumed attempt): the
+    same stages as :func:`_pipeline` with no generator between them. Prepares, begins and
+    decides the call; returns the result of a call that does not run (invalid, cached,
+    blocked; a halt raises), or ``(p, snap, verdict)`` of one that runs now (the runner
+    executes and records it: :func:`_executed_sync`, :func:`_executed_async`), or
+    ``(p, snap, None)``: the pipeline takes the call over from there (an approval to ask
+    or spend, an identical call to wait for, the failure budget's in-flight count)."""
+    claimed: tuple[_Prepared, Snapshot] | None = None
+    try:
+        prepared = task._prepare(cfg, tool, raw, executor is not None)
+        if type(prepared) is ToolResult:
+            task._remember(CallRecord(tool, raw, prepared))
+            return prepared
+        p: _Prepared = prepared  # type: ignore[assignment]  # not a ToolResult: tested above
+        snap = task._begin(cfg, p, True)
+        if snap.claimed:
+            claimed = (p, snap)
+        verdict = task._decide(cfg, p, snap)
+        decision = verdict.decision
+        if verdict.ask_approval or verdict.wait:
+            return p, snap, None
+        if decision is ALLOW or decision is WARN:  # = .executed
+            if (snap.approval is not None
+                    or cfg.policy.budget.max_consecutive_failures is not None):
+                return p, snap, None
+            if snap.record is not None:
+                _origin(p, snap)
+            return p, snap, verdict
+        return task._conclude(cfg, p, snap, verdict, None, None)
+    except BaseException as exc:
+        _failed(task, cfg, tool, exc, claimed, False)
         raise
+
+
+def _origin(p: _Prepared, snap: Snapshot) -> None:
+    record = snap.record
+    if record is not None and record.state is UNKNOWN and record.call_id:
+        p.origin = record.call_id  # a retry of that execution: its key
+
+
+def _interrupted(task: Task, cfg: _Config, tool: str, p: _Prepared, snap: Snapshot,
+                 exc: BaseException) -> None:
+    """The tool of a straight call was interrupted or cancelled (``exc``): record an
+    unknown outcome; the caller re-raises (:func:`_failed`)."""
+    claimed = (p, snap) if snap.claimed else None
+    try:
+        task._abandon(cfg, p, snap)
+    except BaseException as error:
+        _failed(task, cfg, tool, error, claimed, True)
+        raise
+    _failed(task, cfg, tool, exc, claimed, True)
+
+
+def _recorded(task: Task, cfg: _Config, tool: str, p: _Prepared, snap: Snapshot,
+              verdict: Verdict, outcome: _Outcome) -> tuple[ToolResult, BaseException | None]:
+    """Record a straight call's outcome and build its result."""
+    try:
+        if p.claim:
+            task._notify(p)
+        return task._conclude(cfg, p, snap, verdict, outcome, None), outcome.exc
+    except BaseException as exc:
+        _failed(task, cfg, tool, exc, (p, snap) if snap.claimed else None, True)
+        raise
+
+
+def _executed_sync(task: Task, cfg: _Config, tool: str, p: _Prepared, snap: Snapshot,
+                   verdict: Verdict, executor: Executor | None
+                   ) -> tuple[ToolResult, BaseException | None]:
+    """Run and record a call :func:`_front` let run (sync)."""
+    try:
+        outcome = task._execute_sync(cfg, p, executor)
+    except BaseException as exc:
+        _interrupted(task, cfg, tool, p, snap, exc)
+        raise
+    return _recorded(task, cfg, tool, p, snap, verdict, outcome)
+
+
+async def _executed_async(task: Task, cfg: _Config, tool: str, p: _Prepared, snap: Snapshot,
+                          verdict: Verdict, executor: Executor | None
+                          ) -> tuple[ToolResult, BaseException | None]:
+    """Run and record a call :func:`_front` let run (async; never in a worker thread)."""
+    try:
+        outcome = await task._execute_async(cfg, p, executor)
+    except BaseException as exc:  # e.g. cancelled by asyncio.wait_for
+        _interrupted(task, cfg, tool, p, snap, exc)
+        raise
+    return _recorded(task, cfg, tool, p, snap, verdict, outcome)
 
 
 def _run_sync(task: Task, tool: str, raw: Any, executor: Executor | None,
               approver: Approver | None = None, resumed: bool = False,
               ) -> tuple[ToolResult, BaseException | None]:
-    pipeline = task._pipeline(tool, raw, executor, approver, resumed)
+    cfg = task.guard._config
+    start: _Start | None = None
+    if cfg.policy.mode is ENFORCE and not resumed and not task.guard._sinks:
+        front = _front(task, cfg, tool, raw, executor)
+        if type(front) is ToolResult:
+            return front, None
+        p, snap, verdict = front  # type: ignore[misc]  # not a ToolResult: tested above
+        if verdict is not None:
+            return _executed_sync(task, cfg, tool, p, snap, verdict, executor)
+        start = (cfg, p, snap)
+    pipeline = task._pipeline(tool, raw, executor, approver, resumed, start)
     try:
         io = next(pipeline)
         while True:
@@ -202,7 +319,18 @@ def _run_sync(task: Task, tool: str, raw: Any, executor: Executor | None,
 async def _run_async(task: Task, tool: str, raw: Any, executor: Executor | None,
                      approver: Approver | None = None, resumed: bool = False,
                      ) -> tuple[ToolResult, BaseException | None]:
-    pipeline = task._pipeline(tool, raw, executor, approver, resumed)
+    cfg = task.guard._config
+    start: _Start | None = None
+    if (cfg.policy.mode is ENFORCE and not resumed and not task.guard._sinks
+            and not task.guard._store_blocks):
+        front = _front(task, cfg, tool, raw, executor)
+        if type(front) is ToolResult:
+            return front, None
+        p, snap, verdict = front  # type: ignore[misc]  # not a ToolResult: tested above
+        if verdict is not None and (executor is not None or not p.entry.in_thread):
+            return await _executed_async(task, cfg, tool, p, snap, verdict, executor)
+        start = (cfg, p, snap)  # a sync tool in a worker thread: the pipeline detaches it
+    pipeline = task._pipeline(tool, raw, executor, approver, resumed, start)
     cancelled: BaseException | None = None  # a cancellation whose thread had ended
     done, io = await task._resume(pipeline, None, None)
     while not done:

@@ -20,7 +20,7 @@ from ._canonical import (
 from ._content import safe_repr as _safe_repr
 from ._decorators import ToolSpec, recorded_tool
 from ._errors import CanonicalizationError
-from ._limits import oversized, short_name, too_deep
+from ._limits import dict_bounds, oversized, short_name, too_deep
 from ._results import ToolResult
 from ._schema import ArgsValidator
 from ._shell import classify_argv
@@ -66,12 +66,19 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
                 cfg.virtual[tool] = entry
     invalid: str | None = None
     args: dict[str, Any]
-    if (too := oversized(raw, cfg.policy.max_args_bytes)) is not None:
+    dumped = b""  # the hash's serialization of raw, made already by the bounds
+    deep: str | None = None
+    if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
+        too, deep, dumped = dict_bounds(raw, cfg.policy.max_args_bytes)
+        args = raw.copy()
+    else:
+        too = oversized(raw, cfg.policy.max_args_bytes)
+    if too is not None:
         # not parsed, and not kept: history holds a note instead of the arguments
         args, invalid = {}, too
         raw = "<arguments larger than max_args_bytes: not kept>"
-    elif type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
-        args = raw.copy()
+    elif type(raw) is dict:
+        pass
     elif isinstance(raw, (str, bytes)):
         try:
             args = parse_arguments(raw)
@@ -83,20 +90,25 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
         args = dict(raw)
     else:
         args, invalid = {}, f"arguments must be a JSON object, got {type(raw).__name__}"
-    if invalid is None and (deep := too_deep(raw, args)) is not None:
+    if invalid is None and (deep is not None or (
+            type(raw) is not dict and (deep := too_deep(raw, args)) is not None)):
         args, invalid = {}, deep
     settings = entry.settings
     effect, sig, floats, denied = settings.effect, "", False, settings.deny
     plain = 0
     if invalid is None:
-        bound = entry.bound(args)  # rules see the defaults too: one signature, one effect
+        # rules see the defaults too: one signature, one effect
+        bound = entry.bound(args) if entry.defaults else args
         if settings.rules and (ruled := entry.effect_for(bound)) is not None:
             effect, denied = ruled, False  # a matching rule classifies the call
         elif settings.shell is not None and (
                 parsed := classify_argv(bound.get(settings.shell))) is not None:
             effect, denied = parsed, False  # so does a recognised shell command
+        if dumped and not (bound is args or (len(bound) == len(args)
+                                             and None not in args.values())):
+            dumped = b""  # defaults filled in: not the bytes of these arguments
         try:
-            sig, floats, plain = hash_args(bound, settings.args)
+            sig, floats, plain = hash_args(bound, settings.args, dumped)
         except CanonicalizationError as exc:
             invalid = f"argument has no canonical form: {exc}"
     unusable = invalid is not None  # no arguments object at all: never executable

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ._engine import Task
 
 log = logging.getLogger("toolguard")
+_new = tuple.__new__  # a named tuple from all its fields without its Python __new__
 
 
 def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
@@ -61,14 +62,14 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
                                      or settings.stagnation_block_at):
             judged = outcome_kind(success, normalized) + (
                 result_digest or value_digest(normalized))
-    req = FinishRequest(  # positional, in FinishRequest's order (hot path)
+    req: FinishRequest = _new(FinishRequest, (  # every field, in order (hot path)
         p.entry.spec.name, p.signature, p.key, executed, success,
         outcome is not None and mutating and outcome.unknown,  # unknown
         mutating, result_digest,
         success and p.claim and p.remember,  # store_result
         content, snap.claimed, settings.idempotency_ttl_s, task.guard._clock(),
         halt, p.call_id, judged, settings.max_progress_resets,
-    )
+    ))
     try:
         task.guard._store.finish(task.task_id, req)
     except Exception as exc:  # noqa: BLE001 - _store_failed re-raises or falls back
@@ -160,13 +161,11 @@ def _conclude(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: V
 def _synthetic(task: Task, p: _Prepared, snap: Snapshot, verdict: Verdict) -> ToolResult:
     tool = p.entry.spec.name
     decision = verdict.decision
-    common: dict[str, Any] = {"reason": verdict.reason, "count": snap.count,
-                              "effect": p.effect, "args_hash": p.sig,
-                              "idempotency_key": p.key}
     if decision is CACHED and snap.record is not None:
         stored = snap.record.content
-        return new_result(tool, p.call_id, decision, _with_notice(stored, verdict.notice),
-                          value=stored, notice=verdict.notice, **common)
+        return new_result(  # positional, in ToolResult's order (hot path)
+            tool, p.call_id, decision, _with_notice(stored, verdict.notice), stored, False,
+            None, verdict.reason, verdict.notice, snap.count, p.effect, p.sig, p.key)
     if decision is INVALID and p.entry.unknown:
         names = ", ".join(sorted(task.guard._config.entries)) or "none"
         text = f"[toolguard] Unknown tool {tool!r}. Available tools: {names}."
@@ -186,7 +185,8 @@ def _synthetic(task: Task, p: _Prepared, snap: Snapshot, verdict: Verdict) -> To
             previous = task._last_content.get(p.signature)
             if p.effect is READONLY and previous is not None:
                 text += f"\nThe previous result of this call was:\n{_as_text(previous)}"
-    return new_result(tool, p.call_id, decision, text, is_error=True, **common)
+    return new_result(tool, p.call_id, decision, text, None, True, None, verdict.reason, None,
+                      snap.count, p.effect, p.sig, p.key)
 
 
 def _plain(task: Task, p: _Prepared, outcome: _Outcome) -> ToolResult:

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import typing_extensions
 import xxhash
-from cachetools import LRUCache
 
 if TYPE_CHECKING:
+    from cachetools import LRUCache
     from jsonschema.exceptions import ValidationError
     from pydantic import ConfigDict
 
@@ -390,6 +390,8 @@ class ArgsValidator:
             # e.g. "$schema": 5 (AttributeError)
             raise schema_error(f"not a usable schema: {type(exc).__name__}: "
                                f"{_first_line(exc)}") from None
+        from cachetools import LRUCache  # with the first guard, not with import toolguard
+
         self._valid: LRUCache[bytes | str, bool] = LRUCache(maxsize=cache_size)
 
     def _compile(self) -> None:

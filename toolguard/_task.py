@@ -280,7 +280,9 @@ class Task:
                 execute it); raised before the call is counted.
         """
         if run is None:
-            self._runnable(tool)
+            entry = self.guard._config.entries.get(tool) if isinstance(tool, str) else None
+            if entry is not None and is_recorded(entry.spec):
+                self._runnable(tool)  # raises
             return self._run_sync(tool, args, None, approver, resumed)[0]
         return self._run_sync(tool, args, sync_runner(tool, run), approver, resumed)[0]
 
