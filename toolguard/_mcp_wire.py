@@ -238,8 +238,10 @@ class HttpUpstream:
                 elif kind == "application/json":
                     self._deliver(await response.aread(), rid)
                     return
-                self._fail(rid, f"it answered HTTP {response.status_code} "
-                                f"({kind or 'no content type'})")
+                why = f"it answered HTTP {response.status_code} ({kind or 'no content type'})"
+                if self._version is None:  # not even initialize: this is no MCP endpoint
+                    self._set_gone(why)
+                self._fail(rid, why)
         except httpx2.HTTPError as exc:
             self._set_gone(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             if rid is not None:
