@@ -1,25 +1,30 @@
 """Per-call overhead of ``toolguard mcp-proxy``: the same MCP client calling the example
 upstream server directly, through the proxy with the guard off (the hop alone), and through
-the proxy guarding (the figure that matters).
+the proxy guarding (the figure that matters), over stdio and over streamable HTTP.
 
 ::
 
     python benchmarks/mcp_proxy.py                   # 9 rounds of 200 calls per path
     python benchmarks/mcp_proxy.py --smoke           # every path, a few calls (CI)
     python benchmarks/mcp_proxy.py --json out.json   # also write the figures
+    python benchmarks/mcp_proxy.py --only stdio      # one transport
 
-All three sessions are open at once (real subprocesses over stdio, the SDK's ``ClientSession``)
-and each round runs one batch per path in a fresh random order, so the machine's noise hits
-every path alike. A path's figure is the median over rounds of its mean per-call time; the
-ratios are computed within each round, then reduced to their median. The call is
-``read_note(title="todo")``, a readonly tool answering from memory, under a policy whose
-ladder and budget never trigger: the allow path of the guard plus two JSON-RPC hops.
+All six sessions are open at once (real subprocesses, the SDK's ``ClientSession``; on HTTP one
+upstream server on 127.0.0.1, the proxies listening in front of it) and each round runs one
+batch per path in a fresh random order, so the machine's noise hits every path alike. A
+path's figure is the median over rounds of its mean per-call time; the ratios are computed
+within each round against the same transport's direct path, then reduced to their median.
+The call is ``read_note(title="todo")``, a readonly tool answering from memory, under a policy
+whose ladder and budget never trigger: the allow path of the guard plus two JSON-RPC hops. The
+load average before and after is part of the report: on a shared machine it says how much to
+trust the absolute times (the ratios are what the interleaving protects).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -31,8 +36,13 @@ from typing import Any
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' process helpers: one copy of starting and stopping
+
+from tests.mcp_support import free_port, running  # noqa: E402
+
 UPSTREAM = [sys.executable, str(ROOT / "examples" / "mcp" / "server.py")]
 POLICY = """\
 [budget]
@@ -43,8 +53,13 @@ ladder = { warn_at = 99999997, block_at = 99999998, halt_at = 99999999 }
 TARGET_RATIO = 1.2  # issue 14: proxied round trip ≤ 1.2x the direct one
 
 
-def _proxy(*options: str) -> list[str]:
-    return [sys.executable, "-m", "toolguard.cli", "mcp-proxy", *options, "--", *UPSTREAM]
+TRANSPORTS = ("stdio", "http")
+PATHS = ("direct", "proxy_guard_off", "proxy_guarded")
+
+
+def _proxy(*options: str, upstream: list[str] | None = None) -> list[str]:
+    command = [sys.executable, "-m", "toolguard.cli", "mcp-proxy", *options]
+    return [*command, "--", *upstream] if upstream else command
 
 
 async def _open(stack: AsyncExitStack, command: list[str]) -> ClientSession:
@@ -53,6 +68,41 @@ async def _open(stack: AsyncExitStack, command: list[str]) -> ClientSession:
     session = await stack.enter_async_context(ClientSession(read, write))
     await session.initialize()
     return session
+
+
+async def _open_http(stack: AsyncExitStack, url: str) -> ClientSession:
+    read, write = await stack.enter_async_context(streamable_http_client(url))
+    session = await stack.enter_async_context(ClientSession(read, write))
+    await session.initialize()
+    return session
+
+
+async def _sessions(stack: AsyncExitStack, tmp: Path, transports: tuple[str, ...]
+                    ) -> dict[tuple[str, str], ClientSession]:
+    """Every path's session, keyed by (transport, path)."""
+    guarded, off = tmp / "bench.toml", tmp / "off.toml"
+    guarded.write_text(POLICY)
+    off.write_text('mode = "off"\n' + POLICY)
+    policies = {"proxy_guard_off": off, "proxy_guarded": guarded}
+    sessions: dict[tuple[str, str], ClientSession] = {}
+    if "stdio" in transports:
+        sessions["stdio", "direct"] = await _open(stack, UPSTREAM)
+        for path, policy in policies.items():
+            sessions["stdio", path] = await _open(
+                stack, _proxy("--policy", str(policy), upstream=UPSTREAM))
+    if "http" in transports:
+        up_port = free_port()
+        upstream_url = f"http://127.0.0.1:{up_port}/mcp"
+        stack.enter_context(running([*UPSTREAM, "--http", f"127.0.0.1:{up_port}"], up_port,
+                                    tmp / "upstream.log", timeout_s=60))
+        sessions["http", "direct"] = await _open_http(stack, upstream_url)
+        for path, policy in policies.items():
+            port = free_port()
+            stack.enter_context(running(_proxy(
+                "--policy", str(policy), "--upstream-url", upstream_url,
+                "--listen", f"127.0.0.1:{port}"), port, tmp / f"{path}.log", timeout_s=60))
+            sessions["http", path] = await _open_http(stack, f"http://127.0.0.1:{port}/mcp")
+    return sessions
 
 
 async def _batch(session: ClientSession, calls: int) -> float:
@@ -65,37 +115,41 @@ async def _batch(session: ClientSession, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-async def measure(calls: int, rounds: int, warmup: int) -> dict[str, Any]:
+async def measure(calls: int, rounds: int, warmup: int,
+                  transports: tuple[str, ...] = TRANSPORTS) -> dict[str, Any]:
     """Run the interleaved rounds; return the report."""
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        guarded, off = Path(tmp) / "bench.toml", Path(tmp) / "off.toml"
-        guarded.write_text(POLICY)
-        off.write_text('mode = "off"\n' + POLICY)
         async with AsyncExitStack() as stack:
-            sessions = {
-                "direct": await _open(stack, UPSTREAM),
-                "proxy_guard_off": await _open(stack, _proxy("--policy", str(off))),
-                "proxy_guarded": await _open(stack, _proxy("--policy", str(guarded))),
-            }
+            sessions = await _sessions(stack, Path(tmp), transports)
             for session in sessions.values():
                 await _batch(session, warmup)
-            per_round: list[dict[str, float]] = []
+            per_round: list[dict[tuple[str, str], float]] = []
             for _ in range(rounds):
                 order = list(sessions)
                 random.shuffle(order)
-                per_round.append({name: await _batch(sessions[name], calls) for name in order})
-    median = {name: statistics.median(r[name] for r in per_round) * 1e6 for name in sessions}
-    ratio = statistics.median(r["proxy_guarded"] / r["direct"] for r in per_round)
-    hop = statistics.median(r["proxy_guard_off"] / r["direct"] for r in per_round)
-    guard_us = statistics.median((r["proxy_guarded"] - r["proxy_guard_off"]) * 1e6
-                                 for r in per_round)
-    return {
-        "calls_per_round": calls, "rounds": rounds,
-        "median_us": median,
-        "x_direct": ratio, "x_direct_guard_off": hop, "guard_us": guard_us,
-        "target_x_direct": TARGET_RATIO,
-        "status": "PASS" if ratio <= TARGET_RATIO else "MISS",
-    }
+                per_round.append({key: await _batch(sessions[key], calls) for key in order})
+    report: dict[str, Any] = {"calls_per_round": calls, "rounds": rounds,
+                              "target_x_direct": TARGET_RATIO,
+                              "load_average": {"before": list(load_before),
+                                               "after": list(os.getloadavg())}}
+    for transport in transports:
+        def ratio(path: str, transport: str = transport) -> float:
+            return statistics.median(r[transport, path] / r[transport, "direct"]
+                                     for r in per_round)
+        x_direct = ratio("proxy_guarded")
+        report[transport] = {
+            "median_us": {path: statistics.median(r[transport, path] for r in per_round) * 1e6
+                          for path in PATHS},
+            "x_direct": x_direct, "x_direct_guard_off": ratio("proxy_guard_off"),
+            "guard_us": statistics.median(
+                (r[transport, "proxy_guarded"] - r[transport, "proxy_guard_off"]) * 1e6
+                for r in per_round),
+            "status": "PASS" if x_direct <= TARGET_RATIO else "MISS",
+        }
+    report["status"] = ("PASS" if all(report[t]["status"] == "PASS" for t in transports)
+                        else "MISS")
+    return report
 
 
 async def middleware_us(calls: int) -> float:
@@ -132,19 +186,28 @@ async def middleware_us(calls: int) -> float:
 
 def render(report: dict[str, Any]) -> str:
     """The report as a few lines of text."""
-    m = report["median_us"]
-    return "\n".join([
-        f"MCP per-call round trip ({report['rounds']} rounds x {report['calls_per_round']} "
-        "calls, medians):",
-        f"  direct                   {m['direct']:9.0f} us",
-        f"  proxy, guard off         {m['proxy_guard_off']:9.0f} us   "
-        f"x{report['x_direct_guard_off']:.2f} direct (the extra hop)",
-        f"  proxy, guarded           {m['proxy_guarded']:9.0f} us   "
-        f"x{report['x_direct']:.2f} direct (target <= x{report['target_x_direct']})"
-        f"  {report['status']}",
-        f"  guarded - guard off      {report['guard_us']:9.0f} us per call",
-        f"  guard middleware alone   {report['middleware_us']:9.0f} us per call (in-process)",
-    ])
+    load = report["load_average"]
+    lines = [f"MCP per-call round trip ({report['rounds']} rounds x "
+             f"{report['calls_per_round']} calls, medians; load average "
+             f"{load['before'][0]:.1f} before, {load['after'][0]:.1f} after):"]
+    for transport in TRANSPORTS:
+        if transport not in report:
+            continue
+        t = report[transport]
+        m = t["median_us"]
+        lines += [
+            f"  {transport}:",
+            f"    direct                 {m['direct']:9.0f} us",
+            f"    proxy, guard off       {m['proxy_guard_off']:9.0f} us   "
+            f"x{t['x_direct_guard_off']:.2f} direct (the extra hop)",
+            f"    proxy, guarded         {m['proxy_guarded']:9.0f} us   "
+            f"x{t['x_direct']:.2f} direct (target <= x{report['target_x_direct']})"
+            f"  {t['status']}",
+            f"    guarded - guard off    {t['guard_us']:9.0f} us per call",
+        ]
+    lines.append(f"  guard middleware alone   {report['middleware_us']:7.0f} us per call "
+                 "(in-process)")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -154,9 +217,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--smoke", action="store_true", help="a few calls: every path runs")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--only", choices=TRANSPORTS, help="measure one transport")
     args = parser.parse_args()
     calls, rounds, warmup = (3, 2, 2) if args.smoke else (args.calls, args.rounds, 50)
-    report = anyio.run(measure, calls, rounds, warmup)
+    transports = (args.only,) if args.only else TRANSPORTS
+    report = anyio.run(measure, calls, rounds, warmup, transports)
     report["middleware_us"] = anyio.run(middleware_us, 20 if args.smoke else 5000)
     report["smoke"] = args.smoke
     print(render(report))
