@@ -9,6 +9,11 @@ the proxy guarding (the figure that matters), over stdio and over streamable HTT
     python benchmarks/mcp_proxy.py --json out.json   # also write the figures
     python benchmarks/mcp_proxy.py --only stdio      # one transport
 
+Besides the wall time, each batch records the CPU time that the client, the proxy and the
+upstream spent (Linux: the scheduler's per-thread accounting of this process and its
+descendants): a call is one chain of hand-offs, so its CPU is its latency less the waiting,
+and its ratio moves far less with the machine's load than the wall time does.
+
 All six sessions are open at once (real subprocesses, the SDK's ``ClientSession``; on HTTP one
 upstream server on 127.0.0.1, the proxies listening in front of it) and each round runs one
 batch per path in a fresh random order, so the machine's noise hits every path alike. A
@@ -105,14 +110,34 @@ async def _sessions(stack: AsyncExitStack, tmp: Path, transports: tuple[str, ...
     return sessions
 
 
-async def _batch(session: ClientSession, calls: int) -> float:
-    """Mean seconds per call over ``calls`` sequential calls."""
+async def _batch(session: ClientSession, calls: int) -> tuple[float, float]:
+    """Mean seconds per call over ``calls`` sequential calls, and the CPU seconds per call
+    that this process and all its descendants (client, proxy, upstream) spent meanwhile."""
+    cpu = _cpu_seconds()
     start = time.perf_counter()
     for _ in range(calls):
         result = await session.call_tool("read_note", {"title": "todo"})
         if result.is_error:
             raise RuntimeError(f"unexpected error result: {result}")
-    return (time.perf_counter() - start) / calls
+    wall = (time.perf_counter() - start) / calls
+    return wall, (_cpu_seconds() - cpu) / calls
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds this process and its descendants have run so far (Linux: the scheduler's
+    own per-thread accounting, /proc/PID/task/TID/schedstat, exact to the ns; elsewhere 0)."""
+    total, todo, seen = 0, [os.getpid()], set()
+    while todo:
+        pid = todo.pop()
+        seen.add(pid)
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                total += int((task / "schedstat").read_text().split()[0])
+                todo.extend(int(k) for k in (task / "children").read_text().split()
+                            if int(k) not in seen)
+        except (OSError, ValueError):  # a process that just ended; or no /proc
+            continue
+    return total / 1e9
 
 
 async def measure(calls: int, rounds: int, warmup: int,
@@ -125,26 +150,39 @@ async def measure(calls: int, rounds: int, warmup: int,
             for session in sessions.values():
                 await _batch(session, warmup)
             per_round: list[dict[tuple[str, str], float]] = []
+            cpu_round: list[dict[tuple[str, str], float]] = []
             for _ in range(rounds):
                 order = list(sessions)
                 random.shuffle(order)
-                per_round.append({key: await _batch(sessions[key], calls) for key in order})
+                figures = {key: await _batch(sessions[key], calls) for key in order}
+                per_round.append({key: wall for key, (wall, _) in figures.items()})
+                cpu_round.append({key: cpu for key, (_, cpu) in figures.items()})
     report: dict[str, Any] = {"calls_per_round": calls, "rounds": rounds,
                               "target_x_direct": TARGET_RATIO,
                               "load_average": {"before": list(load_before),
                                                "after": list(os.getloadavg())}}
     for transport in transports:
-        def ratio(path: str, transport: str = transport) -> float:
+        def ratio(path: str, rounds_: list[dict[tuple[str, str], float]],
+                  transport: str = transport) -> float:
             return statistics.median(r[transport, path] / r[transport, "direct"]
-                                     for r in per_round)
-        x_direct = ratio("proxy_guarded")
+                                     for r in rounds_ if r[transport, "direct"] > 0)
+
+        def median_us(path: str, rounds_: list[dict[tuple[str, str], float]],
+                      transport: str = transport) -> float:
+            return statistics.median(r[transport, path] for r in rounds_) * 1e6
+
+        x_direct = ratio("proxy_guarded", per_round)
+        has_cpu = all(r[transport, "direct"] > 0 for r in cpu_round)
         report[transport] = {
-            "median_us": {path: statistics.median(r[transport, path] for r in per_round) * 1e6
-                          for path in PATHS},
-            "x_direct": x_direct, "x_direct_guard_off": ratio("proxy_guard_off"),
+            "median_us": {path: median_us(path, per_round) for path in PATHS},
+            "x_direct": x_direct, "x_direct_guard_off": ratio("proxy_guard_off", per_round),
             "guard_us": statistics.median(
                 (r[transport, "proxy_guarded"] - r[transport, "proxy_guard_off"]) * 1e6
                 for r in per_round),
+            "cpu_us": {path: median_us(path, cpu_round) for path in PATHS} if has_cpu else None,
+            "cpu_x_direct": ratio("proxy_guarded", cpu_round) if has_cpu else None,
+            "cpu_x_direct_guard_off": (ratio("proxy_guard_off", cpu_round) if has_cpu
+                                       else None),
             "status": "PASS" if x_direct <= TARGET_RATIO else "MISS",
         }
     report["status"] = ("PASS" if all(report[t]["status"] == "PASS" for t in transports)
@@ -153,34 +191,30 @@ async def measure(calls: int, rounds: int, warmup: int,
 
 
 async def middleware_us(calls: int) -> float:
-    """Mean µs per call of the guard middleware alone (in-process, the upstream answer
-    ready-made): what the proxy's guarding costs without any I/O."""
-    from types import SimpleNamespace
-
-    import mcp.types as mt
-
+    """Mean µs per call of the guard alone as the proxy runs it (``guard_json`` on the
+    upstream's answer as JSON, ready-made, in-process): what guarding costs without I/O."""
     import toolguard as tg
     from toolguard.adapters.mcp import GuardMiddleware
 
     policy = tg.load_policy_dict({"budget": {"max_tool_calls": 10**8}, "tools": {"read_note": {
         "ladder": {"warn_at": 99999997, "block_at": 99999998, "halt_at": 99999999}}}})
     middleware = GuardMiddleware(tg.Guard(policy, strict_tools=False))
-    middleware.register_tools([mt.Tool(
-        name="read_note", annotations=mt.ToolAnnotations(readOnlyHint=True),
-        input_schema={"type": "object", "properties": {"title": {"type": "string"}},
-                      "required": ["title"]})])
-    answer = mt.CallToolResult(content=[mt.TextContent(type="text", text="buy milk")],
-                               structured_content={"result": "buy milk"})
+    middleware.register_tools([{
+        "name": "read_note", "annotations": {"readOnlyHint": True},
+        "inputSchema": {"type": "object", "properties": {"title": {"type": "string"}},
+                        "required": ["title"]}}])
+    answer = {"content": [{"type": "text", "text": "buy milk"}],
+              "structuredContent": {"result": "buy milk"}, "isError": False}
 
-    async def forward(args: dict[str, Any]) -> mt.CallToolResult:
+    async def forward(args: dict[str, Any]) -> dict[str, Any]:
         return answer
 
-    ctx: Any = SimpleNamespace(request=None)  # stdio: no HTTP request, no session header
+    task = middleware.task_of(None)
     for _ in range(min(calls, 100)):
-        await middleware.guarded_call(ctx, "read_note", {"title": "todo"}, forward)
+        await middleware.guard_json(task, "read_note", {"title": "todo"}, forward)
     start = time.perf_counter()
     for _ in range(calls):
-        await middleware.guarded_call(ctx, "read_note", {"title": "todo"}, forward)
+        await middleware.guard_json(task, "read_note", {"title": "todo"}, forward)
     return (time.perf_counter() - start) / calls * 1e6
 
 
@@ -205,6 +239,12 @@ def render(report: dict[str, Any]) -> str:
             f"  {t['status']}",
             f"    guarded - guard off    {t['guard_us']:9.0f} us per call",
         ]
+        if t["cpu_us"] is not None:
+            c = t["cpu_us"]
+            lines.append(
+                f"    CPU per call (client+proxy+upstream): direct {c['direct']:.0f} us, "
+                f"guard off {c['proxy_guard_off']:.0f} us (x{t['cpu_x_direct_guard_off']:.2f}),"
+                f" guarded {c['proxy_guarded']:.0f} us (x{t['cpu_x_direct']:.2f})")
     lines.append(f"  guard middleware alone   {report['middleware_us']:7.0f} us per call "
                  "(in-process)")
     return "\n".join(lines)

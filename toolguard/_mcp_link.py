@@ -162,7 +162,7 @@ async def handshake(up: UpstreamPort, timeout_s: float) -> tuple[Json, list[tupl
     up.send(dumps(request), request)
     try:
         reply = await asyncio.wait_for(answer, timeout_s)
-    except TimeoutError:
+    except asyncio.TimeoutError:
         raise UpstreamFailed(f"the upstream MCP server `{up.name}` did not answer initialize "
                              f"within {timeout_s:g} s") from None
     result = reply.get("result")
@@ -376,7 +376,7 @@ class Link:
         """List the upstream's tools (every page) and register the new ones with the guard.
 
         Raises:
-            UpstreamGone: the upstream went away. TimeoutError: it took over ``timeout_s``.
+            UpstreamGone: the upstream went away. asyncio.TimeoutError: it took over ``timeout_s``.
         """
         async with self._learning:
             cursor: Any = None

@@ -20,10 +20,11 @@ import asyncio
 import contextlib
 import secrets
 import shlex
+import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -62,6 +63,55 @@ def _frames(data: bytes) -> list[tuple[bytes, Json]] | None:
     return None
 
 
+class _Lines:
+    """Splits a byte stream into its newline-terminated frames, calling ``on_frame`` with each
+    non-blank one (without its line end) as soon as it is complete: no reader task, no
+    coroutine hand-off per message."""
+
+    def __init__(self, on_frame: Callable[[bytes], None]) -> None:
+        self._on_frame = on_frame
+        self._partial = bytearray()
+        self.overrun = False
+
+    def feed(self, data: bytes) -> None:
+        if b"\n" not in data:
+            self._partial += data
+            if len(self._partial) > MAX_FRAME_BYTES:
+                self.overrun = True
+                self._partial.clear()
+            return
+        if self._partial:
+            data = bytes(self._partial) + data
+            self._partial.clear()
+        *lines, rest = data.split(b"\n")
+        if rest:
+            self._partial += rest
+        for line in lines:
+            if line and not line.isspace():
+                self._on_frame(line.rstrip(b"\r"))
+
+
+class _UpstreamProtocol(asyncio.SubprocessProtocol):
+    def __init__(self, owner: StdioUpstream) -> None:
+        self._owner = owner
+        self._lines = _Lines(owner._frame)
+        self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd == 1:
+            self._lines.feed(data)
+            if self._lines.overrun:
+                self._owner._set_gone(f"it wrote a message over {MAX_FRAME_BYTES} bytes")
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:
+            asyncio.get_running_loop().create_task(self._owner._stdout_closed())
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
 class StdioUpstream:
     """The upstream as a subprocess speaking MCP on stdio.
 
@@ -77,8 +127,9 @@ class StdioUpstream:
         self.on_gone: Callable[[], None] = _nothing
         self.on_garbage: Callable[[bytes], None] = _nothing
         self._errlog = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        self._proc: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._protocol: _UpstreamProtocol | None = None
+        self._stdin: asyncio.WriteTransport | None = None
 
     async def start(self) -> None:
         """Start the process.
@@ -86,37 +137,30 @@ class StdioUpstream:
         Raises:
             UpstreamFailed: it could not be started (no such file, not executable).
         """
+        loop = asyncio.get_running_loop()
         try:
-            self._proc = await asyncio.create_subprocess_exec(
-                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=self._errlog, limit=MAX_FRAME_BYTES)
+            self._transport, self._protocol = await loop.subprocess_exec(
+                lambda: _UpstreamProtocol(self), *self.command, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self._errlog)
         except OSError as exc:
             raise UpstreamFailed(f"the upstream MCP server `{self.name}` could not start "
                                  f"({type(exc).__name__}: {exc})") from None
-        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._stdin = cast("asyncio.WriteTransport", self._transport.get_pipe_transport(0))
 
-    async def _read(self) -> None:
-        assert self._proc is not None
-        assert self._proc.stdout is not None
-        out = self._proc.stdout
+    def _frame(self, line: bytes) -> None:
+        frames = _frames(line)
+        if frames is None:
+            self.on_garbage(line)
+            return
+        for raw, message in frames:
+            self.handler(raw, message, None)
+
+    async def _stdout_closed(self) -> None:
         why = "its stdout closed"
-        try:
-            while line := await out.readline():
-                if line.isspace():
-                    continue
-                frames = _frames(line.rstrip(b"\r\n"))
-                if frames is None:
-                    self.on_garbage(line)
-                    continue
-                for raw, message in frames:
-                    self.handler(raw, message, None)
-        except ValueError:  # asyncio.LimitOverrunError's wrapper: a line over the limit
-            why = f"it wrote a message over {MAX_FRAME_BYTES} bytes"
-        try:
-            code = await asyncio.wait_for(self._proc.wait(), 1.0)
-            why = f"it exited with code {code}" if why.startswith("its stdout") else why
-        except TimeoutError:
-            pass
+        if self._protocol is not None and self._transport is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._protocol.exited), 1.0)
+                why = f"it exited with code {self._transport.get_returncode()}"
         self._set_gone(why)
 
     def _set_gone(self, why: str) -> None:
@@ -126,11 +170,10 @@ class StdioUpstream:
 
     def send(self, raw: bytes, message: Json) -> None:
         """Write one message (and its newline) to the upstream's stdin."""
-        stdin = self._proc.stdin if self._proc is not None else None
-        if stdin is None or stdin.is_closing():
+        if self._stdin is None or self._stdin.is_closing():
             self._set_gone("its stdin closed")
             return
-        stdin.write(raw + b"\n")
+        self._stdin.write(raw + b"\n")
 
     def opened(self, protocol_version: str) -> None:
         """Nothing to do on stdio."""
@@ -153,21 +196,19 @@ class StdioUpstream:
 
     async def close(self) -> None:
         """Close its stdin, give it 2 s to exit, then terminate (and kill) it."""
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            for stop in (None, proc.terminate, proc.kill):
+        transport, protocol = self._transport, self._protocol
+        if transport is not None and protocol is not None:
+            if self._stdin is not None:
+                self._stdin.close()
+            for stop in (None, transport.terminate, transport.kill):
+                if protocol.exited.done():
+                    break
                 if stop is not None:
                     with contextlib.suppress(ProcessLookupError):
                         stop()
-                try:
-                    await asyncio.wait_for(proc.wait(), 2.0)
-                    break
-                except TimeoutError:
-                    continue
-        if self._reader is not None:
-            self._reader.cancel()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(protocol.exited), 2.0)
+            transport.close()
         self._errlog.close()
 
 
@@ -315,17 +356,24 @@ class _StdioClient:
         """Nothing to close on stdio."""
 
 
-async def _stdin_lines() -> AsyncIterator[bytes]:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_FRAME_BYTES)
-    try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    except ValueError:  # a regular file: read it in a thread
-        while line := await asyncio.to_thread(sys.stdin.buffer.readline):
-            yield line
-        return
-    while line := await reader.readline():
-        yield line
+class _StdinProtocol(asyncio.Protocol):
+    def __init__(self, lines: _Lines, done: asyncio.Future[None]) -> None:
+        self._lines = lines
+        self._done = done
+
+    def data_received(self, data: bytes) -> None:
+        self._lines.feed(data)
+
+    def eof_received(self) -> bool:
+        self._end()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        if not self._done.done():
+            self._done.set_result(None)
 
 
 async def _stdout_writer() -> Callable[[bytes], None]:
@@ -342,21 +390,33 @@ async def _stdout_writer() -> Callable[[bytes], None]:
 
 async def serve_stdio(link: Link) -> None:
     """Serve one client on the proxy's stdin/stdout until stdin closes."""
-    link.attach(_StdioClient(await _stdout_writer()))
-    async for line in _stdin_lines():
-        if line.isspace():
-            continue
-        frames = _frames(line.rstrip(b"\r\n"))
+    client = _StdioClient(await _stdout_writer())
+    link.attach(client)
+
+    def frame(line: bytes) -> None:
+        frames = _frames(line)
         if frames is None:
-            link.client.send(*_parse_error(), None, False)  # type: ignore[union-attr]
-            continue
+            client.send(_PARSE_ERROR, None, False)
+            return
         for raw, message in frames:
             link.from_client(raw, message)
 
+    lines = _Lines(frame)
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    try:
+        await loop.connect_read_pipe(lambda: _StdinProtocol(lines, done), sys.stdin)
+    except ValueError:  # a regular file: read it in a thread
+        while data := await asyncio.to_thread(sys.stdin.buffer.readline):
+            lines.feed(data)
+        lines.feed(b"\n")
+        return
+    await done
+    lines.feed(b"\n")  # a last message without its newline
 
-def _parse_error() -> tuple[bytes]:
-    return (b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":'
-            b'"not a JSON-RPC 2.0 message"}}',)
+
+_PARSE_ERROR = (b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":'
+                b'"not a JSON-RPC 2.0 message"}}')
 
 
 # -- the proxy serving streamable HTTP ----------------------------------------------------------
@@ -451,7 +511,7 @@ class HttpListener:
         body = await request.body()
         frames = _frames(body.strip())
         if frames is None:
-            return Response(_parse_error()[0], status_code=400, media_type="application/json")
+            return Response(_PARSE_ERROR, status_code=400, media_type="application/json")
         headers: dict[str, str] = {}
         if any(m.get("method") == "initialize" for _, m in frames):
             if len(frames) != 1:
