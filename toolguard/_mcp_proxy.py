@@ -28,15 +28,12 @@ command runs (``pip install 'toolguard[mcp]'``).
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-
-from ._mcp_link import UpstreamFailed
 
 if TYPE_CHECKING:  # the SDK is an optional extra, rich a CLI's: imported inside the command
     from rich.console import Console
@@ -117,7 +114,9 @@ async def _open_link(command: list[str] | None, url: str | None, middleware: Gua
         UpstreamFailed: it could not start, spoke something else than MCP, or did not
             answer in time (with its stderr tail, for a subprocess).
     """
-    from ._mcp_link import Link, handshake
+    import asyncio
+
+    from ._mcp_link import Link, UpstreamFailed, handshake
     from ._mcp_wire import HttpUpstream, StdioUpstream
 
     up: StdioUpstream | HttpUpstream = (StdioUpstream(command) if command
@@ -137,9 +136,11 @@ async def _open_link(command: list[str] | None, url: str | None, middleware: Gua
 async def _run(command: list[str] | None, url: str | None, policy: Any, audit: Path | None,
                task_id: str | None, listen: tuple[str, int] | None, explain: bool,
                timeout_s: float) -> None:
+    import asyncio
+
     from rich.console import Console
 
-    from ._mcp_link import UpstreamGone
+    from ._mcp_link import UpstreamFailed, UpstreamGone
     from ._mcp_wire import HttpListener, serve_http, serve_stdio
     from .adapters.mcp import GuardMiddleware
 
@@ -223,6 +224,10 @@ def mcp_proxy(
         _fail("toolguard mcp-proxy needs the MCP SDK: pip install 'toolguard[mcp]'")
     where = _parse_listen(listen) if listen is not None else None
     loaded = _load_policy(policy, env)
+    import asyncio  # the CLI's --help must not pay for it
+
+    from ._mcp_link import UpstreamFailed
+
     try:
         asyncio.run(_run(upstream_command or None, upstream_url, loaded, audit, task_id, where,
                          explain, start_timeout))

@@ -526,16 +526,17 @@ class HttpListener:
                 return _jsonrpc_error(None, "unknown or missing Mcp-Session-Id", 404)
             client = found
         headers[_SESSION] = client.id
-        requests = [m["id"] for _, m in frames
-                    if isinstance(m.get("method"), str) and "id" in m]
+        # requests whose answer this POST waits for (an id that is no string or number is
+        # refused by the link, on the standalone stream)
+        requests = [m["id"] for _, m in frames if isinstance(m.get("method"), str)
+                    and isinstance(m.get("id"), (str, int))]
         if not requests:
             for raw, message in frames:
                 client.link.from_client(raw, message)
             return Response(status_code=202, headers=headers)
         queue: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue()
         for rid in requests:
-            with contextlib.suppress(TypeError):  # an unhashable id: the link refuses it
-                client.streams[rid] = queue
+            client.streams[rid] = queue
         for raw, message in frames:
             client.link.from_client(raw, message)
         first = await queue.get()
@@ -587,9 +588,8 @@ def _sse(first: tuple[bytes, bool], queue: asyncio.Queue[tuple[bytes, bool]], pe
                 item = await queue.get()
         finally:
             for rid in requests:
-                with contextlib.suppress(TypeError):
-                    if client.streams.get(rid) is queue:
-                        del client.streams[rid]
+                if client.streams.get(rid) is queue:
+                    del client.streams[rid]
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={**headers, "cache-control": "no-cache"})

@@ -10,8 +10,9 @@ One line guards a server's own tools in-process::
     guard_server(server, policy="policies/prod.toml")
 
 Every ``tools/call`` then goes through the guard (``task.acall(name, arguments, run=<the
-server's own handler>)``); ``toolguard mcp-proxy`` is this same middleware in front of a
-forwarding server. What the client sees:
+server's own handler>)``); ``toolguard mcp-proxy`` runs the same guard
+(:meth:`GuardMiddleware.guard_json`) on the raw JSON-RPC frames it forwards. What the client
+sees:
 
 - allow: the tool's own ``CallToolResult``; warn and cached: the same with the guard's notice
   appended as one more text block (cached: the stored result, not run again);
