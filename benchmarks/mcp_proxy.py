@@ -8,11 +8,17 @@ the proxy guarding (the figure that matters), over stdio and over streamable HTT
     python benchmarks/mcp_proxy.py --smoke           # every path, a few calls (CI)
     python benchmarks/mcp_proxy.py --json out.json   # also write the figures
     python benchmarks/mcp_proxy.py --only stdio      # one transport
+    python benchmarks/mcp_proxy.py --instructions    # callgrind instruction counts (~25 min)
 
 Besides the wall time, each batch records the CPU time that the client, the proxy and the
-upstream spent (Linux: the scheduler's per-thread accounting of this process and its
-descendants): a call is one chain of hand-offs, so its CPU is its latency less the waiting,
-and its ratio moves far less with the machine's load than the wall time does.
+upstream spent (Linux: /proc of this process and its descendants): a call is one chain of
+hand-offs, so its CPU is its latency less the waiting. On a shared machine it moves with the
+load too (caches, hyperthreads), only less. The figure that does not move is
+``--instructions``: each process of the chain (client, upstream, each proxy) runs once under
+``valgrind --tool=callgrind`` with 50 calls and once with 550, and the difference over 500
+is its instructions per call; the ratio is the chain's instructions through the proxy over
+the direct chain's (user-space instructions: the proxy's extra system calls and context
+switches, 2 reads, 2 writes and ~3 epoll waits per call on stdio, are not in it).
 
 All six sessions are open at once (real subprocesses, the SDK's ``ClientSession``; on HTTP one
 upstream server on 127.0.0.1, the proxies listening in front of it) and each round runs one
@@ -32,6 +38,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -124,20 +131,23 @@ async def _batch(session: ClientSession, calls: int) -> tuple[float, float]:
 
 
 def _cpu_seconds() -> float:
-    """CPU seconds this process and its descendants have run so far (Linux: the scheduler's
-    own per-thread accounting, /proc/PID/task/TID/schedstat, exact to the ns; elsewhere 0)."""
-    total, todo, seen = 0, [os.getpid()], set()
+    """CPU seconds this process and its descendants have run so far (Linux: user + system
+    time of /proc/PID/stat, which keeps the time of threads that have ended, as the SDK's
+    worker threads do; 10 ms ticks, so a batch should run for a second or more; elsewhere 0).
+    """
+    ticks, todo, seen = 0, [os.getpid()], set()
     while todo:
         pid = todo.pop()
         seen.add(pid)
         try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])
             for task in Path(f"/proc/{pid}/task").iterdir():
-                total += int((task / "schedstat").read_text().split()[0])
                 todo.extend(int(k) for k in (task / "children").read_text().split()
                             if int(k) not in seen)
-        except (OSError, ValueError):  # a process that just ended; or no /proc
+        except (OSError, ValueError, IndexError):  # a process that just ended; or no /proc
             continue
-    return total / 1e9
+    return ticks / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.0
 
 
 async def measure(calls: int, rounds: int, warmup: int,
@@ -250,6 +260,92 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+INSTRUCTION_ROLES = ("client", "upstream", "proxy_guard_off", "proxy_guarded")
+_FEW, _MANY = 50, 550
+
+
+async def _instructions_run(transport: str, role: str, calls: int, out: Path) -> None:
+    """One session for callgrind: ``calls`` calls, with ``role``'s process under valgrind
+    (``client``: this process is, the caller wraps it)."""
+    valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        policy = tmp / "policy.toml"
+        policy.write_text(('mode = "off"\n' if role == "proxy_guard_off" else "") + POLICY)
+        upstream = [*valgrind, *UPSTREAM] if role == "upstream" else UPSTREAM
+        proxy_wrap = valgrind if role.startswith("proxy") else []
+        options = ["--policy", str(policy), "--start-timeout", "600"]
+        async with AsyncExitStack() as stack:
+            if transport == "stdio":
+                command = ([*proxy_wrap, *_proxy(*options, upstream=UPSTREAM)]
+                           if proxy_wrap else upstream)
+                session = await _open(stack, command)
+            else:
+                up_port = free_port()
+                stack.enter_context(running(
+                    [*upstream, "--http", f"127.0.0.1:{up_port}"], up_port, tmp / "up.log",
+                    timeout_s=600, stop_timeout_s=300))
+                url = f"http://127.0.0.1:{up_port}/mcp"
+                if proxy_wrap:
+                    port = free_port()
+                    stack.enter_context(running(
+                        [*proxy_wrap, *_proxy(*options, "--upstream-url", url,
+                                              "--listen", f"127.0.0.1:{port}")],
+                        port, tmp / "proxy.log", timeout_s=600, stop_timeout_s=300))
+                    url = f"http://127.0.0.1:{port}/mcp"
+                session = await _open_http(stack, url)
+            for _ in range(calls):
+                result = await session.call_tool("read_note", {"title": "todo"})
+                if result.is_error:
+                    raise RuntimeError(f"unexpected error result: {result}")
+
+
+def _instructions(transport: str, role: str, calls: int, tmp: Path) -> int:
+    """Instructions callgrind counted in ``role``'s process over a whole session."""
+    out = tmp / f"{transport}.{role}.{calls}.callgrind"
+    command = [sys.executable, __file__, "--instructions-run", transport, role, str(calls),
+               str(out)]
+    if role == "client":
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
+    subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True, timeout=3600)
+    for line in out.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no instruction total in {out}")
+
+
+def instructions(transports: tuple[str, ...]) -> dict[str, Any]:
+    """Instructions per call of each process of the chain, and the chains' ratios."""
+    report: dict[str, Any] = {"calls": [_FEW, _MANY]}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        for transport in transports:
+            per_call = {role: (_instructions(transport, role, _MANY, Path(tmp_name))
+                               - _instructions(transport, role, _FEW, Path(tmp_name)))
+                        / (_MANY - _FEW) for role in INSTRUCTION_ROLES}
+            direct = per_call["client"] + per_call["upstream"]
+            report[transport] = {
+                "per_call": per_call, "direct": direct,
+                "x_direct": (direct + per_call["proxy_guarded"]) / direct,
+                "x_direct_guard_off": (direct + per_call["proxy_guard_off"]) / direct,
+            }
+    return report
+
+
+def render_instructions(report: dict[str, Any]) -> str:
+    """The instruction counts as a few lines of text."""
+    lines = ["MCP per-call instructions (callgrind; 550-call session minus 50-call session):"]
+    for transport in TRANSPORTS:
+        if transport in report:
+            t, c = report[transport], report[transport]["per_call"]
+            lines.append(
+                f"  {transport}: client {c['client'] / 1e3:.0f}k + upstream "
+                f"{c['upstream'] / 1e3:.0f}k = direct {t['direct'] / 1e3:.0f}k; proxy guard off "
+                f"+{c['proxy_guard_off'] / 1e3:.0f}k (x{t['x_direct_guard_off']:.3f}), "
+                f"guarded +{c['proxy_guarded'] / 1e3:.0f}k (x{t['x_direct']:.3f})")
+    return "\n".join(lines)
+
+
 def main() -> None:
     """Parse the options, measure, print (and write ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,9 +354,22 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="a few calls: every path runs")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--only", choices=TRANSPORTS, help="measure one transport")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per call with callgrind instead")
+    parser.add_argument("--instructions-run", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    calls, rounds, warmup = (3, 2, 2) if args.smoke else (args.calls, args.rounds, 50)
     transports = (args.only,) if args.only else TRANSPORTS
+    if args.instructions_run:
+        transport, role, n, out = args.instructions_run
+        anyio.run(_instructions_run, transport, role, int(n), Path(out))
+        return
+    if args.instructions:
+        counted = instructions(transports)
+        print(render_instructions(counted))
+        if args.json:
+            args.json.write_text(json.dumps(counted, indent=2))
+        return
+    calls, rounds, warmup = (3, 2, 2) if args.smoke else (args.calls, args.rounds, 50)
     report = anyio.run(measure, calls, rounds, warmup, transports)
     report["middleware_us"] = anyio.run(middleware_us, 20 if args.smoke else 5000)
     report["smoke"] = args.smoke

@@ -99,9 +99,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(command: Sequence[str], port: int, log: Path,
-            timeout_s: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``command`` (an HTTP server), wait until ``port`` accepts, stop it by pid after."""
+def running(command: Sequence[str], port: int, log: Path, timeout_s: float = 30.0,
+            stop_timeout_s: float = 10.0) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``command`` (an HTTP server), wait until ``port`` accepts, stop it by pid after
+    (SIGTERM; SIGKILL when it is still running ``stop_timeout_s`` later)."""
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     try:
@@ -120,7 +121,7 @@ def running(command: Sequence[str], port: int, log: Path,
     finally:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=stop_timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)

@@ -467,7 +467,8 @@ class Link:
         if method == "notifications/progress":
             params = message.get("params")
             token = params.get("progressToken") if isinstance(params, dict) else None
-            stream = self._progress.get(token) if _hashable(token) else None
+            if _hashable(token):
+                stream = self._progress.get(token, related)
         self._to_client(raw, self._stream(stream), False)
 
     def _stream(self, related: Any) -> Any:

@@ -41,6 +41,11 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import SamplingMessage, TextContent, ToolAnnotations
 
+try:
+    import fcntl
+except ImportError:  # Windows: one server process per count file
+    fcntl = None  # type: ignore[assignment]
+
 NOTES: dict[str, str] = {"todo": "buy milk"}
 COUNT_FILE: Path | None = None
 
@@ -48,14 +53,19 @@ server = MCPServer("toolguard-example-notes")
 
 
 def _counted(tool: str) -> None:
-    """Add one execution of ``tool`` to the count file (read-modify-write; one process)."""
+    """Add one execution of ``tool`` to the count file (read-modify-write under an exclusive
+    lock where the OS has ``fcntl``: a proxy serving several HTTP sessions runs one server
+    process per session, all counting in the same file)."""
     if COUNT_FILE is None:
         return
-    counts = json.loads(COUNT_FILE.read_text()) if COUNT_FILE.exists() else {}
-    counts[tool] = counts.get(tool, 0) + 1
-    tmp = COUNT_FILE.with_suffix(".tmp")
-    tmp.write_text(json.dumps(counts))
-    tmp.replace(COUNT_FILE)
+    with COUNT_FILE.with_suffix(".lock").open("a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        counts = json.loads(COUNT_FILE.read_text()) if COUNT_FILE.exists() else {}
+        counts[tool] = counts.get(tool, 0) + 1
+        tmp = COUNT_FILE.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(counts))
+        tmp.replace(COUNT_FILE)
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
