@@ -1,27 +1,44 @@
 """Per-call overhead of ``toolguard mcp-proxy``: the same MCP client calling the example
 upstream server directly, through the proxy with the guard off (the hop alone), and through
-the proxy guarding (the figure that matters).
+the proxy guarding (the figure that matters), over stdio and over streamable HTTP.
 
 ::
 
     python benchmarks/mcp_proxy.py                   # 9 rounds of 200 calls per path
     python benchmarks/mcp_proxy.py --smoke           # every path, a few calls (CI)
     python benchmarks/mcp_proxy.py --json out.json   # also write the figures
+    python benchmarks/mcp_proxy.py --only stdio      # one transport
+    python benchmarks/mcp_proxy.py --instructions    # callgrind instruction counts (~25 min)
 
-All three sessions are open at once (real subprocesses over stdio, the SDK's ``ClientSession``)
-and each round runs one batch per path in a fresh random order, so the machine's noise hits
-every path alike. A path's figure is the median over rounds of its mean per-call time; the
-ratios are computed within each round, then reduced to their median. The call is
-``read_note(title="todo")``, a readonly tool answering from memory, under a policy whose
-ladder and budget never trigger: the allow path of the guard plus two JSON-RPC hops.
+Besides the wall time, each batch records the CPU time that the client, the proxy and the
+upstream spent (Linux: /proc of this process and its descendants): a call is one chain of
+hand-offs, so its CPU is its latency less the waiting. On a shared machine it moves with the
+load too (caches, hyperthreads), only less. The figure that does not move is
+``--instructions``: each process of the chain (client, upstream, each proxy) runs once under
+``valgrind --tool=callgrind`` with 50 calls and once with 550, and the difference over 500
+is its instructions per call; the ratio is the chain's instructions through the proxy over
+the direct chain's (user-space instructions: the proxy's extra system calls and context
+switches, 2 reads, 2 writes and ~3 epoll waits per call on stdio, are not in it).
+
+All six sessions are open at once (real subprocesses, the SDK's ``ClientSession``; on HTTP one
+upstream server on 127.0.0.1, the proxies listening in front of it) and each round runs one
+batch per path in a fresh random order, so the machine's noise hits every path alike. A
+path's figure is the median over rounds of its mean per-call time; the ratios are computed
+within each round against the same transport's direct path, then reduced to their median.
+The call is ``read_note(title="todo")``, a readonly tool answering from memory, under a policy
+whose ladder and budget never trigger: the allow path of the guard plus two JSON-RPC hops. The
+load average before and after is part of the report: on a shared machine it says how much to
+trust the absolute times (the ratios are what the interleaving protects).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,8 +48,13 @@ from typing import Any
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' process helpers: one copy of starting and stopping
+
+from tests.mcp_support import free_port, running  # noqa: E402
+
 UPSTREAM = [sys.executable, str(ROOT / "examples" / "mcp" / "server.py")]
 POLICY = """\
 [budget]
@@ -43,8 +65,13 @@ ladder = { warn_at = 99999997, block_at = 99999998, halt_at = 99999999 }
 TARGET_RATIO = 1.2  # issue 14: proxied round trip ≤ 1.2x the direct one
 
 
-def _proxy(*options: str) -> list[str]:
-    return [sys.executable, "-m", "toolguard.cli", "mcp-proxy", *options, "--", *UPSTREAM]
+TRANSPORTS = ("stdio", "http")
+PATHS = ("direct", "proxy_guard_off", "proxy_guarded")
+
+
+def _proxy(*options: str, upstream: list[str] | None = None) -> list[str]:
+    command = [sys.executable, "-m", "toolguard.cli", "mcp-proxy", *options]
+    return [*command, "--", *upstream] if upstream else command
 
 
 async def _open(stack: AsyncExitStack, command: list[str]) -> ClientSession:
@@ -55,96 +82,268 @@ async def _open(stack: AsyncExitStack, command: list[str]) -> ClientSession:
     return session
 
 
-async def _batch(session: ClientSession, calls: int) -> float:
-    """Mean seconds per call over ``calls`` sequential calls."""
+async def _open_http(stack: AsyncExitStack, url: str) -> ClientSession:
+    read, write = await stack.enter_async_context(streamable_http_client(url))
+    session = await stack.enter_async_context(ClientSession(read, write))
+    await session.initialize()
+    return session
+
+
+async def _sessions(stack: AsyncExitStack, tmp: Path, transports: tuple[str, ...]
+                    ) -> dict[tuple[str, str], ClientSession]:
+    """Every path's session, keyed by (transport, path)."""
+    guarded, off = tmp / "bench.toml", tmp / "off.toml"
+    guarded.write_text(POLICY)
+    off.write_text('mode = "off"\n' + POLICY)
+    policies = {"proxy_guard_off": off, "proxy_guarded": guarded}
+    sessions: dict[tuple[str, str], ClientSession] = {}
+    if "stdio" in transports:
+        sessions["stdio", "direct"] = await _open(stack, UPSTREAM)
+        for path, policy in policies.items():
+            sessions["stdio", path] = await _open(
+                stack, _proxy("--policy", str(policy), upstream=UPSTREAM))
+    if "http" in transports:
+        up_port = free_port()
+        upstream_url = f"http://127.0.0.1:{up_port}/mcp"
+        stack.enter_context(running([*UPSTREAM, "--http", f"127.0.0.1:{up_port}"], up_port,
+                                    tmp / "upstream.log", timeout_s=60))
+        sessions["http", "direct"] = await _open_http(stack, upstream_url)
+        for path, policy in policies.items():
+            port = free_port()
+            stack.enter_context(running(_proxy(
+                "--policy", str(policy), "--upstream-url", upstream_url,
+                "--listen", f"127.0.0.1:{port}"), port, tmp / f"{path}.log", timeout_s=60))
+            sessions["http", path] = await _open_http(stack, f"http://127.0.0.1:{port}/mcp")
+    return sessions
+
+
+async def _batch(session: ClientSession, calls: int) -> tuple[float, float]:
+    """Mean seconds per call over ``calls`` sequential calls, and the CPU seconds per call
+    that this process and all its descendants (client, proxy, upstream) spent meanwhile."""
+    cpu = _cpu_seconds()
     start = time.perf_counter()
     for _ in range(calls):
         result = await session.call_tool("read_note", {"title": "todo"})
         if result.is_error:
             raise RuntimeError(f"unexpected error result: {result}")
-    return (time.perf_counter() - start) / calls
+    wall = (time.perf_counter() - start) / calls
+    return wall, (_cpu_seconds() - cpu) / calls
 
 
-async def measure(calls: int, rounds: int, warmup: int) -> dict[str, Any]:
+def _cpu_seconds() -> float:
+    """CPU seconds this process and its descendants have run so far (Linux: user + system
+    time of /proc/PID/stat, which keeps the time of threads that have ended, as the SDK's
+    worker threads do; 10 ms ticks, so a batch should run for a second or more; elsewhere 0).
+    """
+    ticks, todo, seen = 0, [os.getpid()], set()
+    while todo:
+        pid = todo.pop()
+        seen.add(pid)
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo.extend(int(k) for k in (task / "children").read_text().split()
+                            if int(k) not in seen)
+        except (OSError, ValueError, IndexError):  # a process that just ended; or no /proc
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.0
+
+
+async def measure(calls: int, rounds: int, warmup: int,
+                  transports: tuple[str, ...] = TRANSPORTS) -> dict[str, Any]:
     """Run the interleaved rounds; return the report."""
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        guarded, off = Path(tmp) / "bench.toml", Path(tmp) / "off.toml"
-        guarded.write_text(POLICY)
-        off.write_text('mode = "off"\n' + POLICY)
         async with AsyncExitStack() as stack:
-            sessions = {
-                "direct": await _open(stack, UPSTREAM),
-                "proxy_guard_off": await _open(stack, _proxy("--policy", str(off))),
-                "proxy_guarded": await _open(stack, _proxy("--policy", str(guarded))),
-            }
+            sessions = await _sessions(stack, Path(tmp), transports)
             for session in sessions.values():
                 await _batch(session, warmup)
-            per_round: list[dict[str, float]] = []
+            per_round: list[dict[tuple[str, str], float]] = []
+            cpu_round: list[dict[tuple[str, str], float]] = []
             for _ in range(rounds):
                 order = list(sessions)
                 random.shuffle(order)
-                per_round.append({name: await _batch(sessions[name], calls) for name in order})
-    median = {name: statistics.median(r[name] for r in per_round) * 1e6 for name in sessions}
-    ratio = statistics.median(r["proxy_guarded"] / r["direct"] for r in per_round)
-    hop = statistics.median(r["proxy_guard_off"] / r["direct"] for r in per_round)
-    guard_us = statistics.median((r["proxy_guarded"] - r["proxy_guard_off"]) * 1e6
-                                 for r in per_round)
-    return {
-        "calls_per_round": calls, "rounds": rounds,
-        "median_us": median,
-        "x_direct": ratio, "x_direct_guard_off": hop, "guard_us": guard_us,
-        "target_x_direct": TARGET_RATIO,
-        "status": "PASS" if ratio <= TARGET_RATIO else "MISS",
-    }
+                figures = {key: await _batch(sessions[key], calls) for key in order}
+                per_round.append({key: wall for key, (wall, _) in figures.items()})
+                cpu_round.append({key: cpu for key, (_, cpu) in figures.items()})
+    report: dict[str, Any] = {"calls_per_round": calls, "rounds": rounds,
+                              "target_x_direct": TARGET_RATIO,
+                              "load_average": {"before": list(load_before),
+                                               "after": list(os.getloadavg())}}
+    for transport in transports:
+        def ratio(path: str, rounds_: list[dict[tuple[str, str], float]],
+                  transport: str = transport) -> float:
+            return statistics.median(r[transport, path] / r[transport, "direct"]
+                                     for r in rounds_ if r[transport, "direct"] > 0)
+
+        def median_us(path: str, rounds_: list[dict[tuple[str, str], float]],
+                      transport: str = transport) -> float:
+            return statistics.median(r[transport, path] for r in rounds_) * 1e6
+
+        x_direct = ratio("proxy_guarded", per_round)
+        has_cpu = all(r[transport, "direct"] > 0 for r in cpu_round)
+        report[transport] = {
+            "median_us": {path: median_us(path, per_round) for path in PATHS},
+            "x_direct": x_direct, "x_direct_guard_off": ratio("proxy_guard_off", per_round),
+            "guard_us": statistics.median(
+                (r[transport, "proxy_guarded"] - r[transport, "proxy_guard_off"]) * 1e6
+                for r in per_round),
+            "cpu_us": {path: median_us(path, cpu_round) for path in PATHS} if has_cpu else None,
+            "cpu_x_direct": ratio("proxy_guarded", cpu_round) if has_cpu else None,
+            "cpu_x_direct_guard_off": (ratio("proxy_guard_off", cpu_round) if has_cpu
+                                       else None),
+            "status": "PASS" if x_direct <= TARGET_RATIO else "MISS",
+        }
+    report["status"] = ("PASS" if all(report[t]["status"] == "PASS" for t in transports)
+                        else "MISS")
+    return report
 
 
 async def middleware_us(calls: int) -> float:
-    """Mean µs per call of the guard middleware alone (in-process, the upstream answer
-    ready-made): what the proxy's guarding costs without any I/O."""
-    from types import SimpleNamespace
-
-    import mcp.types as mt
-
+    """Mean µs per call of the guard alone as the proxy runs it (``guard_json`` on the
+    upstream's answer as JSON, ready-made, in-process): what guarding costs without I/O."""
     import toolguard as tg
     from toolguard.adapters.mcp import GuardMiddleware
 
     policy = tg.load_policy_dict({"budget": {"max_tool_calls": 10**8}, "tools": {"read_note": {
         "ladder": {"warn_at": 99999997, "block_at": 99999998, "halt_at": 99999999}}}})
     middleware = GuardMiddleware(tg.Guard(policy, strict_tools=False))
-    middleware.register_tools([mt.Tool(
-        name="read_note", annotations=mt.ToolAnnotations(readOnlyHint=True),
-        input_schema={"type": "object", "properties": {"title": {"type": "string"}},
-                      "required": ["title"]})])
-    answer = mt.CallToolResult(content=[mt.TextContent(type="text", text="buy milk")],
-                               structured_content={"result": "buy milk"})
+    middleware.register_tools([{
+        "name": "read_note", "annotations": {"readOnlyHint": True},
+        "inputSchema": {"type": "object", "properties": {"title": {"type": "string"}},
+                        "required": ["title"]}}])
+    answer = {"content": [{"type": "text", "text": "buy milk"}],
+              "structuredContent": {"result": "buy milk"}, "isError": False}
 
-    async def forward(args: dict[str, Any]) -> mt.CallToolResult:
+    async def forward(args: dict[str, Any]) -> dict[str, Any]:
         return answer
 
-    ctx: Any = SimpleNamespace(request=None)  # stdio: no HTTP request, no session header
+    task = middleware.task_of(None)
     for _ in range(min(calls, 100)):
-        await middleware.guarded_call(ctx, "read_note", {"title": "todo"}, forward)
+        await middleware.guard_json(task, "read_note", {"title": "todo"}, forward)
     start = time.perf_counter()
     for _ in range(calls):
-        await middleware.guarded_call(ctx, "read_note", {"title": "todo"}, forward)
+        await middleware.guard_json(task, "read_note", {"title": "todo"}, forward)
     return (time.perf_counter() - start) / calls * 1e6
 
 
 def render(report: dict[str, Any]) -> str:
     """The report as a few lines of text."""
-    m = report["median_us"]
-    return "\n".join([
-        f"MCP per-call round trip ({report['rounds']} rounds x {report['calls_per_round']} "
-        "calls, medians):",
-        f"  direct                   {m['direct']:9.0f} us",
-        f"  proxy, guard off         {m['proxy_guard_off']:9.0f} us   "
-        f"x{report['x_direct_guard_off']:.2f} direct (the extra hop)",
-        f"  proxy, guarded           {m['proxy_guarded']:9.0f} us   "
-        f"x{report['x_direct']:.2f} direct (target <= x{report['target_x_direct']})"
-        f"  {report['status']}",
-        f"  guarded - guard off      {report['guard_us']:9.0f} us per call",
-        f"  guard middleware alone   {report['middleware_us']:9.0f} us per call (in-process)",
-    ])
+    load = report["load_average"]
+    lines = [f"MCP per-call round trip ({report['rounds']} rounds x "
+             f"{report['calls_per_round']} calls, medians; load average "
+             f"{load['before'][0]:.1f} before, {load['after'][0]:.1f} after):"]
+    for transport in TRANSPORTS:
+        if transport not in report:
+            continue
+        t = report[transport]
+        m = t["median_us"]
+        lines += [
+            f"  {transport}:",
+            f"    direct                 {m['direct']:9.0f} us",
+            f"    proxy, guard off       {m['proxy_guard_off']:9.0f} us   "
+            f"x{t['x_direct_guard_off']:.2f} direct (the extra hop)",
+            f"    proxy, guarded         {m['proxy_guarded']:9.0f} us   "
+            f"x{t['x_direct']:.2f} direct (target <= x{report['target_x_direct']})"
+            f"  {t['status']}",
+            f"    guarded - guard off    {t['guard_us']:9.0f} us per call",
+        ]
+        if t["cpu_us"] is not None:
+            c = t["cpu_us"]
+            lines.append(
+                f"    CPU per call (client+proxy+upstream): direct {c['direct']:.0f} us, "
+                f"guard off {c['proxy_guard_off']:.0f} us (x{t['cpu_x_direct_guard_off']:.2f}),"
+                f" guarded {c['proxy_guarded']:.0f} us (x{t['cpu_x_direct']:.2f})")
+    lines.append(f"  guard middleware alone   {report['middleware_us']:7.0f} us per call "
+                 "(in-process)")
+    return "\n".join(lines)
+
+
+INSTRUCTION_ROLES = ("client", "upstream", "proxy_guard_off", "proxy_guarded")
+_FEW, _MANY = 50, 550
+
+
+async def _instructions_run(transport: str, role: str, calls: int, out: Path) -> None:
+    """One session for callgrind: ``calls`` calls, with ``role``'s process under valgrind
+    (``client``: this process is, the caller wraps it)."""
+    valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        policy = tmp / "policy.toml"
+        policy.write_text(('mode = "off"\n' if role == "proxy_guard_off" else "") + POLICY)
+        upstream = [*valgrind, *UPSTREAM] if role == "upstream" else UPSTREAM
+        proxy_wrap = valgrind if role.startswith("proxy") else []
+        options = ["--policy", str(policy), "--start-timeout", "600"]
+        async with AsyncExitStack() as stack:
+            if transport == "stdio":
+                command = ([*proxy_wrap, *_proxy(*options, upstream=UPSTREAM)]
+                           if proxy_wrap else upstream)
+                session = await _open(stack, command)
+            else:
+                up_port = free_port()
+                stack.enter_context(running(
+                    [*upstream, "--http", f"127.0.0.1:{up_port}"], up_port, tmp / "up.log",
+                    timeout_s=600, stop_timeout_s=300))
+                url = f"http://127.0.0.1:{up_port}/mcp"
+                if proxy_wrap:
+                    port = free_port()
+                    stack.enter_context(running(
+                        [*proxy_wrap, *_proxy(*options, "--upstream-url", url,
+                                              "--listen", f"127.0.0.1:{port}")],
+                        port, tmp / "proxy.log", timeout_s=600, stop_timeout_s=300))
+                    url = f"http://127.0.0.1:{port}/mcp"
+                session = await _open_http(stack, url)
+            for _ in range(calls):
+                result = await session.call_tool("read_note", {"title": "todo"})
+                if result.is_error:
+                    raise RuntimeError(f"unexpected error result: {result}")
+
+
+def _instructions(transport: str, role: str, calls: int, tmp: Path) -> int:
+    """Instructions callgrind counted in ``role``'s process over a whole session."""
+    out = tmp / f"{transport}.{role}.{calls}.callgrind"
+    command = [sys.executable, __file__, "--instructions-run", transport, role, str(calls),
+               str(out)]
+    if role == "client":
+        command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *command]
+    subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True, timeout=3600)
+    for line in out.read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no instruction total in {out}")
+
+
+def instructions(transports: tuple[str, ...]) -> dict[str, Any]:
+    """Instructions per call of each process of the chain, and the chains' ratios."""
+    report: dict[str, Any] = {"calls": [_FEW, _MANY]}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        for transport in transports:
+            per_call = {role: (_instructions(transport, role, _MANY, Path(tmp_name))
+                               - _instructions(transport, role, _FEW, Path(tmp_name)))
+                        / (_MANY - _FEW) for role in INSTRUCTION_ROLES}
+            direct = per_call["client"] + per_call["upstream"]
+            report[transport] = {
+                "per_call": per_call, "direct": direct,
+                "x_direct": (direct + per_call["proxy_guarded"]) / direct,
+                "x_direct_guard_off": (direct + per_call["proxy_guard_off"]) / direct,
+            }
+    return report
+
+
+def render_instructions(report: dict[str, Any]) -> str:
+    """The instruction counts as a few lines of text."""
+    lines = ["MCP per-call instructions (callgrind; 550-call session minus 50-call session):"]
+    for transport in TRANSPORTS:
+        if transport in report:
+            t, c = report[transport], report[transport]["per_call"]
+            lines.append(
+                f"  {transport}: client {c['client'] / 1e3:.0f}k + upstream "
+                f"{c['upstream'] / 1e3:.0f}k = direct {t['direct'] / 1e3:.0f}k; proxy guard off "
+                f"+{c['proxy_guard_off'] / 1e3:.0f}k (x{t['x_direct_guard_off']:.3f}), "
+                f"guarded +{c['proxy_guarded'] / 1e3:.0f}k (x{t['x_direct']:.3f})")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -154,9 +353,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--smoke", action="store_true", help="a few calls: every path runs")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--only", choices=TRANSPORTS, help="measure one transport")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per call with callgrind instead")
+    parser.add_argument("--instructions-run", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    transports = (args.only,) if args.only else TRANSPORTS
+    if args.instructions_run:
+        transport, role, n, out = args.instructions_run
+        anyio.run(_instructions_run, transport, role, int(n), Path(out))
+        return
+    if args.instructions:
+        counted = instructions(transports)
+        print(render_instructions(counted))
+        if args.json:
+            args.json.write_text(json.dumps(counted, indent=2))
+        return
     calls, rounds, warmup = (3, 2, 2) if args.smoke else (args.calls, args.rounds, 50)
-    report = anyio.run(measure, calls, rounds, warmup)
+    report = anyio.run(measure, calls, rounds, warmup, transports)
     report["middleware_us"] = anyio.run(middleware_us, 20 if args.smoke else 5000)
     report["smoke"] = args.smoke
     print(render(report))

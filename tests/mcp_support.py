@@ -18,7 +18,12 @@ from typing import Any
 
 import mcp.types as mt
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.session import ElicitationFnT, MessageHandlerFnT
+from mcp.client.session import (
+    ElicitationFnT,
+    ListRootsFnT,
+    MessageHandlerFnT,
+    SamplingFnT,
+)
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
@@ -57,6 +62,8 @@ async def stdio_session(command: Sequence[str], *, errlog: Any = None,
                         elicitation: ElicitationFnT | None = None,
                         env: dict[str, str] | None = None,
                         messages: MessageHandlerFnT | None = None,
+                        sampling: SamplingFnT | None = None,
+                        roots: ListRootsFnT | None = None,
                         ) -> AsyncIterator[ClientSession]:
     """A real ``ClientSession`` over stdio to ``command`` (the proxy), initialized; the
     process gets this environment plus ``env``."""
@@ -64,6 +71,7 @@ async def stdio_session(command: Sequence[str], *, errlog: Any = None,
                                    env={**os.environ, **(env or {})})
     async with stdio_client(params, errlog=errlog or sys.stderr) as (read, write), \
             ClientSession(read, write, elicitation_callback=elicitation,
+                          sampling_callback=sampling, list_roots_callback=roots,
                           message_handler=messages) as session:
         await session.initialize()
         yield session
@@ -71,10 +79,13 @@ async def stdio_session(command: Sequence[str], *, errlog: Any = None,
 
 @asynccontextmanager
 async def http_session(url: str, *, elicitation: ElicitationFnT | None = None,
+                       sampling: SamplingFnT | None = None,
+                       roots: ListRootsFnT | None = None,
                        ) -> AsyncIterator[ClientSession]:
     """A real ``ClientSession`` over streamable HTTP to ``url``, initialized."""
     async with streamable_http_client(url) as (read, write), \
-            ClientSession(read, write, elicitation_callback=elicitation) as session:
+            ClientSession(read, write, elicitation_callback=elicitation,
+                          sampling_callback=sampling, list_roots_callback=roots) as session:
         await session.initialize()
         yield session
 
@@ -88,9 +99,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(command: Sequence[str], port: int, log: Path,
-            timeout_s: float = 30.0) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``command`` (an HTTP server), wait until ``port`` accepts, stop it by pid after."""
+def running(command: Sequence[str], port: int, log: Path, timeout_s: float = 30.0,
+            stop_timeout_s: float = 10.0) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``command`` (an HTTP server), wait until ``port`` accepts, stop it by pid after
+    (SIGTERM; SIGKILL when it is still running ``stop_timeout_s`` later)."""
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     try:
@@ -109,10 +121,31 @@ def running(command: Sequence[str], port: int, log: Path,
     finally:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=stop_timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@contextmanager
+def http_proxy(tmp: Path, count_file: Path, *options: str,
+               stdio_upstream: bool = False) -> Iterator[str]:
+    """A proxy listening on streamable HTTP (a subprocess) in front of the example server:
+    an HTTP upstream subprocess of its own, or (``stdio_upstream``) one the proxy starts per
+    session. Yields the proxy's URL."""
+    proxy_port = free_port()
+    listen = ("--listen", f"127.0.0.1:{proxy_port}", *options)
+    if stdio_upstream:
+        with running(proxy_command(*listen, upstream=upstream_command(count_file)),
+                     proxy_port, tmp / "proxy.log"):
+            yield f"http://127.0.0.1:{proxy_port}/mcp"
+        return
+    up_port = free_port()
+    upstream = upstream_command(count_file, "--http", f"127.0.0.1:{up_port}")
+    proxy = proxy_command("--upstream-url", f"http://127.0.0.1:{up_port}/mcp", *listen)
+    with running(upstream, up_port, tmp / "upstream.log"), \
+            running(proxy, proxy_port, tmp / "proxy.log"):
+        yield f"http://127.0.0.1:{proxy_port}/mcp"
 
 
 def label(result: mt.CallToolResult) -> str:

@@ -138,3 +138,25 @@ async def test_policy_overrides_annotations() -> None:
             second = await call(client, "read_note", {"title": "a"})
     assert (first, second) == ("allow", "cached")  # judged as a write: not run twice
     assert ran == {"read_note": 1}
+
+
+async def test_guard_json_hands_back_the_upstreams_own_answer_when_it_adds_nothing() -> None:
+    """What lets the proxy send an allowed call's answer on as the upstream's bytes: the very
+    object ``run`` returned; with a notice (the ladder's warning) a new one, the notice last."""
+    policy = tg.load_policy_dict({"tools": {"read_note": {"ladder": {"warn_at": 2}}}})
+    middleware = GuardMiddleware(tg.Guard(policy, strict_tools=False))
+    middleware.register_tools([{"name": "read_note", "annotations": {"readOnlyHint": True},
+                                "inputSchema": {"type": "object"}}])
+    answer: dict[str, Any] = {"content": [{"type": "text", "text": "buy milk"}],
+                              "isError": False}
+
+    async def run(args: dict[str, Any]) -> dict[str, Any]:
+        return answer
+
+    task = middleware.task_of("s")
+    first = await middleware.guard_json(task, "read_note", {"title": "todo"}, run)
+    second = await middleware.guard_json(task, "read_note", {"title": "todo"}, run)
+    assert first is answer
+    assert second is not answer and second["content"][0] == answer["content"][0]
+    assert second["content"][-1]["text"].startswith("[toolguard] ")
+    assert answer["content"] == [{"type": "text", "text": "buy milk"}]  # left untouched

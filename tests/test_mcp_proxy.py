@@ -28,14 +28,15 @@ from tests.mcp_support import (
     audit_events,
     call,
     counts,
-    free_port,
     http_session,
     label,
     proxy_command,
-    running,
     scripted_loop,
     stdio_session,
     upstream_command,
+)
+from tests.mcp_support import (
+    http_proxy as start_http_proxy,
 )
 from tests.redis_support import REDIS_URL, redis_prefix  # noqa: F401 - a fixture
 
@@ -58,7 +59,8 @@ async def test_stdio_scripted_loop_guards_and_passes_everything_through(tmp_path
         async with stdio_session(command, messages=messages) as session:
             tools = {t.name: t for t in (await session.list_tools()).tools}
             # names, schemas and annotations pass through untouched
-            assert set(tools) == {"read_note", "write_note", "delete_note", "count_slowly"}
+            assert set(tools) == {"read_note", "write_note", "delete_note", "count_slowly",
+                                  "ask_client", "big_note"}
             assert tools["read_note"].annotations is not None
             assert tools["read_note"].annotations.read_only_hint is True
             assert tools["write_note"].input_schema["required"] == ["title", "body"]
@@ -109,13 +111,8 @@ def http_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpProxy]:
     tmp = tmp_path_factory.mktemp("http-proxy")
     count_file, policy = tmp / "counts.json", tmp / "policy.toml"
     policy.write_text(APPROVAL_POLICY)
-    up_port, proxy_port = free_port(), free_port()
-    upstream = upstream_command(count_file, "--http", f"127.0.0.1:{up_port}")
-    proxy = proxy_command("--upstream-url", f"http://127.0.0.1:{up_port}/mcp",
-                          "--listen", f"127.0.0.1:{proxy_port}", "--policy", str(policy))
-    with running(upstream, up_port, tmp / "upstream.log"), \
-            running(proxy, proxy_port, tmp / "proxy.log"):
-        yield HttpProxy(f"http://127.0.0.1:{proxy_port}/mcp", count_file)
+    with start_http_proxy(tmp, count_file, "--policy", str(policy)) as url:
+        yield HttpProxy(url, count_file)
 
 
 async def test_streamable_http_scripted_loop_one_task_per_session(http_proxy: HttpProxy) -> None:
@@ -317,6 +314,9 @@ def test_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
                           text=True, timeout=TEST_TIMEOUT_S * 2, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
-    assert set(report["median_us"]) == {"direct", "proxy_guard_off", "proxy_guarded"}
-    assert all(v > 0 for v in report["median_us"].values()) and report["middleware_us"] > 0
-    assert report["status"] in ("PASS", "MISS")  # a timing is reported, never asserted
+    for transport in ("stdio", "http"):
+        figures = report[transport]
+        assert set(figures["median_us"]) == {"direct", "proxy_guard_off", "proxy_guarded"}
+        assert all(v > 0 for v in figures["median_us"].values())
+        assert figures["status"] in ("PASS", "MISS")  # a timing is reported, never asserted
+    assert report["middleware_us"] > 0 and len(report["load_average"]["before"]) == 3

@@ -8,6 +8,10 @@ Tools, each with the MCP annotations the proxy reads its effects from:
   for ``notes://executions``.
 - ``delete_note(title)``: ``destructiveHint`` → mutating, idempotency scope ``task``.
 - ``count_slowly(steps)``: readonly, reports progress once per step (0.05 s each).
+- ``ask_client(kind)``: readonly; asks the client something in the middle of the call (a
+  request of the server's own that a proxy must pass through): ``elicit`` (a form),
+  ``sample`` (a model completion) or ``roots`` (its roots).
+- ``big_note(size)``: readonly, answers ``size`` characters (a large message).
 
 The server counts its own executions per tool in the JSON file ``--count-file`` (default: the
 ``TOOLGUARD_EXAMPLE_COUNT_FILE`` environment variable, else none), which is also readable as
@@ -30,11 +34,17 @@ import json
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import ToolAnnotations
+from mcp.types import SamplingMessage, TextContent, ToolAnnotations
+
+try:
+    import fcntl
+except ImportError:  # Windows: one server process per count file
+    fcntl = None  # type: ignore[assignment]
 
 NOTES: dict[str, str] = {"todo": "buy milk"}
 COUNT_FILE: Path | None = None
@@ -43,14 +53,19 @@ server = MCPServer("toolguard-example-notes")
 
 
 def _counted(tool: str) -> None:
-    """Add one execution of ``tool`` to the count file (read-modify-write; one process)."""
+    """Add one execution of ``tool`` to the count file (read-modify-write under an exclusive
+    lock where the OS has ``fcntl``: a proxy serving several HTTP sessions runs one server
+    process per session, all counting in the same file)."""
     if COUNT_FILE is None:
         return
-    counts = json.loads(COUNT_FILE.read_text()) if COUNT_FILE.exists() else {}
-    counts[tool] = counts.get(tool, 0) + 1
-    tmp = COUNT_FILE.with_suffix(".tmp")
-    tmp.write_text(json.dumps(counts))
-    tmp.replace(COUNT_FILE)
+    with COUNT_FILE.with_suffix(".lock").open("a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        counts = json.loads(COUNT_FILE.read_text()) if COUNT_FILE.exists() else {}
+        counts[tool] = counts.get(tool, 0) + 1
+        tmp = COUNT_FILE.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(counts))
+        tmp.replace(COUNT_FILE)
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
@@ -108,6 +123,47 @@ async def count_slowly(steps: int, ctx: Context) -> str:
         await anyio.sleep(0.05)
         await ctx.report_progress(step, steps, f"step {step}")
     return f"counted to {steps}"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def ask_client(kind: str, ctx: Context) -> str:
+    """Ask the client something mid-call and say what it answered.
+
+    Args:
+        kind: ``elicit`` (a yes/no form), ``sample`` (a model completion) or ``roots``.
+    """
+    _counted("ask_client")
+    session = ctx.session
+    if kind == "elicit":
+        answer = await session.elicit_form(
+            "Proceed?", {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            related_request_id=ctx.request_id)
+        return f"elicit: {answer.action} {json.dumps(answer.content, sort_keys=True)}"
+    if kind == "sample":
+        with warnings.catch_warnings():  # deprecated at 2026-07-28; this is 2025-11-25
+            warnings.simplefilter("ignore")
+            result = await session.create_message(
+                [SamplingMessage(role="user", content=TextContent(type="text", text="hi"))],
+                max_tokens=5, related_request_id=ctx.request_id)
+        text = result.content.text if isinstance(result.content, TextContent) else "?"
+        return f"sample: {text}"
+    if kind == "roots":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            roots = await session.list_roots()
+        return "roots: " + " ".join(str(root.uri) for root in roots.roots)
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def big_note(size: int) -> str:
+    """A note of ``size`` characters (a large message).
+
+    Args:
+        size: how many characters.
+    """
+    _counted("big_note")
+    return "x" * size
 
 
 @server.resource("notes://executions", mime_type="application/json")

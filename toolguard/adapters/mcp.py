@@ -10,8 +10,9 @@ One line guards a server's own tools in-process::
     guard_server(server, policy="policies/prod.toml")
 
 Every ``tools/call`` then goes through the guard (``task.acall(name, arguments, run=<the
-server's own handler>)``); ``toolguard mcp-proxy`` is this same middleware in front of a
-forwarding server. What the client sees:
+server's own handler>)``); ``toolguard mcp-proxy`` runs the same guard
+(:meth:`GuardMiddleware.guard_json`) on the raw JSON-RPC frames it forwards. What the client
+sees:
 
 - allow: the tool's own ``CallToolResult``; warn and cached: the same with the guard's notice
   appended as one more text block (cached: the stored result, not run again);
@@ -56,10 +57,15 @@ from toolguard._types import Decision, Effect, IdempotencyScope
 
 __all__ = [
     "HALT_ERROR_CODE",
+    "Asker",
+    "ElicitationFailed",
     "GuardMiddleware",
+    "HaltError",
     "ToolEffects",
     "UpstreamToolError",
+    "effects_of",
     "elicitation_approver",
+    "error_result",
     "guard_server",
     "tool_settings",
 ]
@@ -70,13 +76,64 @@ HALT_ERROR_CODE = -32001
 
 SESSION_HEADER = "mcp-session-id"
 
-_REQUEST: contextvars.ContextVar[ServerRequestContext[Any, Any] | None] = contextvars.ContextVar(
-    "toolguard_mcp_request", default=None)
+
+
+class ElicitationFailed(Exception):
+    """The client refused the elicitation request itself (a JSON-RPC error)."""
+
+
+class Asker(Protocol):
+    """Who can put an approval question to the human at the client of one ``tools/call``.
+
+    ``toolguard mcp-proxy`` implements it on its raw JSON-RPC link, :class:`GuardMiddleware`
+    on the SDK's request context.
+    """
+
+    @property
+    def can_elicit(self) -> bool:
+        """The client declared the elicitation capability (and there is a request to
+        relate the question to)."""
+        ...
+
+    async def elicit(self, message: str, schema: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Ask with a form elicitation; return the ``ElicitResult`` as JSON (``action``,
+        ``content``).
+
+        Raises:
+            ElicitationFailed: the client answered with a JSON-RPC error.
+        """
+        ...
+
+
+_ASKER: contextvars.ContextVar[Asker | None] = contextvars.ContextVar(
+    "toolguard_mcp_asker", default=None)
 
 
 class _HasMiddleware(Protocol):
     @property
     def middleware(self) -> list[Any]: ...
+
+
+class _SdkAsker:
+    """:class:`Asker` over the SDK's server request context."""
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        self._ctx = ctx
+
+    @property
+    def can_elicit(self) -> bool:
+        session = getattr(self._ctx, "session", None)
+        caps = getattr(session, "client_capabilities", None)
+        return (caps is not None and caps.elicitation is not None
+                and self._ctx.request_id is not None)
+
+    async def elicit(self, message: str, schema: Mapping[str, Any]) -> Mapping[str, Any]:
+        try:
+            answer = await self._ctx.session.elicit_form(
+                message, dict(schema), related_request_id=self._ctx.request_id)
+        except MCPError as exc:
+            raise ElicitationFailed(exc.message) from None
+        return answer.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -111,14 +168,21 @@ def tool_settings(tool: mt.Tool) -> ToolEffects:
         tool: an entry of ``tools/list``.
     """
     ann = tool.annotations
-    read_only = bool(ann and ann.read_only_hint)
-    destructive = True if ann is None or ann.destructive_hint is None else ann.destructive_hint
-    open_world = True if ann is None or ann.open_world_hint is None else ann.open_world_hint
-    hints = {} if ann is None else {
-        name: value for name, value in (
-            ("readOnlyHint", ann.read_only_hint), ("destructiveHint", ann.destructive_hint),
-            ("idempotentHint", ann.idempotent_hint), ("openWorldHint", ann.open_world_hint))
-        if value is not None}
+    return effects_of(None if ann is None else ann.model_dump(by_alias=True, exclude_none=True))
+
+
+_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def effects_of(annotations: Mapping[str, Any] | None) -> ToolEffects:
+    """:func:`tool_settings` from a tool's ``annotations`` as JSON (camelCase keys, as
+    ``tools/list`` sends them; ``None`` when absent). Hints that are not booleans count as
+    absent."""
+    ann = annotations if isinstance(annotations, Mapping) else {}
+    hints = {name: ann[name] for name in _HINTS if isinstance(ann.get(name), bool)}
+    read_only = hints.get("readOnlyHint") is True
+    destructive = hints.get("destructiveHint", True)
+    open_world = hints.get("openWorldHint", True)
     if read_only:
         return ToolEffects(Effect.READONLY, {}, hints)
     settings: dict[str, Any] = {}
@@ -151,8 +215,8 @@ async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
     Args:
         request: what to show (tool, redacted arguments, key, reason).
     """
-    ctx = _REQUEST.get()
-    if ctx is None or not _can_elicit(ctx):
+    asker = _ASKER.get()
+    if asker is None or not asker.can_elicit:
         return defer(_review_hint(request.idempotency_key))
     schema: dict[str, Any] = {
         "type": "object",
@@ -165,23 +229,20 @@ async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
     message = (f"toolguard: the agent wants to run {request.tool}({args}). It needs approval "
                f"({request.reason}).")
     try:
-        answer = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
-    except MCPError as exc:  # the client refused the request itself
-        return defer(f"elicitation failed ({exc.message}); {_review_hint(request.idempotency_key)}")
-    if answer.action == "accept" and (answer.content or {}).get("approve") is True:
+        answer = await asker.elicit(message, schema)
+    except ElicitationFailed as exc:  # the client refused the request itself
+        return defer(f"elicitation failed ({exc}); {_review_hint(request.idempotency_key)}")
+    action = answer.get("action")
+    content = answer.get("content")
+    if action == "accept" and isinstance(content, Mapping) and content.get("approve") is True:
         return approve()
-    if answer.action == "accept":
+    if action == "accept":
         return reject("the user refused it")
-    return reject(f"the user did not approve it ({answer.action})")
+    return reject(f"the user did not approve it ({action})")
 
 
 def _review_hint(key: str) -> str:
     return f"approve it with `toolguard approve {key}` (needs a shared Redis store)"
-
-
-def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
-    caps = ctx.session.client_capabilities
-    return caps is not None and caps.elicitation is not None and ctx.request_id is not None
 
 
 class GuardMiddleware:
@@ -191,7 +252,8 @@ class GuardMiddleware:
     :func:`guard_server`). It learns the server's tools from ``tools/list`` (asking for the list
     itself before the first call if the client never did) and registers each new name with
     ``guard.register(name, effect=..., args_schema=<inputSchema>, description=...,
-    **annotation settings)``.
+    **annotation settings)``. ``toolguard mcp-proxy`` uses the same object on raw JSON-RPC
+    (:meth:`guard_json`).
 
     Args:
         guard: the guard; build it with ``approver=elicitation_approver`` to ask the user.
@@ -215,21 +277,49 @@ class GuardMiddleware:
         """The tools registered so far and what their annotations said."""
         return dict(self._known)
 
-    def register_tools(self, tools: Sequence[mt.Tool]) -> None:
-        """Register the tools of a ``tools/list`` answer that the guard does not know yet."""
+    def knows(self, name: str) -> bool:
+        """``name`` was registered from a ``tools/list`` answer."""
+        return name in self._known
+
+    def register_tools(self, tools: Sequence[mt.Tool | Mapping[str, Any]]) -> None:
+        """Register the tools of a ``tools/list`` answer that the guard does not know yet.
+
+        Args:
+            tools: ``mt.Tool`` objects, or the answer's ``tools`` entries as JSON (entries
+                without a string ``name`` are skipped).
+        """
         with self._lock:
             for tool in tools:
-                if tool.name in self._known:
+                schema: Any
+                description: Any
+                if isinstance(tool, mt.Tool):
+                    name, schema, description = tool.name, tool.input_schema, tool.description
+                    effects = tool_settings(tool)
+                elif isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                    name, schema = tool["name"], tool.get("inputSchema")
+                    description, effects = tool.get("description"), effects_of(
+                        tool.get("annotations"))
+                else:
                     continue
-                effects = tool_settings(tool)
-                self.guard.register(tool.name, effect=effects.effect,
-                                    args_schema=dict(tool.input_schema),
-                                    description=tool.description or "", **effects.settings)
-                self._known[tool.name] = effects
+                if name in self._known:
+                    continue
+                self.guard.register(
+                    name, effect=effects.effect,
+                    args_schema=dict(schema) if isinstance(schema, Mapping) else {
+                        "type": "object"},
+                    description=description if isinstance(description, str) else "",
+                    **effects.settings)
+                self._known[name] = effects
 
     def task_for(self, ctx: ServerRequestContext[Any, Any]) -> Task:
         """The guard task of the session ``ctx`` belongs to."""
-        task_id = self._task_id or _session_id(ctx) or self._default_task
+        return self.task_of(_session_id(ctx))
+
+    def task_of(self, session_id: str | None) -> Task:
+        """The guard task of a client session: ``task_id`` if given, else the session's own
+        (``session_id``, e.g. its ``Mcp-Session-Id``; ``None``: this middleware's one
+        default task)."""
+        task_id = self._task_id or session_id or self._default_task
         with self._lock:
             task = self._tasks.get(task_id)
             if task is None:
@@ -266,27 +356,55 @@ class GuardMiddleware:
         Raises:
             MCPError: the task halted (code :data:`HALT_ERROR_CODE`).
         """
-        errors: dict[str, mt.CallToolResult] = {}
+        async def run(args: dict[str, Any]) -> Mapping[str, Any]:
+            raw = await forward(args)
+            if isinstance(raw, mt.CallToolResult):
+                return raw.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if isinstance(raw, Mapping):
+                return raw
+            return mt.CallToolResult.model_validate(raw).model_dump(
+                by_alias=True, mode="json", exclude_none=True)
 
-        async def run(args: Mapping[str, Any]) -> dict[str, Any]:
-            raw = await forward(dict(args))
-            result = raw if isinstance(raw, mt.CallToolResult) else (
-                mt.CallToolResult.model_validate(raw))
-            if result.is_error:
-                errors["result"] = result
-                raise UpstreamToolError(result)
-            return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-        token = _REQUEST.set(ctx)
         try:
-            outcome = await self.task_for(ctx).acall(name, arguments, run=run)
+            result = await self.guard_json(self.task_for(ctx), name, arguments, run,
+                                           _SdkAsker(ctx))
+        except HaltError as halt:
+            raise MCPError(halt.code, halt.message, data=halt.data) from None
+        return mt.CallToolResult.model_validate(result)
+
+    async def guard_json(self, task: Task, name: str, arguments: Any,
+                         run: Callable[[dict[str, Any]], Awaitable[Mapping[str, Any]]],
+                         asker: Asker | None = None) -> Mapping[str, Any]:
+        """One ``tools/call`` through the guard, on JSON: ``run(validated arguments)`` returns
+        the tool's ``CallToolResult`` as JSON (camelCase keys, as on the wire).
+
+        Returns:
+            The ``CallToolResult`` for the client, as JSON. When the tool ran and the guard
+            adds nothing (allow without a notice), it is the very object ``run`` returned,
+            so a proxy can send the upstream's bytes on untouched.
+
+        Raises:
+            HaltError: the task halted (its JSON-RPC error: :data:`HALT_ERROR_CODE`).
+        """
+        errors: dict[str, Mapping[str, Any]] = {}
+
+        async def guarded_run(args: dict[str, Any]) -> Mapping[str, Any]:
+            result = await run(args)
+            if result.get("isError") is True:
+                errors["result"] = result
+                raise UpstreamToolError(mt.CallToolResult.model_validate(result))
+            return result
+
+        token = _ASKER.set(asker)
+        try:
+            outcome = await task.acall(name, arguments, run=guarded_run)
         except Halt as halt:
-            raise _halt_error(halt) from None
+            raise HaltError(halt) from None
         except ToolGuardError as exc:  # the store failed closed, or an identical call runs on
-            return _error_result(f"toolguard: {exc}")
+            return error_result(f"toolguard: {exc}")
         finally:
-            _REQUEST.reset(token)
-        return _to_call_tool_result(outcome, errors.get("result"))
+            _ASKER.reset(token)
+        return _to_result(outcome, errors.get("result"))
 
     async def _learn(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:
         # the request's _meta stays: on 2026-07-28 connections it carries the envelope
@@ -295,9 +413,31 @@ class GuardMiddleware:
         self.register_tools(mt.ListToolsResult.model_validate(listed).tools)
 
 
-def _to_call_tool_result(outcome: ToolResult,
-                        tool_error: mt.CallToolResult | None = None) -> mt.CallToolResult:
-    """The ``CallToolResult`` for the client from the guard's :class:`~toolguard.ToolResult`.
+class HaltError(Exception):
+    """A halt as the JSON-RPC error the client gets.
+
+    Attributes:
+        code: :data:`HALT_ERROR_CODE`. message: says why, and that a new session starts a new
+            task. data: ``{"kind", "task_id", "tool", "reason"}``.
+    """
+
+    def __init__(self, halt: Halt) -> None:
+        self.code = HALT_ERROR_CODE
+        self.message = (f"toolguard halted this task: {halt}. The agent must stop here; a new "
+                        "session starts a new task.")
+        self.data = {"kind": type(halt).__name__, "task_id": halt.task_id, "tool": halt.tool,
+                     "reason": str(halt)}
+        super().__init__(self.message)
+
+    def error(self) -> dict[str, Any]:
+        """The JSON-RPC ``error`` object."""
+        return {"code": self.code, "message": self.message, "data": self.data}
+
+
+def _to_result(outcome: ToolResult,
+               tool_error: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """The ``CallToolResult`` (JSON) for the client from the guard's
+    :class:`~toolguard.ToolResult`.
 
     Args:
         outcome: what the guard returned.
@@ -307,29 +447,24 @@ def _to_call_tool_result(outcome: ToolResult,
         return _with_notice(tool_error, outcome.notice)
     if isinstance(outcome.value, Mapping) and outcome.decision in (
             Decision.ALLOW, Decision.WARN, Decision.CACHED):
-        return _with_notice(mt.CallToolResult.model_validate(outcome.value), outcome.notice)
+        return _with_notice(outcome.value, outcome.notice)
     text = outcome.content if isinstance(outcome.content, str) else str(outcome.content)
     if outcome.decision is Decision.REVIEW and "toolguard approve" not in text:
         text = f"{text}\n\n[toolguard] {_review_hint(outcome.idempotency_key)}"
-    return _error_result(text)
+    return error_result(text)
 
 
-def _with_notice(result: mt.CallToolResult, notice: str | None) -> mt.CallToolResult:
+def _with_notice(result: Mapping[str, Any], notice: str | None) -> Mapping[str, Any]:
     if not notice:
         return result
-    content = [*result.content, mt.TextContent(type="text", text=f"[toolguard] {notice}")]
-    return result.model_copy(update={"content": content})
+    content = result.get("content")
+    blocks = list(content) if isinstance(content, list) else []
+    return {**result, "content": [*blocks, {"type": "text", "text": f"[toolguard] {notice}"}]}
 
 
-def _error_result(text: str) -> mt.CallToolResult:
-    return mt.CallToolResult(content=[mt.TextContent(type="text", text=text)], is_error=True)
-
-
-def _halt_error(halt: Halt) -> MCPError:
-    return MCPError(HALT_ERROR_CODE, f"toolguard halted this task: {halt}. The agent must stop "
-                    "here; a new session starts a new task.",
-                    data={"kind": type(halt).__name__, "task_id": halt.task_id,
-                          "tool": halt.tool, "reason": str(halt)})
+def error_result(text: str) -> dict[str, Any]:
+    """A ``CallToolResult`` (JSON) with ``isError: true`` and one text block."""
+    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:

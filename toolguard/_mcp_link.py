@@ -1,0 +1,562 @@
+"""One client session of ``toolguard mcp-proxy`` joined to one upstream session, on raw JSON-RPC.
+
+Every message is parsed once (orjson) to learn its kind, id and method; it is re-serialised
+only when the proxy changes it. What the link acts on:
+
+- the client's ``initialize``: answered by the proxy from the upstream's own ``initialize``
+  result (the proxy initialized the upstream itself, declaring elicitation, sampling and
+  roots so the upstream's own requests of that kind can reach the client); the client's
+  capabilities are kept (elicitation). ``notifications/initialized`` is not passed on (the
+  proxy sent its own).
+- ``tools/call``: through the guard (:meth:`GuardMiddleware.guard_json`); its ``run`` sends
+  the request upstream (the same bytes unless the guard changed the arguments) and awaits the
+  upstream's answer. An allowed call's answer goes back as the upstream's bytes.
+- ``tools/list`` answers: the tools are registered with the guard on their way through.
+- ``notifications/cancelled`` of a call: passed on; a guarded call waiting for the upstream
+  stops waiting (recorded as a failure) and gets no answer, as JSON-RPC wants.
+
+Everything else (resources, prompts, completions, logging, pings, notifications, progress, the
+upstream's requests to the client and the client's answers) passes through byte for byte. Ids
+are never rewritten: one link joins exactly one client session to one upstream session, so the
+two id spaces are the peers' own. The proxy's own requests (its ``initialize``, a ``tools/list``
+to learn a tool, an elicitation to ask for an approval) use string ids with a random 64-bit
+prefix per link, which neither peer ever sees from the other side; a peer request that reuses
+one of them while it is pending is refused with an error instead of being confused with it.
+
+Routing on streamable HTTP: a message the upstream sent on a request's own stream
+(``related``) goes to the client on that request's stream; otherwise a progress notification
+goes to the stream of the request whose ``progressToken`` it carries, and anything else to the
+stream of the only request in flight if there is one, else to the session's standalone stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+if TYPE_CHECKING:
+    from .adapters.mcp import GuardMiddleware
+
+__all__ = ["ClientPort", "Link", "UpstreamFailed", "UpstreamGone", "UpstreamPort",
+           "dumps", "handshake"]
+
+Json = dict[str, Any]
+dumps = orjson.dumps
+
+CONNECTION_CLOSED = -32000
+INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
+_MISSING = object()
+# what the proxy declares to the upstream, so the upstream's own requests of these kinds reach
+# the client (a client without one answers them with an error, which passes back)
+PROXY_CAPABILITIES: Json = {"elicitation": {"form": {}, "url": {}}, "sampling": {},
+                            "roots": {"listChanged": True}}
+
+
+class UpstreamFailed(Exception):
+    """The upstream server could not start, or did not answer ``initialize`` (the message
+    names it)."""
+
+
+class UpstreamGone(Exception):
+    """The upstream went away while a call waited for it (the message names it)."""
+
+
+class _CallCancelled(Exception):
+    """The client cancelled a guarded call while it ran upstream."""
+
+
+class _UpstreamCallError(Exception):
+    """The upstream answered ``tools/call`` with a JSON-RPC error."""
+
+
+Handler = Callable[[bytes, Json, Any], None]
+
+
+class UpstreamPort(Protocol):
+    """One upstream MCP session (a subprocess over stdio, or a streamable-HTTP session)."""
+
+    name: str
+    gone: str | None
+    handler: Handler  # (raw, message, related request id or None): every upstream message
+    on_gone: Callable[[], None]
+    on_garbage: Callable[[bytes], None]
+
+    def send(self, raw: bytes, message: Json) -> None:
+        """Send one message (``raw`` is its JSON, without a newline)."""
+
+    def opened(self, protocol_version: str) -> None:
+        """The session is initialized at ``protocol_version``."""
+
+    def describe_gone(self) -> str:
+        """The error text every call gets once the upstream is gone."""
+
+    async def close(self) -> None:
+        """End the session (stop the process, or DELETE the HTTP session)."""
+
+
+class ClientPort(Protocol):
+    """One client session (the proxy's stdio, or one ``Mcp-Session-Id``)."""
+
+    def send(self, raw: bytes, stream: Any, final: bool) -> None:
+        """Send one message on the stream of client request ``stream`` (``None``: the
+        standalone one); ``final``: it is that request's answer, which ends the stream."""
+
+    def end(self, stream: Any) -> None:
+        """Request ``stream`` will get no answer (it was cancelled): close its stream."""
+
+
+def _id_maker() -> Callable[[], str]:
+    prefix = f"toolguard-{secrets.token_hex(8)}-"
+    counter = itertools.count(1)
+    return lambda: f"{prefix}{next(counter)}"
+
+
+async def handshake(up: UpstreamPort, timeout_s: float) -> tuple[Json, list[tuple[bytes, Json,
+                                                                                  Any]]]:
+    """Initialize the upstream session as the proxy's own client.
+
+    Returns:
+        The upstream's ``initialize`` result, and the messages it sent meanwhile (for the link).
+
+    Raises:
+        UpstreamFailed: it exited, wrote something that is not JSON-RPC, answered with an
+            error, or did not answer within ``timeout_s`` seconds.
+    """
+    from mcp.types.version import LATEST_HANDSHAKE_VERSION
+
+    from . import __version__
+
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[Json] = loop.create_future()
+    early: list[tuple[bytes, Json, Any]] = []
+    init_id = _id_maker()()
+
+    def fail(problem: str) -> None:
+        if not answer.done():
+            answer.set_exception(UpstreamFailed(f"the upstream MCP server `{up.name}` {problem}"))
+
+    def on_message(raw: bytes, message: Json, related: Any) -> None:
+        if message.get("id") == init_id and "method" not in message:
+            if not answer.done():
+                answer.set_result(message)
+        else:
+            early.append((raw, message, related))
+
+    def on_garbage(line: bytes) -> None:
+        text = line.decode("utf-8", "replace").strip()
+        fail(f"does not speak MCP: it wrote {text[:200]!r}, which is not a JSON-RPC message")
+
+    up.handler, up.on_garbage = on_message, on_garbage
+    up.on_gone = lambda: fail(f"could not start or connect ({up.gone})")
+    request: Json = {"jsonrpc": "2.0", "id": init_id, "method": "initialize", "params": {
+        "protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": PROXY_CAPABILITIES,
+        "clientInfo": {"name": "toolguard-mcp-proxy", "version": __version__}}}
+    up.send(dumps(request), request)
+    try:
+        reply = await asyncio.wait_for(answer, timeout_s)
+    except asyncio.TimeoutError:
+        raise UpstreamFailed(f"the upstream MCP server `{up.name}` did not answer initialize "
+                             f"within {timeout_s:g} s") from None
+    result = reply.get("result")
+    if not isinstance(result, dict) or not isinstance(result.get("protocolVersion"), str):
+        error = reply.get("error")
+        why = (error.get("message") if isinstance(error, dict) else None) or "no result"
+        raise UpstreamFailed(f"the upstream MCP server `{up.name}` refused initialize: {why}")
+    up.opened(result["protocolVersion"])
+    up.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+            {"method": "notifications/initialized"})
+    return result, early
+
+
+def _note(text: str) -> None:
+    """One line on the proxy's stderr (the client's log of the server)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"toolguard mcp-proxy: {text}", file=sys.stderr, flush=True)
+
+
+class Link:
+    """One client session and its upstream session; see the module docstring.
+
+    Args:
+        up: the upstream session, initialized (:func:`handshake`).
+        init: the upstream's ``initialize`` result.
+        middleware: the guard (shared by every link of the proxy).
+        early: messages the upstream sent during the handshake, delivered once a client is
+            attached.
+    """
+
+    def __init__(self, up: UpstreamPort, init: Json, middleware: GuardMiddleware,
+                 early: list[tuple[bytes, Json, Any]] | None = None) -> None:
+        self.up = up
+        self.init = init
+        self.middleware = middleware
+        self.session_id: str | None = None
+        self.client: ClientPort | None = None
+        self.client_caps: Json = {}
+        self._new_id = _id_maker()
+        self._loop = asyncio.get_running_loop()
+        self._mine_up: dict[Any, asyncio.Future[Json]] = {}  # the proxy's requests upstream
+        self._mine_down: dict[Any, asyncio.Future[Json]] = {}  # the proxy's to the client
+        self._calls: dict[Any, asyncio.Future[tuple[bytes, Json]]] = {}  # guarded, forwarded
+        self._open: dict[Any, Any] = {}  # client requests in flight: id -> progress token
+        self._guarding: set[Any] = set()  # of those, the tools/calls the guard holds
+        self._progress: dict[Any, Any] = {}  # progress token -> client request id
+        self._listing: set[Any] = set()  # client tools/list requests in flight
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._learning = asyncio.Lock()
+        self._held: list[tuple[bytes, Any, bool]] = []  # for the client, before it attaches
+        up.handler, up.on_gone = self.from_upstream, self.upstream_gone
+        up.on_garbage = self._garbage
+        for raw, message, related in early or ():
+            self.from_upstream(raw, message, related)
+
+    def attach(self, client: ClientPort, session_id: str | None = None) -> None:
+        """Join the client session (its id names the guard task, unless ``--task-id``)."""
+        self.client, self.session_id = client, session_id
+        held, self._held = self._held, []
+        for raw, stream, final in held:
+            client.send(raw, stream, final)
+
+    def _to_client(self, raw: bytes, stream: Any, final: bool) -> None:
+        if self.client is None:
+            self._held.append((raw, stream, final))
+        else:
+            self.client.send(raw, stream, final)
+
+    # -- from the client ------------------------------------------------------------------
+    def from_client(self, raw: bytes, message: Json) -> None:
+        """One message from the client: act on it or pass it on (see the module docstring)."""
+        method = message.get("method")
+        if not isinstance(method, str):  # an answer to the upstream's request, or to ours
+            mid = message.get("id", _MISSING)
+            if not _hashable(mid) or ("result" not in message and "error" not in message):
+                self._reply(message.get("id"), error=_error(INVALID_REQUEST,
+                                                            "not a JSON-RPC 2.0 message"))
+                return
+            mine = self._mine_down.pop(mid, None) if self._mine_down else None
+            if mine is not None:
+                if not mine.done():
+                    mine.set_result(message)
+            elif self.up.gone is None:
+                self.up.send(raw, message)
+            return
+        rid = message.get("id", _MISSING)
+        if rid is _MISSING:  # a notification
+            if method == "notifications/initialized":
+                return
+            if method == "notifications/cancelled":
+                self._cancel(message.get("params"))
+            if self.up.gone is None:
+                self.up.send(raw, message)
+            return
+        params = message.get("params")
+        if not _hashable(rid):
+            self._reply(None, error=_error(INVALID_REQUEST, "a request id is a string or number"))
+            return
+        if method == "initialize":
+            self._initialize(rid, params)
+            return
+        if rid in self._mine_up or rid in self._open:
+            self._send(rid, error=_error(INVALID_REQUEST, f"request id {rid!r} is in use"))
+            return
+        if self.up.gone is not None:
+            self._answer_gone(rid, method)
+            return
+        token = _progress_token(params)
+        self._open[rid] = token
+        if token is not None:
+            self._progress[token] = rid
+        if method == "tools/call" and isinstance(params, dict) and isinstance(
+                params.get("name"), str):
+            self._guarding.add(rid)
+            task = self._loop.create_task(self._guarded(rid, raw, message, params))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        if method == "tools/list":
+            self._listing.add(rid)
+        self.up.send(raw, message)
+
+    def _initialize(self, rid: Any, params: Any) -> None:
+        caps = params.get("capabilities") if isinstance(params, dict) else None
+        self.client_caps = caps if isinstance(caps, dict) else {}
+        result = dict(self.init)
+        info = result.get("serverInfo")
+        info = dict(info) if isinstance(info, dict) else {}
+        info["title"] = f"{info.get('title') or info.get('name') or 'MCP server'} " \
+                        "(guarded by toolguard)"
+        result["serverInfo"] = info
+        self._send(rid, result=result)
+
+    def _cancel(self, params: Any) -> None:
+        target = params.get("requestId", _MISSING) if isinstance(params, dict) else _MISSING
+        if target is _MISSING or target not in self._open:
+            return
+        self._close_request(target)
+        waiting = self._calls.pop(target, None)
+        if waiting is not None and not waiting.done():
+            waiting.set_exception(_CallCancelled("the client cancelled the call"))
+        if self.client is not None:
+            self.client.end(target)
+
+    def _answer_gone(self, rid: Any, method: str) -> None:
+        from .adapters.mcp import error_result
+
+        if method == "tools/call":  # answered before the guard: nothing is recorded
+            self._send(rid, result=error_result(self.up.describe_gone()))
+        else:
+            self._send(rid, error=_error(CONNECTION_CLOSED, self.up.describe_gone()))
+
+    # -- a guarded tools/call -------------------------------------------------------------
+    async def _guarded(self, rid: Any, raw: bytes, message: Json, params: Json) -> None:
+        from .adapters.mcp import HaltError
+
+        name: str = params["name"]
+        arguments = params.get("arguments")
+        answered: list[tuple[Any, bytes]] = []
+
+        async def run(args: dict[str, Any]) -> Mapping[str, Any]:
+            if self.up.gone is not None:
+                raise UpstreamGone(self.up.describe_gone())
+            out = raw if args == arguments else dumps(
+                {**message, "params": {**params, "arguments": args}})
+            waiting: asyncio.Future[tuple[bytes, Json]] = self._loop.create_future()
+            self._calls[rid] = waiting
+            self.up.send(out, message)
+            reply_raw, reply = await waiting
+            result = reply.get("result")
+            if not isinstance(result, dict):
+                error = reply.get("error")
+                text = error.get("message") if isinstance(error, dict) else None
+                raise _UpstreamCallError(str(text or "the upstream gave no result"))
+            answered.append((result, reply_raw))
+            return result
+
+        try:
+            if not self.middleware.knows(name):
+                await self.learn_tools()
+            outcome = await self.middleware.guard_json(
+                self.middleware.task_of(self.session_id), name, arguments, run,
+                _LinkAsker(self, rid))
+        except HaltError as halt:
+            self._finish(rid, error=halt.error())
+            return
+        except UpstreamGone as gone:
+            self._finish(rid, error=_error(CONNECTION_CLOSED, str(gone)))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug must still answer the call
+            _note(f"internal error guarding {name}: {type(exc).__name__}: {exc}")
+            self._finish(rid, error=_error(INTERNAL_ERROR, f"toolguard: internal error: {exc}"))
+            return
+        if answered and outcome is answered[0][0]:  # the tool ran and the guard added nothing
+            self._finish_raw(rid, answered[0][1])
+        else:
+            self._finish(rid, result=outcome)
+
+    def _finish(self, rid: Any, *, result: Any = None, error: Json | None = None) -> None:
+        self._guarding.discard(rid)
+        if rid in self._open:  # else the client cancelled it: no answer
+            self._send(rid, result=result, error=error)
+
+    def _finish_raw(self, rid: Any, raw: bytes) -> None:
+        self._guarding.discard(rid)
+        if rid in self._open:
+            self._close_request(rid)
+            self._to_client(raw, rid, True)
+
+    async def learn_tools(self, timeout_s: float | None = None) -> None:
+        """List the upstream's tools (every page) and register the new ones with the guard.
+
+        Raises:
+            UpstreamGone: the upstream went away. asyncio.TimeoutError: it took over ``timeout_s``.
+        """
+        async with self._learning:
+            cursor: Any = None
+            for _ in range(1000):  # a bound on a server that pages forever
+                params = {} if cursor is None else {"cursor": cursor}
+                reply = await asyncio.wait_for(self.ask_upstream("tools/list", params),
+                                               timeout_s)
+                result = reply.get("result")
+                if not isinstance(result, dict):
+                    return
+                self._register(result)
+                cursor = result.get("nextCursor")
+                if not isinstance(cursor, str) or not cursor:
+                    return
+
+    def _register(self, result: Any) -> None:
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if isinstance(tools, list):
+            self.middleware.register_tools(tools)
+
+    async def ask_upstream(self, method: str, params: Json) -> Json:
+        """A request of the proxy's own to the upstream; its answer (``result`` or ``error``).
+
+        Raises:
+            UpstreamGone: the upstream is or went away.
+        """
+        if self.up.gone is not None:
+            raise UpstreamGone(self.up.describe_gone())
+        pid = self._new_id()
+        waiting: asyncio.Future[Json] = self._loop.create_future()
+        self._mine_up[pid] = waiting
+        self.up.send(dumps({"jsonrpc": "2.0", "id": pid, "method": method, "params": params}),
+                     {"id": pid, "method": method})
+        try:
+            return await waiting
+        finally:
+            self._mine_up.pop(pid, None)
+
+    async def ask_client(self, method: str, params: Json, related: Any) -> Json:
+        """A request of the proxy's own to the client, on the stream of client request
+        ``related``; the client's answer (``result`` or ``error``)."""
+        pid = self._new_id()
+        waiting: asyncio.Future[Json] = self._loop.create_future()
+        self._mine_down[pid] = waiting
+        self._to_client(dumps({"jsonrpc": "2.0", "id": pid, "method": method,
+                               "params": params}), related, False)
+        try:
+            return await waiting
+        finally:
+            self._mine_down.pop(pid, None)
+
+    # -- from the upstream ----------------------------------------------------------------
+    def from_upstream(self, raw: bytes, message: Json, related: Any) -> None:
+        """One message from the upstream (``related``: the request whose HTTP stream carried
+        it, if known)."""
+        method = message.get("method")
+        if not isinstance(method, str):  # an answer
+            rid = message.get("id")
+            if not _hashable(rid):
+                return
+            mine = self._mine_up.pop(rid, None) if self._mine_up else None
+            if mine is not None:
+                if not mine.done():
+                    mine.set_result(message)
+                return
+            waiting = self._calls.pop(rid, None) if self._calls else None
+            if waiting is not None:
+                if not waiting.done():
+                    waiting.set_result((raw, message))
+                return
+            if rid not in self._open:
+                return  # cancelled by the client, or no request of it: no answer to pass
+            self._close_request(rid)
+            if rid in self._listing:
+                self._listing.discard(rid)
+                self._register(message.get("result"))
+            self._to_client(raw, rid, True)
+            return
+        if "id" in message:  # the upstream's own request to the client
+            if _hashable(message["id"]) and message["id"] in self._mine_down:
+                refusal: Json = {"jsonrpc": "2.0", "id": message["id"], "error": _error(
+                    INVALID_REQUEST, f"request id {message['id']!r} is in use")}
+                self.up.send(dumps(refusal), refusal)
+                return
+            self._to_client(raw, self._stream(related), False)
+            return
+        stream = related
+        if method == "notifications/progress":
+            params = message.get("params")
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            if _hashable(token):
+                stream = self._progress.get(token, related)
+        self._to_client(raw, self._stream(stream), False)
+
+    def _stream(self, related: Any) -> Any:
+        if related is not None and related in self._open:
+            return related
+        if len(self._open) == 1:
+            return next(iter(self._open))
+        return None
+
+    def upstream_gone(self) -> None:
+        """The upstream went away: every request waiting for it gets an error."""
+        gone = UpstreamGone(self.up.describe_gone())
+        waiters: list[asyncio.Future[Any]] = [*self._mine_up.values(), *self._calls.values()]
+        for waiting in waiters:
+            if not waiting.done():
+                waiting.set_exception(gone)
+        self._mine_up.clear()
+        self._calls.clear()
+        for rid in [r for r in self._open if r not in self._guarding]:
+            self._send(rid, error=_error(CONNECTION_CLOSED, str(gone)))
+
+    def _garbage(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").strip()
+        _note(f"ignored a line from the upstream `{self.up.name}` that is not JSON-RPC: "
+              f"{text[:200]!r}")
+
+    # -- answering --------------------------------------------------------------------------
+    def _close_request(self, rid: Any) -> None:
+        token = self._open.pop(rid, None)
+        if token is not None:
+            self._progress.pop(token, None)
+
+    def _send(self, rid: Any, *, result: Any = None, error: Json | None = None) -> None:
+        self._close_request(rid)
+        body: Json = {"jsonrpc": "2.0", "id": rid}
+        if error is not None:
+            body["error"] = error
+        else:
+            body["result"] = result
+        self._to_client(dumps(body), rid, True)
+
+    def _reply(self, rid: Any, *, error: Json) -> None:
+        self._to_client(dumps({"jsonrpc": "2.0", "id": rid, "error": error}), None, False)
+
+    async def close(self) -> None:
+        """End the link: stop the guarded calls, close the upstream session."""
+        for task in list(self._tasks):
+            task.cancel()
+        for waiting in (*self._mine_down.values(), *self._mine_up.values()):
+            waiting.cancel()
+        await self.up.close()
+
+
+class _LinkAsker:
+    """:class:`toolguard.adapters.mcp.Asker` on a link: an elicitation request of the proxy's
+    own to the client, related to the call."""
+
+    def __init__(self, link: Link, rid: Any) -> None:
+        self._link = link
+        self._rid = rid
+
+    @property
+    def can_elicit(self) -> bool:
+        return isinstance(self._link.client_caps.get("elicitation"), dict)
+
+    async def elicit(self, message: str, schema: Mapping[str, Any]) -> Mapping[str, Any]:
+        from .adapters.mcp import ElicitationFailed
+
+        reply = await self._link.ask_client("elicitation/create", {
+            "mode": "form", "message": message, "requestedSchema": dict(schema)}, self._rid)
+        result = reply.get("result")
+        if isinstance(result, dict):
+            return result
+        error = reply.get("error")
+        raise ElicitationFailed(str(error.get("message") if isinstance(error, dict) else error))
+
+
+def _error(code: int, message: str) -> Json:
+    return {"code": code, "message": message}
+
+
+def _hashable(value: Any) -> bool:
+    return isinstance(value, (str, int))
+
+
+def _progress_token(params: Any) -> Any:
+    if not isinstance(params, dict):
+        return None
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if _hashable(token) else None
