@@ -272,7 +272,7 @@ def test_explain_prints_effects_from_annotations_and_policy(tmp_path: Path) -> N
     command = proxy_command("--explain", "--policy", str(policy),
                             upstream=upstream_command(tmp_path / "c.json"))
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=TEST_TIMEOUT_S, check=False, env={**os.environ, "COLUMNS": "200"})
+                          timeout=TEST_TIMEOUT_S, check=False, env={**os.environ, "COLUMNS": "1000"})
     assert done.returncode == 0, done.stderr
     rows = {line.split("│")[1].strip(): line for line in done.stdout.splitlines()
             if line.startswith("│") and line.split("│")[1].strip()}
