@@ -271,8 +271,9 @@ def test_explain_prints_effects_from_annotations_and_policy(tmp_path: Path) -> N
     policy.write_text('[tools.read_note]\neffect = "mutating"\n')
     command = proxy_command("--explain", "--policy", str(policy),
                             upstream=upstream_command(tmp_path / "c.json"))
+    wide = {**os.environ, "COLUMNS": "1000"}  # a long tmp path must not wrap in its cell
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=TEST_TIMEOUT_S, check=False, env={**os.environ, "COLUMNS": "1000"})
+                          timeout=TEST_TIMEOUT_S, check=False, env=wide)
     assert done.returncode == 0, done.stderr
     rows = {line.split("│")[1].strip(): line for line in done.stdout.splitlines()
             if line.startswith("│") and line.split("│")[1].strip()}
