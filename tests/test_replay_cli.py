@@ -399,3 +399,34 @@ def test_a_kind_seen_once_is_not_counted_as_1_times(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "(1 times)" not in result.stderr
     assert "lines of type 'session_meta'; lines of type 'odd' (2 times)" in result.stderr
+
+
+def test_verbose_excerpts_are_redacted_as_the_audit_redacts(tmp_path: Path) -> None:
+    """The excerpt is made when the table reads it, not per step: it must still be redacted
+    by key (``password``) and by token shape (a GitHub token), for JSON text and objects."""
+    token = "ghp_" + "a1B2" * 9
+    as_object = {"tool": "w", "args": {"user": "bob", "password": "hunter2"},
+                 "result": "Error: no", "is_error": True}
+    as_text = {"tool": "t", "args": json.dumps({"header": f"Bearer {token}"}),
+               "result": "Error: no", "is_error": True}
+    trace = write(tmp_path / "secrets.jsonl",
+                  [{"case": "secrets"}, *[as_object] * 3, *[as_text] * 3])
+    result = replay(str(trace), "--verbose")
+    assert result.exit_code == 0, result.stdout
+    steps = result.stdout.split("steps that were not a plain allow")[1]
+    assert "block" in steps and "bob" in steps  # the excerpts are there ...
+    assert "hunter2" not in result.stdout and token not in result.stdout  # ... redacted
+    assert "[REDACTED]" in steps
+
+
+def test_step_reports_carry_the_excerpt_for_every_decision(tmp_path: Path) -> None:
+    from toolguard.replay import read_runs, replay_runs
+
+    trace = write(tmp_path / "one.jsonl", [{"case": "one"}, {
+        "tool": "read", "args": {"path": "a.txt", "api_key": "k-123456789"}, "result": "x"}])
+    runs, problems = read_runs([trace])
+    assert problems == []
+    report = replay_runs(runs)
+    (step,) = report.runs[0].steps
+    assert step.decision == "allow"
+    assert step.args == '{"path": "a.txt", "api_key": "[REDACTED]"}'

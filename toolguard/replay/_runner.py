@@ -62,8 +62,11 @@ class StepReport:
         decision: what the guard did.
         reason: one line on why (``""`` for a plain allow).
         count: the call's repeat count (1 = first since the last progress).
-        args: a one-line excerpt of the arguments, at most 80 characters.
+        args: a one-line excerpt of the arguments, at most 80 characters, redacted as the
+            audit redacts them (made when read: only the verbose table shows it).
         line: the 1-based line of the call in a JSONL file, or ``None``.
+        arguments: the call's recorded arguments (``RecordedCall.arguments``), or ``None``.
+        audit: the ``[audit]`` policy that redacts the excerpt.
     """
 
     index: int
@@ -73,8 +76,18 @@ class StepReport:
     decision: Decision
     reason: str
     count: int
-    args: str = ""
+    arguments: Mapping[str, Any] | str | None = field(default=None, repr=False, compare=False)
     line: int | None = None
+    audit: AuditPolicy | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def args(self) -> str:
+        """A one-line excerpt of the arguments (see the class docstring); ``""`` without a
+        call. Redacting every step's arguments up front was a third of a replay's time."""
+        if self.tool is None:  # a halt on token usage, between calls
+            return ""
+        return excerpt({} if self.arguments is None else self.arguments,
+                       self.audit if self.audit is not None else AuditPolicy())
 
     @property
     def executed(self) -> bool:
@@ -368,7 +381,7 @@ def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[Rec
 
 def _step(index: int, call: RecordedCall, result: ToolResult, guard: Guard) -> StepReport:
     return StepReport(index, call.tool, result.args_hash, result.effect, result.decision,
-                      result.reason, result.count, excerpt(call, guard.policy.audit), call.line)
+                      result.reason, result.count, call.arguments, call.line, guard.policy.audit)
 
 
 def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> StepReport:
@@ -377,20 +390,21 @@ def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> 
     if call is not None and last is not None and last.decision is Decision.HALT:
         effect = last.effect
     return StepReport(index, call.tool if call else None, exc.args_hash, effect, Decision.HALT,
-                      exc.reason, exc.count,
-                      excerpt(call, task.guard.policy.audit) if call else "",
-                      call.line if call else None)
+                      exc.reason, exc.count, call.arguments if call else None,
+                      call.line if call else None,
+                      task.guard.policy.audit)
 
 
-def excerpt(call: RecordedCall, audit: AuditPolicy, limit: int = _EXCERPT_CHARS) -> str:
-    """A one-line excerpt of a call's arguments, redacted as the audit redacts them
-    (``audit``: the policy's ``[audit]``): the value of a single argument, else compact
-    JSON; the raw text when the model's JSON text was recorded. At most ``limit``
-    characters."""
-    if call.raw_args is not None:
-        text = redact_json_text(call.raw_args, audit.redact_pattern)
+def excerpt(arguments: Mapping[str, Any] | str, audit: AuditPolicy,
+            limit: int = _EXCERPT_CHARS) -> str:
+    """A one-line excerpt of a call's ``arguments`` (``RecordedCall.arguments``), redacted
+    as the audit redacts them (``audit``: the policy's ``[audit]``): the value of a single
+    argument, else compact JSON; the raw text when the model's JSON text was recorded. At
+    most ``limit`` characters."""
+    if isinstance(arguments, str):
+        text = redact_json_text(arguments, audit.redact_pattern)
     else:
-        args = redact(call.args or {}, audit.redact_pattern, 10 * limit)
+        args = redact(arguments, audit.redact_pattern, 10 * limit)
         if len(args) == 1 and isinstance(next(iter(args.values())), str):
             text = str(next(iter(args.values())))
         else:
