@@ -100,17 +100,19 @@ class Server:
         with _lock:
             if self not in _started:
                 _started.append(self)
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.dir), "--daemonize", "no",
-             *self.args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # noqa: PLW1509
+        # its log says why it exited (a port another run took, a bad option)
+        with (self.dir / "server.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", str(self.dir),
+                 "--daemonize", "no", *self.args],
+                stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None)  # noqa: PLW1509
         deadline = time.monotonic() + 10
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"redis-server on port {self.port} exited "
-                                   f"({self.proc.returncode})")
+                                   f"({self.proc.returncode}): {self._log_tail()}")
             client = _client(self.port)
             try:
                 # ours, not another run's server that won the port (ours then exits)
@@ -123,6 +125,13 @@ class Server:
                 time.sleep(0.02)
             finally:
                 client.close()
+
+    def _log_tail(self) -> str:
+        try:
+            lines = (self.dir / "server.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return "no output"
+        return " | ".join(line.strip() for line in lines[-2:]) or "no output"
 
     def client(self) -> Any:
         """A plain redis-py client to this server (for checks)."""
@@ -172,12 +181,20 @@ class Server:
 def server(*args: str) -> Server:
     """A started private server on a free port (use as a context manager)."""
     require_redis_server()
+    return _on_a_free_port(args)
+
+
+def _on_a_free_port(args: tuple[str, ...]) -> Server:
+    """A started server on a free port, trying another port when it loses a race for one
+    (another test run on this machine took it between the check and the bind)."""
     last: Exception | None = None
     for _ in range(5):
+        candidate = Server(free_ports(1)[0], *args)
         try:
-            return Server(free_ports(1)[0], *args).start()
+            return candidate.start()
         except RuntimeError as exc:  # lost a race for the port
             last = exc
+            candidate.stop()
     raise RuntimeError(f"could not start a private redis-server: {last}")
 
 
@@ -201,13 +218,10 @@ class Cluster:
         require_redis_server()
         count = self.masters * (1 + self.replicas)
         try:
-            for port in free_ports(count):
-                node = Server(port, "--cluster-enabled", "yes",
-                              "--cluster-config-file", "nodes.conf",
-                              "--cluster-node-timeout", str(self.node_timeout_ms),
-                              *self.args)
-                self.nodes.append(node)
-                node.start()
+            for _ in range(count):  # a node that loses a race for its port takes another
+                self.nodes.append(_on_a_free_port((
+                    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                    "--cluster-node-timeout", str(self.node_timeout_ms), *self.args)))
             subprocess.run(
                 ["redis-cli", "--cluster", "create",
                  *(f"127.0.0.1:{n.port}" for n in self.nodes),

@@ -404,3 +404,20 @@ def test_keys_are_unique_and_one_slot_per_task(p1: str, t1: str, p2: str, t2: st
     if (p1, t1) != (p2, t2):
         assert not set(one) & set(two)
     assert len({key_slot(k.encode()) for k in one}) == 1  # a cluster keeps a task together
+
+
+def test_a_private_server_that_loses_its_port_says_why_and_another_port_is_taken() -> None:
+    """The test servers' own harness: a port another run took between the check and the
+    bind is retried on another port (a cluster node too), and the error names the cause."""
+    from .redis_servers import _on_a_free_port
+
+    with private_server() as first:
+        loser = Server(first.port)
+        with pytest.raises(RuntimeError, match=r"exited .*(in use|Address)"):
+            loser.start()
+        loser.stop()
+        second = _on_a_free_port(())
+        try:
+            assert second.port != first.port and second.client().ping()
+        finally:
+            second.stop()
