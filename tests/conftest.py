@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,24 @@ def shared() -> Path:
     if not SHARED.is_dir():
         pytest.fail(f"shared data folder not found at {SHARED} (set TOOLGUARD_SHARED)")
     return SHARED
+
+
+def _missing_shared() -> str | None:
+    if SHARED.is_dir():
+        return None
+    return (f"the shared data folder is not at {SHARED}: the tests that read the real "
+            "recordings and cases fail; clone this repository beside it, or set "
+            "TOOLGUARD_SHARED to its path")
+
+
+def pytest_report_header() -> str:
+    return _missing_shared() or f"shared data: {SHARED}"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    missing = _missing_shared()
+    if missing is not None:  # said again at the end, beside the failures it explains
+        terminalreporter.write_line(f"NOTE: {missing}", yellow=True, bold=True)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
