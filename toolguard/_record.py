@@ -112,6 +112,9 @@ def digest_of(normalizer: ResultNormalizer, content: Any) -> tuple[str, str]:
     return value_digest(normalized), outcome_kind(True, normalized)
 
 
+_NONE_DIGEST: Final = (value_digest(None), outcome_kind(True, None))
+
+
 def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: ResultNormalizer,
             content: Any) -> tuple[str, str]:
     """:func:`digest_of`, memoized in ``memo`` for plain ``str`` results of at most
@@ -119,6 +122,8 @@ def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: Resu
     character (the volatile patterns), and a result that repeats (a poll, the same error, a
     stagnating run) is the same text again. The normalizer is pure, so equal texts under the
     same normalizer give equal digests; an entry of another normalizer is recomputed."""
+    if content is None:  # a tool without a return value: every normalizer keeps None
+        return _NONE_DIGEST
     if type(content) is not str or len(content) > MEMO_CHARS:
         return digest_of(normalizer, content)
     hit = memo.get(content)
