@@ -118,7 +118,7 @@ _NONE_DIGEST: Final = (value_digest(None), outcome_kind(True, None))
 def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: ResultNormalizer,
             content: Any) -> tuple[str, str]:
     """:func:`digest_of`, memoized in ``memo`` for plain ``str`` results of at most
-    :data:`MEMO_CHARS` characters: normalizing a short text costs ~1-2k instructions per
+    :data:`MEMO_CHARS` characters: normalizing a short text costs ~2k instructions per
     character (the volatile patterns), and a result that repeats (a poll, the same error, a
     stagnating run) is the same text again. The normalizer is pure, so equal texts under the
     same normalizer give equal digests; an entry of another normalizer is recomputed."""
