@@ -96,11 +96,19 @@ def build_guard(policy: Policy, spec: ToolSpec, schema: str, store: Store | None
     return guard
 
 
+TEXT_RESULT: Final = ("total 12\n-rw-r--r-- 1 user group 1234 Jan  5 12:34 report.csv\n"
+                      "Done in 0.31s")
+"""A shell-like text result with volatile parts (a clock time, a duration)."""
+
+
 def make_task(size: str, path: str, schema: str, *, is_async: bool = False,
-              store: Store | None = None) -> tuple[Task, str]:
-    """A fresh guard and task whose next repeated call of the size's tool takes ``path``."""
+              store: Store | None = None, returns: Any = None) -> tuple[Task, str]:
+    """A fresh guard and task whose next repeated call of the size's tool takes ``path``;
+    the tool returns ``returns`` (sync tools only; default None, the no-op)."""
     sz = sized(size)
     func = sz.tool_async if is_async else sz.tool
+    if returns is not None:
+        func = functools.wraps(sz.tool)(lambda *_a, **_k: returns)
     name = sz.tool.__name__
     effect = Effect.MUTATING if path in ("cached", "executed") else Effect.READONLY
     guard = build_guard(policy_for(path), ToolSpec(name=name, func=func, effect=effect),

@@ -10,6 +10,8 @@ set-up cancelled out. Variants:
   benchmark tools and policies of ``_cases.py`` (``allow``, ``cached``, ``block``, ``warn``,
   ``executed``: never-seen arguments, ``allow_new``: likewise on the read-only tool);
   ``.../async``: ``await task.acall`` of the async tool; ``.../json``: arguments as JSON text;
+  ``.../text``: the tool returns a fixed shell-like text (``_cases.TEXT_RESULT``), which the
+  result normalization reads;
 * ``book/<size>/<path>``, ``min/<size>/<path>``: the sketches of ``_sketches.py``;
 * ``dump/<size>``: ``orjson.dumps(args, option=OPT_SORT_KEYS)`` (the large target's floor).
 
@@ -103,8 +105,11 @@ def _runner(name: str) -> Callable[[int], None]:
     from _cases import make_task
 
     flags = set(parts[3:])
+    from _cases import TEXT_RESULT
+
     task, tool = make_task(size, "allow" if path == "allow_new" else path, "rs",
-                           is_async="async" in flags)
+                           is_async="async" in flags,
+                           returns=TEXT_RESULT if "text" in flags else None)
     given: Any = orjson.dumps(args).decode() if "json" in flags else args
     fresh = path in ("executed", "allow_new")
     ids = itertools.count()

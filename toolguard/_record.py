@@ -5,13 +5,13 @@ synthetic one saying why the call did not run."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ._call import CallRecord, _Config, _Outcome, _Prepared
 from ._canonical import value_digest
 from ._content import as_text as _as_text
 from ._content import with_notice as _with_notice
-from ._core import Verdict, halt_kind, outcome_kind, stagnation_after
+from ._core import ERROR_RESULT, Verdict, halt_kind, outcome_kind, stagnation_after
 from ._errors import (
     BudgetExceeded,
     Halt,
@@ -38,6 +38,7 @@ from .stores._base import (
 
 if TYPE_CHECKING:
     from ._engine import Task
+    from ._normalize import ResultNormalizer
 
 log = logging.getLogger("toolguard")
 _new = tuple.__new__  # a named tuple from all its fields without its Python __new__
@@ -56,12 +57,11 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
     result_digest, judged = "", ""
     if outcome is not None and not outcome.unknown:
         # compared without its volatile parts (the model still gets it whole)
-        normalized = settings.result(outcome.content)
-        result_digest = value_digest(normalized) if success else ""
+        digest, kind = _digest(task._digests, settings.result, outcome.content)
+        result_digest = digest if success else ""
         if p.effect is not POLL and (settings.stagnation_warn_at
                                      or settings.stagnation_block_at):
-            judged = outcome_kind(success, normalized) + (
-                result_digest or value_digest(normalized))
+            judged = (kind if success else ERROR_RESULT) + digest
     req: FinishRequest = _new(FinishRequest, (  # every field, in order (hot path)
         p.entry.spec.name, p.signature, p.key, executed, success,
         outcome is not None and mutating and outcome.unknown,  # unknown
@@ -96,6 +96,44 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
             task.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
             fallback=lambda: None)
     return stagnation_after(settings, p.signature, snap, judged) if judged else None
+
+
+MEMO_CHARS: Final = 4096
+"""Text results up to this length are memoized per task (:func:`_digest`)."""
+MEMO_ENTRIES: Final = 16
+"""Distinct texts a task's memo keeps (then it starts again, empty)."""
+
+
+def digest_of(normalizer: ResultNormalizer, content: Any) -> tuple[str, str]:
+    """``(digest, kind)`` of a successful result ``content``: the :func:`value_digest` of its
+    normalized form (progress and stagnation compare it) and its :func:`outcome_kind`
+    character. Raises what the normalizer raises (nothing for plain JSON values)."""
+    normalized = normalizer(content)
+    return value_digest(normalized), outcome_kind(True, normalized)
+
+
+_NONE_DIGEST: Final = (value_digest(None), outcome_kind(True, None))
+
+
+def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: ResultNormalizer,
+            content: Any) -> tuple[str, str]:
+    """:func:`digest_of`, memoized in ``memo`` for plain ``str`` results of at most
+    :data:`MEMO_CHARS` characters: normalizing a short text costs ~2k instructions per
+    character (the volatile patterns), and a result that repeats (a poll, the same error, a
+    stagnating run) is the same text again. The normalizer is pure, so equal texts under the
+    same normalizer give equal digests; an entry of another normalizer is recomputed."""
+    if content is None:  # a tool without a return value: every normalizer keeps None
+        return _NONE_DIGEST
+    if type(content) is not str or len(content) > MEMO_CHARS:
+        return digest_of(normalizer, content)
+    hit = memo.get(content)
+    if hit is not None and hit[0] is normalizer:
+        return hit[1], hit[2]
+    digest, kind = digest_of(normalizer, content)
+    if hit is None and len(memo) >= MEMO_ENTRIES:
+        memo.clear()  # one atomic step: threads may share the task
+    memo[content] = (normalizer, digest, kind)
+    return digest, kind
 
 
 def _halt_exc(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:

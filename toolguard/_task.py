@@ -48,6 +48,7 @@ from .stores._base import (
 
 if TYPE_CHECKING:
     from ._guard import Guard
+    from ._normalize import ResultNormalizer
 
 __all__ = ["Task", "current_idempotency_key"]
 
@@ -125,6 +126,8 @@ class Task:
         # signature -> last result, for read-only blocks; oldest first, bounded
         self._last_content: OrderedDict[str, Any] = OrderedDict()
         self._tokens: list[contextvars.Token[Task | None]] = []
+        # short text result -> (its normalizer, digest, kind); bounded (_record._digest)
+        self._digests: dict[str, tuple[ResultNormalizer, str, str]] = {}
 
     # -- context management -------------------------------------------------------------
     def __enter__(self) -> Task:
