@@ -149,6 +149,9 @@ def replay(
     guard_policy = _load_policy(policy, env)
     specs = _load_tools(tools)
     report = _replay(paths, guard_policy, specs, input_format, allow_empty)
+    for note in _after_notes(report, guard_policy, tools, specs):
+        _note(note)
+        report.notes.append(note)
     if not report.runs and not (allow_empty and not report.problems):
         _fail("no runs to replay")
     if output_format is OutputFormat.JSON:
@@ -193,6 +196,20 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
                 _note(note)
                 report.notes.append(note)
     return report
+
+
+def _after_notes(report: ReplayReport, policy: Policy, tools: Path | None,
+                 specs: Sequence[ToolSpec]) -> list[ReplayNote]:
+    """Notes on the replay as a whole, once each: a ``--tools`` file that defines none of the
+    tools the recordings call (then every call is ``invalid``)."""
+    from .replay import ReplayNote
+
+    notes = []
+    called = {step.tool for run in report.runs for step in run.steps if step.tool is not None}
+    if tools is not None and called and called.isdisjoint(spec.name for spec in specs):
+        notes.append(ReplayNote(str(tools), "the tools file defines none of the recordings' "
+                                f"{len(called)} tool(s), so every call is invalid"))
+    return notes
 
 
 class _FileProgress:
