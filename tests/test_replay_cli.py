@@ -450,3 +450,20 @@ def test_a_tools_file_sharing_a_tool_is_not_noted(tmp_path: Path) -> None:
         "name": "grep", "parameters": {"type": "object"}}}]))
     result = replay(GREP_LOOP, "--tools", str(tools))
     assert result.exit_code == 0 and "note" not in result.stderr
+
+
+@pytest.mark.parametrize("mode", ["observe", "off"])
+def test_a_policy_mode_replay_does_not_apply_is_noted(tmp_path: Path, mode: str) -> None:
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'mode = "{mode}"\n')
+    result = replay(GREP_LOOP, "--policy", str(policy))
+    assert result.exit_code == 0
+    assert (f"{policy}: note: replay judges as in enforce mode; the policy's mode = {mode} "
+            "is not applied") in result.stderr
+    assert "halt" in result.stdout  # judged as enforce all the same
+
+
+def test_an_enforcing_policy_gets_no_mode_note(tmp_path: Path) -> None:
+    policy = tmp_path / "p.toml"
+    policy.write_text('mode = "enforce"\n')
+    assert "note" not in replay(GREP_LOOP, "--policy", str(policy)).stderr

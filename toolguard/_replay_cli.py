@@ -16,6 +16,8 @@ any tool call (unless ``--allow-empty``), an invalid policy or tool file, or bad
 problem on stderr naming the file (and the line, for JSONL) and the format it was read as. A
 bad line, run or file is reported and the rest still replays, and the exit code is still 2.
 Records a reader does not use are counted and noted once per kind on stderr (no exit code).
+A policy ``mode`` other than ``enforce`` (replay judges as ``enforce``) and a ``--tools`` file
+that defines none of the recordings' tools are noted once each.
 Never a traceback.
 
 Added to the ``toolguard`` app by :func:`register`.
@@ -200,11 +202,17 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
 
 def _after_notes(report: ReplayReport, policy: Policy, tools: Path | None,
                  specs: Sequence[ToolSpec]) -> list[ReplayNote]:
-    """Notes on the replay as a whole, once each: a ``--tools`` file that defines none of the
-    tools the recordings call (then every call is ``invalid``)."""
+    """Notes on the replay as a whole, once each: a policy ``mode`` replay does not apply
+    (replay judges as ``enforce``, see :mod:`toolguard.replay`), and a ``--tools`` file that
+    defines none of the tools the recordings call (then every call is ``invalid``)."""
+    from ._types import Mode
     from .replay import ReplayNote
 
     notes = []
+    if policy.mode is not Mode.ENFORCE:
+        notes.append(ReplayNote(
+            policy.source_of("mode"), f"replay judges as in enforce mode; the policy's mode = "
+            f"{policy.mode.value} is not applied"))
     called = {step.tool for run in report.runs for step in run.steps if step.tool is not None}
     if tools is not None and called and called.isdisjoint(spec.name for spec in specs):
         notes.append(ReplayNote(str(tools), "the tools file defines none of the recordings' "
