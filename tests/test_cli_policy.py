@@ -244,3 +244,17 @@ def test_explain_prints_a_policys_control_characters_escaped(runner: CliRunner,
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output
     assert "cmd\\x1b[2J" in result.output and "x\\x1b]0;t: effective settings" in result.output
+
+
+def test_check_refuses_what_contradicts_or_names_nothing(runner: CliRunner,
+                                                         tmp_path: Path) -> None:
+    """Regression (newcomer pass): each of these said ok."""
+    path = tmp_path / "p.toml"
+    path.write_text('[tools.a]\neffect = "readonly"\nrequires_approval = true\n'
+                    '[tools.""]\nmax_calls = 3\n'
+                    '[idempotency]\ntimeout_exceptions = ["not a class!!"]\n')
+    result = runner.invoke(app, ["check", str(path)])
+    assert result.exit_code == 1
+    assert "tools.a.requires_approval: must not be true" in result.output
+    assert 'tools."": must be a non-empty tool name' in result.output
+    assert "idempotency.timeout_exceptions[0]: must be an exception class name" in result.output
