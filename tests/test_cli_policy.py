@@ -258,3 +258,17 @@ def test_check_refuses_what_contradicts_or_names_nothing(runner: CliRunner,
     assert "tools.a.requires_approval: must not be true" in result.output
     assert 'tools."": must be a non-empty tool name' in result.output
     assert "idempotency.timeout_exceptions[0]: must be an exception class name" in result.output
+
+
+def test_version_prints_the_installed_package_version(runner: CliRunner) -> None:
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"toolguard {version('toolguard')}\n"
+    assert "--version" in runner.invoke(app, ["--help"]).output
+
+
+def test_version_wins_over_a_command(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--version", "check", "no/such.toml"])
+    assert result.exit_code == 0 and result.output.startswith("toolguard ")
