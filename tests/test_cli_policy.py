@@ -272,3 +272,14 @@ def test_version_prints_the_installed_package_version(runner: CliRunner) -> None
 def test_version_wins_over_a_command(runner: CliRunner) -> None:
     result = runner.invoke(app, ["--version", "check", "no/such.toml"])
     assert result.exit_code == 0 and result.output.startswith("toolguard ")
+
+
+@pytest.mark.parametrize("command", ["check", "schema", "explain", "replay", "mcp-proxy",
+                                     "approve"])
+def test_command_help_is_plain_text(runner: CliRunner, command: str) -> None:
+    """Regression (newcomer pass): approve's help showed ``TOOLGUARD_STORE__URL`` as written
+    in the docstring; the help is plain text, so no reST markup may reach it."""
+    result = runner.invoke(app, [command, "--help"], env=WIDE)
+    assert result.exit_code == 0
+    for markup in ("``", ":func:", ":mod:", ":class:", ":data:"):
+        assert markup not in result.output

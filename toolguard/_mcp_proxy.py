@@ -269,8 +269,9 @@ def approve(
 ) -> None:
     """Approve (or --reject) a call waiting in review, in a shared (Redis) store.
 
-    The store is the one the policy and environment select (``TOOLGUARD_STORE__URL``), the same
-    as the proxy's: the call's next identical attempt then runs once (or is blocked)."""
+    The store is the one the policy and environment select (TOOLGUARD_STORE__URL), the same as
+    the proxy's: the call's next identical attempt then runs once (or is blocked)."""
+    # the docstring is the command's --help, printed as plain text: no reST markup in it
     from ._engine import Guard
     from ._errors import StoreError
     from .stores import MemoryStore
