@@ -19,8 +19,8 @@ reach that session's client and no other.
 Faults: an upstream that cannot start (or does not answer ``initialize`` within
 ``--start-timeout``) makes the command exit 1 with the tail of its stderr; an upstream that
 dies mid-session makes each later call an error result naming it and its stderr tail, without
-consulting the guard (nothing is recorded as executed). Exit 2 for bad options or an invalid
-policy, as every ``toolguard`` command.
+consulting the guard (nothing is recorded as executed). Exit 2 for bad options (a malformed
+``--upstream-url`` among them) or an invalid policy, as every ``toolguard`` command.
 
 Added to the ``toolguard`` app by :func:`register`; the ``mcp`` SDK is imported only when the
 command runs (``pip install 'toolguard[mcp]'``).
