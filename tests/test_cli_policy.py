@@ -244,3 +244,42 @@ def test_explain_prints_a_policys_control_characters_escaped(runner: CliRunner,
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output
     assert "cmd\\x1b[2J" in result.output and "x\\x1b]0;t: effective settings" in result.output
+
+
+def test_check_refuses_what_contradicts_or_names_nothing(runner: CliRunner,
+                                                         tmp_path: Path) -> None:
+    """Regression (newcomer pass): each of these said ok."""
+    path = tmp_path / "p.toml"
+    path.write_text('[tools.a]\neffect = "readonly"\nrequires_approval = true\n'
+                    '[tools.""]\nmax_calls = 3\n'
+                    '[idempotency]\ntimeout_exceptions = ["not a class!!"]\n')
+    result = runner.invoke(app, ["check", str(path)])
+    assert result.exit_code == 1
+    assert "tools.a.requires_approval: must not be true" in result.output
+    assert 'tools."": must be a non-empty tool name' in result.output
+    assert "idempotency.timeout_exceptions[0]: must be an exception class name" in result.output
+
+
+def test_version_prints_the_installed_package_version(runner: CliRunner) -> None:
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"toolguard {version('toolguard')}\n"
+    assert "--version" in runner.invoke(app, ["--help"]).output
+
+
+def test_version_wins_over_a_command(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--version", "check", "no/such.toml"])
+    assert result.exit_code == 0 and result.output.startswith("toolguard ")
+
+
+@pytest.mark.parametrize("command", ["check", "schema", "explain", "replay", "mcp-proxy",
+                                     "approve"])
+def test_command_help_is_plain_text(runner: CliRunner, command: str) -> None:
+    """Regression (newcomer pass): approve's help showed ``TOOLGUARD_STORE__URL`` as written
+    in the docstring; the help is plain text, so no reST markup may reach it."""
+    result = runner.invoke(app, [command, "--help"], env=WIDE)
+    assert result.exit_code == 0
+    for markup in ("``", ":func:", ":mod:", ":class:", ":data:"):
+        assert markup not in result.output

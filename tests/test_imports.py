@@ -185,6 +185,17 @@ def test_the_cli_help_loads_no_policy_machinery() -> None:
     assert not {"pydantic", "pydantic_settings", "jsonschema", "asyncio"} & set(loaded)
 
 
+def test_the_cli_help_does_not_read_the_package_metadata() -> None:
+    """``--version`` reads it (importlib.metadata scans the installed distributions): only
+    when it is given."""
+    probe = ("import sys\nsys.argv = ['toolguard', '--help']\nfrom toolguard.cli import main\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print('importlib.metadata' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert done.stderr.strip() == "False"
+
+
 def test_without_a_jsonschema_rs_wheel_pure_python_jsonschema_decides() -> None:
     # jsonschema-rs is a dependency, but a platform without a wheel must still work: the
     # import fails there, and jsonschema decides validity (with the memo of valid arguments).

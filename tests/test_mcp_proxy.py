@@ -214,6 +214,28 @@ def test_upstream_that_cannot_start_exits_non_zero_with_its_stderr(tmp_path: Pat
     assert "could not start" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("explain", [[], ["--explain"]])
+def test_unreachable_upstream_url_fails_in_one_line(explain: list[str]) -> None:
+    url = "http://127.0.0.1:1/mcp"  # nothing listens on port 1
+    done = subprocess.run(proxy_command(*explain, "--upstream-url", url),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=TEST_TIMEOUT_S, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0, done.stderr  # one line, no traceback
+    assert url in done.stderr and "ConnectError" in done.stderr
+
+
+def test_unwritable_audit_file_is_a_usage_error(tmp_path: Path) -> None:
+    audit = tmp_path / "no" / "such" / "dir" / "a.jsonl"
+    done = subprocess.run(proxy_command("--audit", str(audit), "--explain",
+                                        upstream=upstream_command(tmp_path / "c.json")),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=TEST_TIMEOUT_S, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0, done.stderr  # one line, no traceback
+    assert str(audit) in done.stderr and "No such file" in done.stderr
+
+
 def test_upstream_slower_than_start_timeout_fails_clearly(tmp_path: Path) -> None:
     command = proxy_command("--start-timeout", "0.5",
                             upstream=upstream_command(tmp_path / "c.json", "--start-delay", "20"))
@@ -290,6 +312,12 @@ def test_explain_prints_effects_from_annotations_and_policy(tmp_path: Path) -> N
     (["--upstream-url", "http://127.0.0.1:9/mcp", "--", "x"], "exactly one"),
     (["--listen", "nowhere", "--", "x"], "HOST:PORT"),
     (["--policy", "a.toml", "--env", "dev", "--", "x"], "not both"),
+    # a malformed upstream URL is the user's typo, not an upstream that failed
+    (["--upstream-url", "notaurl"], "'notaurl'"),
+    (["--explain", "--upstream-url", "notaurl"], "http:// or https://"),
+    (["--upstream-url", "ftp://127.0.0.1/mcp"], "'ftp://127.0.0.1/mcp'"),
+    (["--upstream-url", "http://127.0.0.1:99999/mcp"], "http:// or https://"),
+    (["--upstream-url", "http:///mcp"], "http:// or https://"),
 ])
 def test_bad_options_exit_2(args: list[str], message: str) -> None:
     done = subprocess.run(proxy_command(*args), stdin=subprocess.DEVNULL, capture_output=True,

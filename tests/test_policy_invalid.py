@@ -3,6 +3,7 @@ expected. Each fixture is a real TOML file in ``fixtures/policies/invalid/``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -548,3 +549,63 @@ def test_a_pattern_list_that_is_not_a_list_says_of_strings(tmp_path: Path) -> No
     assert _messages(path) == [
         f'{path}:2:1: tools.x.result.ignore: must be an array of strings, got "x"',
         f"{path}:4:1: audit.redact: must be an array of strings, got 5"]
+
+
+def test_a_readonly_tool_that_requires_approval_is_a_problem(tmp_path: Path) -> None:
+    """Regression (newcomer pass): an approval implies mutating, and ``check`` said ok."""
+    path = tmp_path / "p.toml"
+    path.write_text('[tools.a]\neffect = "readonly"\nrequires_approval = true\n'
+                    '[tools.b]\neffect = "mutating"\nrequires_approval = true\n'
+                    '[tools.c]\neffect = "readonly"\nrequires_approval = false\n')
+    assert _messages(path) == [
+        f'{path}:3:1: tools.a.requires_approval: must not be true with effect = "readonly": '
+        "an approval implies mutating"]
+
+
+def test_the_readonly_approval_conflict_blames_the_key_set_last(tmp_path: Path) -> None:
+    (tmp_path / "base.toml").write_text("[tools.a]\nrequires_approval = true\n")
+    path = tmp_path / "p.toml"
+    path.write_text('extends = "base.toml"\n[tools.a]\neffect = "readonly"\n')
+    assert _messages(path) == [
+        f'{path}:3:1: tools.a.effect: must not be "readonly" with requires_approval = true: '
+        "an approval implies mutating"]
+
+
+@pytest.mark.parametrize("name", ["not a class!!", "", "a..b", "1Error", ".Error",
+                                  "grpc.RpcError:", "grpc.RpcError:A:B", "a-b.Error"])
+def test_a_timeout_exception_must_be_a_dotted_class_name(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(f"[idempotency]\ntimeout_exceptions = [{json.dumps(name)}]\n")
+    [message] = _messages(path)
+    assert message.startswith(f"{path}:2:23: idempotency.timeout_exceptions[0]: must be an "
+                              "exception class name")
+    assert message.endswith(f"got {json.dumps(name)}")
+
+
+@pytest.mark.parametrize("name", ["TimeoutError", "asyncio.TimeoutError", "_Private",
+                                  "grpc.RpcError:DEADLINE_EXCEEDED", "mod.f.<locals>.Err",
+                                  "Http:504"])
+def test_the_class_name_forms_the_field_matches_are_accepted(name: str) -> None:
+    policy = load_policy_dict({"idempotency": {"timeout_exceptions": [name]}})
+    assert policy.idempotency.timeout_exceptions == (name,)
+
+
+def test_the_default_timeout_exceptions_pass_the_schema() -> None:
+    from toolguard._outcomes import DEFAULT_TIMEOUT_EXCEPTIONS
+
+    policy = load_policy_dict({"idempotency": {
+        "timeout_exceptions": list(DEFAULT_TIMEOUT_EXCEPTIONS)}})
+    assert policy.idempotency.timeout_exceptions == DEFAULT_TIMEOUT_EXCEPTIONS
+
+
+def test_an_empty_tool_name_is_a_problem(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[tools.""]\neffect = "readonly"\n')
+    assert _messages(path) == [f'{path}:1:1: tools."": must be a non-empty tool name, got ""']
+
+
+def test_an_empty_shell_argument_says_what_was_expected(tmp_path: Path) -> None:
+    """Regression (newcomer pass): jsonschema's own words, "'' should be non-empty"."""
+    path = tmp_path / "p.toml"
+    path.write_text('[tools.a]\nshell = ""\n')
+    assert _messages(path) == [f'{path}:2:1: tools.a.shell: must be a non-empty string, got ""']

@@ -430,3 +430,40 @@ def test_step_reports_carry_the_excerpt_for_every_decision(tmp_path: Path) -> No
     (step,) = report.runs[0].steps
     assert step.decision == "allow"
     assert step.args == '{"path": "a.txt", "api_key": "[REDACTED]"}'
+
+
+def test_a_tools_file_sharing_no_tool_with_the_recording_is_noted_once(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {
+        "name": "other", "parameters": {"type": "object"}}}]))
+    result = replay(GREP_LOOP, str(TRACES / "test-rerun-after-edit.jsonl"), "--tools",
+                    str(tools), "--format", "json")
+    assert result.exit_code == 0
+    notes = [n for n in json.loads(result.stdout)["notes"] if n["file"] == str(tools)]
+    assert len(notes) == 1 and "defines none of the recordings'" in notes[0]["message"]
+    assert result.stderr.count(f"{tools}: note: the tools file defines none") == 1
+
+
+def test_a_tools_file_sharing_a_tool_is_not_noted(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {
+        "name": "grep", "parameters": {"type": "object"}}}]))
+    result = replay(GREP_LOOP, "--tools", str(tools))
+    assert result.exit_code == 0 and "note" not in result.stderr
+
+
+@pytest.mark.parametrize("mode", ["observe", "off"])
+def test_a_policy_mode_replay_does_not_apply_is_noted(tmp_path: Path, mode: str) -> None:
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'mode = "{mode}"\n')
+    result = replay(GREP_LOOP, "--policy", str(policy))
+    assert result.exit_code == 0
+    assert (f"{policy}: note: replay judges as in enforce mode; the policy's mode = {mode} "
+            "is not applied") in result.stderr
+    assert "halt" in result.stdout  # judged as enforce all the same
+
+
+def test_an_enforcing_policy_gets_no_mode_note(tmp_path: Path) -> None:
+    policy = tmp_path / "p.toml"
+    policy.write_text('mode = "enforce"\n')
+    assert "note" not in replay(GREP_LOOP, "--policy", str(policy)).stderr

@@ -288,6 +288,30 @@ def test_codex_12_47_with_the_default_policy_caches_one_poll_that_had_moved() ->
     assert {str(s.decision) for s in run.steps} == {"allow"}
 
 
+INSPECT_DEDUP = "inspect-ai/log_message_deduplication.eval"
+
+
+def test_inspect_dedup_log_is_a_genuine_repeat_cached_then_halted() -> None:
+    """The other stop of the README's transcript paragraph: Inspect's log-deduplication
+    fixture, written by a scripted mock model, runs ``bash {"cmd": "ls"}`` five times with the
+    same output each time. The default policy (bash mutating) answers calls 1-2 from the cache
+    (the very output recorded: not stale) and halts call 3; classified read-only by the shell
+    classifier, the same loop is warned, blocked and halted. A genuine repeat either way."""
+    runs, problems = read_runs([TRANSCRIPTS / INSPECT_DEDUP])
+    assert problems == []
+    calls = runs[0].calls
+    assert len(calls) == 5
+    assert {(c.tool, json.dumps(c.args), str(c.result)) for c in calls} == {
+        (calls[0].tool, json.dumps(calls[0].args), str(calls[0].result))}
+    [run] = replay_runs(runs, tg.Policy()).runs
+    assert [(s.index, str(s.decision)) for s in run.steps] == [
+        (0, "allow"), (1, "cached"), (2, "cached"), (3, "halt")]
+    runs, _ = read_runs([TRANSCRIPTS / INSPECT_DEDUP])
+    shell = tg.load_policy_dict({"tools": {"bash": {"shell": "cmd"}}})
+    [run] = replay_runs(runs, shell).runs
+    assert [str(s.decision) for s in run.steps] == ["allow", "allow", "warn", "block", "halt"]
+
+
 @pytest.mark.parametrize("name", [n for n in EXPECTED if n.startswith("codex-rollout/")])
 def test_every_codex_rollout_replays_without_a_stop_under_the_codex_policy(name: str) -> None:
     runs, _ = read_runs([TRANSCRIPTS / name])

@@ -19,8 +19,8 @@ reach that session's client and no other.
 Faults: an upstream that cannot start (or does not answer ``initialize`` within
 ``--start-timeout``) makes the command exit 1 with the tail of its stderr; an upstream that
 dies mid-session makes each later call an error result naming it and its stderr tail, without
-consulting the guard (nothing is recorded as executed). Exit 2 for bad options or an invalid
-policy, as every ``toolguard`` command.
+consulting the guard (nothing is recorded as executed). Exit 2 for bad options (a malformed
+``--upstream-url`` among them) or an invalid policy, as every ``toolguard`` command.
 
 Added to the ``toolguard`` app by :func:`register`; the ``mcp`` SDK is imported only when the
 command runs (``pip install 'toolguard[mcp]'``).
@@ -180,6 +180,22 @@ def _parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _check_url(value: str) -> None:
+    """Exit 2 unless ``value`` is an http(s) URL with a host (a typo is a usage error, not an
+    upstream that failed)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError on a port out of range or not a number
+    except ValueError:
+        ok = False
+    if not ok:
+        _fail(f"--upstream-url takes an http:// or https:// URL, e.g. "
+              f"http://127.0.0.1:8000/mcp (got {value!r})")
+
+
 def mcp_proxy(
     upstream_command: Annotated[
         list[str] | None,
@@ -214,6 +230,8 @@ def mcp_proxy(
         _fail("give the upstream as a command after `--` or as --upstream-url, exactly one")
     if policy is not None and env is not None:
         _fail("give --policy FILE or --env, not both")
+    if upstream_url is not None:
+        _check_url(upstream_url)
     if task_id is not None and not task_id:
         _fail("--task-id must not be empty")
     if start_timeout <= 0:
@@ -251,8 +269,9 @@ def approve(
 ) -> None:
     """Approve (or --reject) a call waiting in review, in a shared (Redis) store.
 
-    The store is the one the policy and environment select (``TOOLGUARD_STORE__URL``), the same
-    as the proxy's: the call's next identical attempt then runs once (or is blocked)."""
+    The store is the one the policy and environment select (TOOLGUARD_STORE__URL), the same as
+    the proxy's: the call's next identical attempt then runs once (or is blocked)."""
+    # the docstring is the command's --help, printed as plain text: no reST markup in it
     from ._engine import Guard
     from ._errors import StoreError
     from .stores import MemoryStore

@@ -411,6 +411,7 @@ def _build(
     merged.pop("extends", None)
     if complete:
         problems.extend(_ladder_problems(merged, applied, layers))
+        problems.extend(_approval_problems(merged, applied, layers))
         if not problems:
             problems.extend(_lifetime_problems(merged, applied, layers))
             problems.extend(_cluster_problems(merged, applied, layers))
@@ -511,6 +512,10 @@ def _schema_problems(layer: _Layer) -> list[PolicyProblem]:
                 if key not in allowed:
                     message = f"unknown key {key!r} (allowed: {', '.join(allowed)})"
                     problems.append(layer.problem((*path, key), message))
+        elif "propertyNames" in error.schema_path:  # [tools.""]: the key is the problem
+            problems.append(layer.problem((*path, error.instance),
+                                          f"must be a non-empty tool name, got "
+                                          f"{_show(error.instance)}"))
         elif error.validator == "required":
             for key in error.validator_value:
                 if key not in error.instance:
@@ -525,6 +530,9 @@ def _expected_message(error: ValidationError, schema: Mapping[str, Any]) -> str:
         return f"must be {_expected(schema)}, got {_show(error.instance)}"
     if error.validator == "maximum":
         return f"must be {_at_most(schema)}, got {_show(error.instance)}"
+    if error.validator == "pattern" and "timeout_exceptions" in error.absolute_path:
+        return (f"must be an exception class name (Name, module.Qualname or Name:STATUS; "
+                f"dotted Python identifiers), got {_show(error.instance)}")
     if error.validator == "pattern" and isinstance(error.instance, str):  # ignore_fields
         why = field_path_problem(error.instance) or f"must match {error.validator_value}"
         return f"{why}, got {_show(error.instance)}"  # as _regex_problems says it: once
@@ -533,6 +541,8 @@ def _expected_message(error: ValidationError, schema: Mapping[str, Any]) -> str:
             "uses lookaround or a backreference, which the linear-time regex engine (RE2) "
             "does not support")
         return f"{why}, got {_show(error.instance)}"
+    if error.validator == "minLength" and error.instance == "":
+        return 'must be a non-empty string, got ""'
     return error.message  # pragma: no cover - the schema uses no other keyword
 
 
@@ -714,6 +724,28 @@ def _ladder_problems(
             values = {**(inherited if isinstance(inherited, dict) else {}), **given}
             for key, message in override_order_problems(given, values, effect):
                 report((*base, key), message)
+    return problems
+
+
+def _approval_problems(
+    merged: Mapping[str, Any], applied: Mapping[KeyPath, int], layers: list[_Layer]
+) -> list[PolicyProblem]:
+    """A tool with ``effect = "readonly"`` and ``requires_approval = true``: an approval
+    implies mutating (the call is gated because it acts), so the two contradict each other.
+    Blamed on the one of the two keys set last."""
+    problems: list[PolicyProblem] = []
+    tools = merged.get("tools")
+    for name, tool in tools.items() if isinstance(tools, dict) else ():
+        if not (isinstance(tool, dict) and tool.get("effect") == "readonly"
+                and tool.get("requires_approval") is True):
+            continue
+        effect_p, approval_p = ("tools", name, "effect"), ("tools", name, "requires_approval")
+        if applied.get(effect_p, _BUILT_IN) > applied.get(approval_p, _BUILT_IN):
+            problems.append(_blame(effect_p, applied, layers, 'must not be "readonly" with '
+                                   'requires_approval = true: an approval implies mutating'))
+        else:
+            problems.append(_blame(approval_p, applied, layers, 'must not be true with effect '
+                                   '= "readonly": an approval implies mutating'))
     return problems
 
 

@@ -16,6 +16,8 @@ any tool call (unless ``--allow-empty``), an invalid policy or tool file, or bad
 problem on stderr naming the file (and the line, for JSONL) and the format it was read as. A
 bad line, run or file is reported and the rest still replays, and the exit code is still 2.
 Records a reader does not use are counted and noted once per kind on stderr (no exit code).
+A policy ``mode`` other than ``enforce`` (replay judges as ``enforce``) and a ``--tools`` file
+that defines none of the recordings' tools are noted once each.
 Never a traceback.
 
 Added to the ``toolguard`` app by :func:`register`.
@@ -149,6 +151,9 @@ def replay(
     guard_policy = _load_policy(policy, env)
     specs = _load_tools(tools)
     report = _replay(paths, guard_policy, specs, input_format, allow_empty)
+    for note in _after_notes(report, guard_policy, tools, specs):
+        _note(note)
+        report.notes.append(note)
     if not report.runs and not (allow_empty and not report.problems):
         _fail("no runs to replay")
     if output_format is OutputFormat.JSON:
@@ -193,6 +198,26 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
                 _note(note)
                 report.notes.append(note)
     return report
+
+
+def _after_notes(report: ReplayReport, policy: Policy, tools: Path | None,
+                 specs: Sequence[ToolSpec]) -> list[ReplayNote]:
+    """Notes on the replay as a whole, once each: a policy ``mode`` replay does not apply
+    (replay judges as ``enforce``, see :mod:`toolguard.replay`), and a ``--tools`` file that
+    defines none of the tools the recordings call (then every call is ``invalid``)."""
+    from ._types import Mode
+    from .replay import ReplayNote
+
+    notes = []
+    if policy.mode is not Mode.ENFORCE:
+        notes.append(ReplayNote(
+            policy.source_of("mode"), f"replay judges as in enforce mode; the policy's mode = "
+            f"{policy.mode.value} is not applied"))
+    called = {step.tool for run in report.runs for step in run.steps if step.tool is not None}
+    if tools is not None and called and called.isdisjoint(spec.name for spec in specs):
+        notes.append(ReplayNote(str(tools), "the tools file defines none of the recordings' "
+                                f"{len(called)} tool(s), so every call is invalid"))
+    return notes
 
 
 class _FileProgress:

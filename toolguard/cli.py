@@ -3,6 +3,8 @@
 ``toolguard check FILE...``
     Validate policy files: ``ok`` per valid file and exit 0, else every problem as
     ``file:line:col: key.path: message`` and exit 1.
+``toolguard --version``
+    The installed package's version.
 ``toolguard schema``
     Print the JSON Schema of a policy file (for editors and CI).
 ``toolguard explain [FILE] --tool NAME [--env ENV]``
@@ -58,6 +60,24 @@ app = typer.Typer(
     # output (tables, colours) is still rich
     rich_markup_mode=None,
 )
+
+
+def _print_version(given: bool) -> None:
+    if given:
+        from importlib.metadata import version  # only for --version: not at every start-up
+
+        typer.echo(f"toolguard {version('toolguard')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool, typer.Option("--version", help="Print the package version and exit.",
+                           callback=_print_version, is_eager=True)
+    ] = False,
+) -> None:
+    """Backtest (replay), check, print and explain toolguard policies."""
 
 
 def _stdout() -> Console:
