@@ -19,7 +19,7 @@ from ._approval import (
 )
 from ._audit import AuditEvent, AuditSink
 from ._call import _Config, _Entry
-from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, spec_of
+from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, check_options, is_recorded, spec_of
 from ._entries import _check_argument_names, _close_names, _source
 from ._errors import (
     PolicyError,
@@ -72,8 +72,9 @@ class Guard:
             of running unguarded.
 
     Raises:
-        PolicyError: the policy names tools that are not registered (``strict_tools``), or
-            two tools share a name.
+        PolicyError: the policy names tools that are not registered (``strict_tools``),
+            two tools share a name, or a :class:`ToolSpec` has an option value a policy
+            would refuse (``max_calls=0``).
 
     Thread-safe: one guard serves many tasks and threads; state lives in the store.
     """
@@ -92,6 +93,9 @@ class Guard:
     ) -> None:
         self._clock = clock
         self._tools = [spec_of(t) for t in tools]
+        for spec in self._tools:  # a ToolSpec built by hand; a decorator checked its own
+            check_options(spec.name, {k: v for k, v in spec.given().items() if k != "effect"},
+                          "Guard(tools=)")
         self._strict = strict_tools
         self._require_task = require_task
         self._approver: Approver = approver or deny_all
@@ -287,10 +291,14 @@ class Guard:
             The registered :class:`ToolSpec`.
 
         Raises:
-            PolicyError: another tool already has this name (nothing is registered).
+            PolicyError: another tool already has this name (nothing is registered), or a
+                setting has a value a policy's ``[tools.<name>]`` table would refuse
+                (``max_calls=0``); the message names ``tools.<name>.<setting>``.
             jsonschema.exceptions.SchemaError: ``args_schema`` is not a usable schema.
             TypeError / ValueError: an unknown setting, effect or scope.
         """
+        check_options(tool if isinstance(tool, str) else spec_of(tool).name,
+                      {**settings, "effect": effect}, "guard.register")
         spec = named_spec(tool, effect, args_schema, description, settings)
         with self._lock:
             for registered in self._tools:
