@@ -50,11 +50,37 @@ __all__ = ["Guard"]
 log = logging.getLogger("toolguard")
 
 
+def _as_policy(policy: object, where: str) -> Policy:
+    """``policy`` as :class:`Guard` and :meth:`Guard.reload_policy` take it: a Policy as is,
+    a path (``str``/``os.PathLike``) loaded with :func:`toolguard.load_policy`.
+
+    Raises:
+        TypeError: anything else, naming what ``where`` takes.
+        PolicyError: the file is invalid.
+    """
+    from ._policy import Policy
+
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, str | os.PathLike):
+        from ._policy_loader import load_policy
+
+        return load_policy(policy)
+    hint = (": for a mapping, pass toolguard.load_policy_dict(...)"
+            if isinstance(policy, Mapping) else "")
+    raise TypeError(f"{where} takes a toolguard.Policy or a policy file's path (str or "
+                    f"os.PathLike), got {type(policy).__name__}{hint}")
+
+
 class Guard:
     """Tools + policy + state store: the enforcer.
 
     Args:
-        policy: the policy (:func:`toolguard.load_policy`); default: built-in defaults.
+        policy: a :class:`~toolguard.Policy` (:func:`toolguard.load_policy`,
+            :func:`toolguard.load_policy_dict`), or the path of a policy file (``str`` or
+            ``os.PathLike``) loaded with :func:`toolguard.load_policy` (environment
+            overrides included), as :meth:`reload_policy` takes it; default: built-in
+            defaults.
         tools: the tool functions, decorated or plain (plain ones take ``default_effect``),
             :class:`ToolSpec` objects, or framework tool objects (LangChain ``BaseTool``,
             Agents SDK ``FunctionTool``, Anthropic ``BetaFunctionTool``: name, description
@@ -72,7 +98,10 @@ class Guard:
             of running unguarded.
 
     Raises:
-        PolicyError: the policy names tools that are not registered (``strict_tools``),
+        TypeError: ``policy`` is neither a Policy nor a path (a mapping: use
+            :func:`toolguard.load_policy_dict`).
+        PolicyError: the policy file is invalid, the policy names tools that are not
+            registered (``strict_tools``),
             two tools share a name, or a :class:`ToolSpec` has an option value a policy
             would refuse (``max_calls=0``).
 
@@ -81,7 +110,7 @@ class Guard:
 
     def __init__(
         self,
-        policy: Policy | None = None,
+        policy: Policy | str | os.PathLike[str] | None = None,
         tools: Iterable[Callable[..., Any] | ToolSpec | Any] = (),
         *,
         store: Store | None = None,
@@ -106,6 +135,7 @@ class Guard:
             from ._policy import Policy  # pydantic loads with the first guard
 
             policy = Policy()
+        policy = _as_policy(policy, "Guard(policy=)")
         self._config = self._build(policy)
         self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
@@ -231,18 +261,14 @@ class Guard:
             policy: a :class:`Policy`, or the path of a policy file to load.
 
         Raises:
+            TypeError: ``policy`` is neither a Policy nor a path.
             PolicyError: the new policy is invalid, names unregistered tools, or changes the
                 store settings of a guard whose store it built (nothing is swapped).
         """
         if policy is None:  # load_policy(None) would read the environment: say so instead
             raise TypeError("reload_policy takes a Policy or a policy file's path; to reload "
                             "from the environment, pass toolguard.policy_from_env()")
-        from ._policy import Policy
-
-        if not isinstance(policy, Policy):
-            from ._policy_loader import load_policy
-
-            policy = load_policy(policy)
+        policy = _as_policy(policy, "reload_policy")
         current = self._config.policy
         if self._own_store and (
                 policy.store != current.store
