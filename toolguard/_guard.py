@@ -72,6 +72,49 @@ def _as_policy(policy: object, where: str) -> Policy:
                     f"os.PathLike), got {type(policy).__name__}{hint}")
 
 
+_APPROVER = ("a callable taking an ApprovalRequest and returning an ApprovalDecision or an "
+             "awaitable of one (e.g. toolguard.ConsoleApprover())")
+_SINK = ("a callable taking an AuditEvent (e.g. toolguard.MemorySink(), "
+         "toolguard.JsonlSink(path), toolguard.LoggingSink())")
+
+
+def _check_one_argument(value: object, where: str, expected: str) -> None:
+    """Refuse, at construction, what cannot be called with one argument (a call would
+    otherwise fail on every event or approval, far from the mistake).
+
+    Raises:
+        TypeError: ``value`` is not callable, or its signature cannot take one positional
+            argument; the message names ``where`` and what is ``expected``.
+    """
+    if not callable(value):
+        raise TypeError(f"{where} must be {expected}, got {type(value).__name__} {value!r}")
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # a builtin without a signature: it may well be fine
+        return
+    try:
+        signature.bind(None)
+    except TypeError as error:
+        raise TypeError(f"{where} must be {expected}; {value!r} cannot be called with one "
+                        f"argument ({error})") from None
+
+
+def _sinks(audit: object) -> tuple[AuditSink, ...]:
+    """``Guard(audit=)`` as a tuple of sinks, each checked (see :func:`_check_one_argument`).
+
+    Raises:
+        TypeError: ``audit`` is not an iterable of sinks (a single sink: wrap it in a list).
+    """
+    if not isinstance(audit, Iterable) or isinstance(audit, str | bytes | Mapping):
+        single = " (a single sink: pass audit=[sink])" if callable(audit) else ""
+        raise TypeError(f"Guard(audit=) takes an iterable of sinks, each {_SINK}; got "
+                        f"{type(audit).__name__}{single}")
+    sinks = tuple(audit)
+    for index, sink in enumerate(sinks):
+        _check_one_argument(sink, f"Guard(audit=)[{index}]", _SINK)
+    return sinks
+
+
 class Guard:
     """Tools + policy + state store: the enforcer.
 
@@ -88,8 +131,11 @@ class Guard:
             marked them; see :meth:`register`).
         store: where per-task state lives; default a :class:`~toolguard.stores.MemoryStore`
             (or a ``RedisStore`` when the policy says ``[store] backend = "redis"``).
-        approver: decides calls that need approval; default :func:`toolguard.deny_all`.
-        audit: sinks receiving every :class:`toolguard.AuditEvent` (callables).
+        approver: decides calls that need approval: a callable taking an
+            :class:`toolguard.ApprovalRequest`, returning an :class:`toolguard.ApprovalDecision`
+            or an awaitable of one; default :func:`toolguard.deny_all`.
+        audit: sinks receiving every :class:`toolguard.AuditEvent`: an iterable of
+            callables taking one event.
         clock: returns the time in seconds (TTLs, budgets, approval timeouts); inject a fake
             clock in tests (``toolguard.testing.FakeClock``).
         strict_tools: override the policy's ``strict_tools``.
@@ -99,7 +145,8 @@ class Guard:
 
     Raises:
         TypeError: ``policy`` is neither a Policy nor a path (a mapping: use
-            :func:`toolguard.load_policy_dict`).
+            :func:`toolguard.load_policy_dict`); ``approver`` or a sink of ``audit`` cannot
+            be called with one argument; ``audit`` is not an iterable.
         PolicyError: the policy file is invalid, the policy names tools that are not
             registered (``strict_tools``),
             two tools share a name, or a :class:`ToolSpec` has an option value a policy
@@ -127,8 +174,10 @@ class Guard:
                           "Guard(tools=)")
         self._strict = strict_tools
         self._require_task = require_task
+        if approver is not None:
+            _check_one_argument(approver, "Guard(approver=)", _APPROVER)
         self._approver: Approver = approver or deny_all
-        self._sinks: tuple[AuditSink, ...] = tuple(audit)
+        self._sinks: tuple[AuditSink, ...] = _sinks(audit)
         self._lock = YieldingLock()  # held for microseconds; waiters never convoy
         self._warned_off = False
         if policy is None:
