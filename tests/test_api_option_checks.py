@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import toolguard as tg
 from toolguard import PolicyError, load_policy_dict
+from toolguard._spec import recorded_tool
 
 DECORATORS = [tg.readonly, tg.mutating, tg.requires_approval]
 MUTATING = [tg.mutating, tg.requires_approval]
@@ -160,3 +161,39 @@ def test_a_decorator_accepts_a_max_calls_exactly_when_a_policy_does(value: Any) 
 def test_a_decorator_accepts_a_ttl_exactly_when_a_policy_does(value: Any) -> None:
     assert (_decorator_accepts("idempotency_ttl_s", value)
             is _policy_accepts("idempotency_ttl_s", value))
+
+
+@pytest.mark.parametrize("schema", ["nope", ["type", "object"], 3])
+@pytest.mark.parametrize("tool", ["remote", _sync])
+def test_register_refuses_an_args_schema_that_is_not_a_mapping(tool: Any, schema: Any
+                                                               ) -> None:
+    guard = tg.Guard()
+    name = tool if isinstance(tool, str) else tool.__name__
+    with pytest.raises(TypeError, match=rf"guard\.register: args_schema of tool '{name}' "
+                                        r"must be a JSON Schema object \(a mapping"):
+        guard.register(tool, args_schema=schema)
+    assert guard.tool_schemas() == []
+
+
+@pytest.mark.parametrize("decorator", DECORATORS)
+def test_a_decorator_refuses_an_args_schema_that_is_not_a_mapping(
+        decorator: Callable[..., Any]) -> None:
+    with pytest.raises(TypeError, match=rf"@tg\.{decorator.__name__}: args_schema of tool "
+                                        "'_sync' must be a JSON Schema object"):
+        _decorate(decorator, _sync, args_schema="nope")
+
+
+def test_a_schema_that_does_not_compile_names_the_tool_and_where_it_breaks() -> None:
+    from jsonschema.exceptions import SchemaError
+
+    with pytest.raises(SchemaError, match=r"guard\.register: args_schema of tool 'remote' is "
+                                          r"not a usable JSON Schema: at \$\.type: 'objekt' "
+                                          "is not valid"):
+        tg.Guard().register("remote", args_schema={"type": "objekt"})
+    with pytest.raises(SchemaError, match=r"@tg\.mutating: args_schema of tool 'w' .* at "
+                                          r"\$\.properties\.a\.minimum: 'x' is not of type"):
+        tg.mutating(name="w", args_schema={"type": "object",
+                                           "properties": {"a": {"minimum": "x"}}})(_sync)
+    with pytest.raises(SchemaError, match=r"Guard: args_schema of tool 'r' .*does not compile"):
+        tg.Guard(tools=[recorded_tool("r", {"type": "object",
+                                            "properties": {"a": {"$ref": "#/nope"}}})])

@@ -17,6 +17,7 @@ from typing import Any, Literal, ParamSpec, TypeVar, cast, overload
 
 from ._context import CURRENT_TASK, refuse_outside_task
 from ._frameworks import framework_spec
+from ._schema import tool_validator
 from ._spec import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool
 from ._types import Effect, IdempotencyScope
 
@@ -182,6 +183,8 @@ def _decorator(
         tool = name if isinstance(name, str) else (
             framework.name if framework is not None else f.__name__)
         check_options(tool, options, f"@tg.{decorator_name}")
+        if options.get("args_schema") is not None:  # compiled as the guard will, once more
+            tool_validator(tool, options["args_schema"], f"@tg.{decorator_name}")
         if "idempotency_scope" in options:
             options["idempotency_scope"] = _scope(options["idempotency_scope"],
                                                   requires_approval)

@@ -32,10 +32,10 @@ from ._integration import named_spec, require_task_for
 from ._lock import YieldingLock
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._schema import (
-    ArgsValidator,
     coercing_call,
     int_parameters,
     schema_from_signature,
+    tool_validator,
 )
 from ._task import Task
 from ._types import Effect
@@ -262,7 +262,8 @@ class Guard:
         settings = resolve_tool(policy, spec)
         if is_recorded(spec):
             schema = dict(spec.args_schema or {"type": "object"})
-            validator = ArgsValidator(schema) if spec.args_schema is not None else None
+            validator = (tool_validator(spec.name, spec.args_schema, "Guard")
+                         if spec.args_schema is not None else None)
             return _Entry(spec, settings, None, {}, validator, schema, True, spec.func)
         try:
             signature: inspect.Signature | None = inspect.signature(spec.func)
@@ -281,7 +282,8 @@ class Guard:
         maybe_async = spec.is_async or not inspect.isfunction(spec.func)
         call = coercing_call(spec.func)
         ints = int_parameters(spec.func) if call is spec.func else ()  # else pydantic does it
-        return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema,
+        validator = tool_validator(spec.name, schema, "Guard")
+        return _Entry(spec, settings, signature, defaults, validator, schema,
                       maybe_async, call, not spec.is_async, False, ints, injected)
 
     @property
@@ -369,11 +371,15 @@ class Guard:
             PolicyError: another tool already has this name (nothing is registered), or a
                 setting has a value a policy's ``[tools.<name>]`` table would refuse
                 (``max_calls=0``); the message names ``tools.<name>.<setting>``.
-            jsonschema.exceptions.SchemaError: ``args_schema`` is not a usable schema.
+            jsonschema.exceptions.SchemaError: ``args_schema`` is not a usable schema (the
+                message names the tool).
+            TypeError: ``args_schema`` is not a mapping.
             TypeError / ValueError: an unknown setting, effect or scope.
         """
-        check_options(tool if isinstance(tool, str) else spec_of(tool).name,
-                      {**settings, "effect": effect}, "guard.register")
+        name = tool if isinstance(tool, str) else spec_of(tool).name
+        check_options(name, {**settings, "effect": effect}, "guard.register")
+        if args_schema is not None:  # compiled here too, for the error to say register
+            tool_validator(name, args_schema, "guard.register")
         spec = named_spec(tool, effect, args_schema, description, settings)
         with self._lock:
             for registered in self._tools:

@@ -16,7 +16,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 import typing_extensions
@@ -345,6 +345,54 @@ def schema_error(message: str) -> Exception:
     from jsonschema.exceptions import SchemaError
 
     return SchemaError(message)
+
+
+def _check_schema_type(tool: str, schema: object, where: str) -> None:
+    """Refuse an ``args_schema`` that is not a mapping, where it is given.
+
+    Raises:
+        TypeError: ``schema`` is not a mapping (nor None); the message names the tool.
+    """
+    if schema is not None and not isinstance(schema, Mapping):
+        raise TypeError(f"{where}: args_schema of tool {tool!r} must be a JSON Schema object "
+                        f"(a mapping such as {{\"type\": \"object\", \"properties\": ...}}), "
+                        f"got {type(schema).__name__} {schema!r:.60}")
+
+
+def tool_validator(tool: str, schema: object, where: str) -> ArgsValidator:
+    """The :class:`ArgsValidator` of one tool's ``args_schema``, its errors naming the tool.
+
+    Raises:
+        TypeError: ``schema`` is not a mapping.
+        jsonschema.exceptions.SchemaError: ``schema`` does not compile; the message names
+            the tool and ``where``, then what is wrong.
+    """
+    _check_schema_type(tool, schema, where)
+    try:
+        return ArgsValidator(cast(Mapping[str, Any], schema))
+    except Exception as exc:
+        if not _is_schema_error(exc):
+            raise
+        raise schema_error(f"{where}: args_schema of tool {tool!r} is not a usable JSON "
+                           f"Schema: {_schema_problem(schema) or getattr(exc, 'message', exc)}"
+                           ) from None
+
+
+def _schema_problem(schema: Any) -> str | None:
+    """Where the schema breaks its metaschema, and how (``at $.type: 'objekt' is not valid
+    under any of the given schemas``), by jsonschema's ``best_match``; None when the
+    metaschema holds (an unresolvable ``$ref``: the compiler's message says it) or the
+    schema cannot even be checked."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
+    try:
+        cls: Any = validator_for(schema, default=Draft202012Validator)
+        error = best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+    except Exception:  # noqa: BLE001 - "$schema": 5, a schema nested too deeply
+        return None
+    return None if error is None else f"at {error.json_path}: {error.message}"
 
 
 def _is_schema_error(exc: BaseException) -> bool:
