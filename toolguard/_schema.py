@@ -406,6 +406,37 @@ def _unresolvable_ref(exc: BaseException) -> bool:
     return isinstance(exc, Unresolvable)
 
 
+def _leaves(error: ValidationError) -> list[ValidationError]:
+    """The errors to report for ``error``: itself, or, for an ``anyOf``/``oneOf`` whose
+    branch the value matched by type and failed inside (``tags: list[str] | None`` given
+    ``[1, 2]``), every error of that branch, found by jsonschema's ``best_match``, so each
+    failing path is named (``args.tags[0]: 1 is not of type 'string'``). Built only for
+    invalid arguments."""
+    if not error.context:
+        return [error]
+    from jsonschema.exceptions import best_match
+
+    best = best_match([error])
+    if best is None or len(best.absolute_path) <= len(error.absolute_path):
+        return [error]  # no branch got further than the value itself: say what each wanted
+    while best.parent is not None and best.parent is not error:
+        best = best.parent
+    branch = best.relative_schema_path[0]
+    return [leaf for inner in error.context if inner.relative_schema_path[0] == branch
+            for leaf in _leaves(inner)]
+
+
+def _message(error: ValidationError) -> str:
+    """jsonschema's message, except for an ``anyOf``/``oneOf`` every branch of which wants
+    another type: then the types (``'x' is not of type 'array' or 'null'``)."""
+    context = error.context or []
+    if context and all(e.validator == "type" and not e.relative_path for e in context):
+        wanted = dict.fromkeys(repr(t) for e in context for t in (
+            e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]))
+        return f"{error.instance!r} is not of type {' or '.join(wanted)}"
+    return str(error.message)
+
+
 def _path(error: ValidationError) -> str:
     out = "args"
     for part in error.absolute_path:
@@ -523,7 +554,9 @@ class ArgsValidator:
             raise
         if not errors:  # the fast validator disagreed (e.g. non-JSON values): trust jsonschema
             return None
-        lines = [f"{_path(e)}: {e.message}" for e in errors[:_MAX_ERRORS]]
+        errors = sorted((leaf for e in errors for leaf in _leaves(e)),
+                        key=lambda e: list(e.absolute_path))
+        lines = [f"{_path(e)}: {_message(e)}" for e in errors[:_MAX_ERRORS]]
         if len(errors) > _MAX_ERRORS:
             lines.append(f"... and {len(errors) - _MAX_ERRORS} more")
         return "; ".join(lines)
