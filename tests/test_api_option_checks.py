@@ -197,3 +197,17 @@ def test_a_schema_that_does_not_compile_names_the_tool_and_where_it_breaks() -> 
     with pytest.raises(SchemaError, match=r"Guard: args_schema of tool 'r' .*does not compile"):
         tg.Guard(tools=[recorded_tool("r", {"type": "object",
                                             "properties": {"a": {"$ref": "#/nope"}}})])
+
+
+@pytest.mark.parametrize("poll", ["yes", 1, None])
+def test_poll_must_be_a_bool(poll: Any) -> None:
+    with pytest.raises(TypeError, match=r"@readonly: poll= must be True or False"):
+        tg.readonly(poll=poll)(_sync)
+    assert tg.spec_of(tg.readonly(poll=True)(_async)).effect is tg.Effect.POLL
+
+
+def test_register_refuses_a_description_that_is_not_a_string() -> None:
+    guard = tg.Guard()
+    with pytest.raises(TypeError, match=r"register\(\): description= must be a string"):
+        guard.register("remote", description=["x"])  # type: ignore[arg-type]
+    assert guard.tool_schemas() == []

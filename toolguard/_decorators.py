@@ -260,8 +260,11 @@ def readonly(
         PolicyError (a ValueError): an option value a policy's ``[tools.<name>]`` table
             would refuse (``max_calls=0``, ``idempotency_ttl_s=nan``), raised here, at
             decoration, naming ``tools.<name>.<option>`` and what was expected.
-        TypeError: ``name``/``description`` not a string, or a misplaced decorator.
+        TypeError: ``name``/``description`` not a string, ``poll`` not a bool, or a
+            misplaced decorator.
     """
+    if not isinstance(poll, bool):
+        raise TypeError(f"@readonly: poll= must be True or False, got {poll!r}")
     return _decorator(
         Effect.POLL if poll else Effect.READONLY,
         False,

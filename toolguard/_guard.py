@@ -373,9 +373,11 @@ class Guard:
                 (``max_calls=0``); the message names ``tools.<name>.<setting>``.
             jsonschema.exceptions.SchemaError: ``args_schema`` is not a usable schema (the
                 message names the tool).
-            TypeError: ``args_schema`` is not a mapping.
+            TypeError: ``args_schema`` is not a mapping, ``description`` not a string.
             TypeError / ValueError: an unknown setting, effect or scope.
         """
+        if not isinstance(description, str):
+            raise TypeError(f"register(): description= must be a string, got {description!r}")
         name = tool if isinstance(tool, str) else spec_of(tool).name
         check_options(name, {**settings, "effect": effect}, "guard.register")
         if args_schema is not None:  # compiled here too, for the error to say register
