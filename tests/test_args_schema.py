@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Literal, Optional, cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12
 
 import toolguard as tg
@@ -760,3 +762,53 @@ def test_the_memo_never_answers_for_arguments_the_hash_folds(
     bad = {"table": "t", "rows": ROWS, "note": 5}
     assert task.call("load", bad).decision is tg.Decision.INVALID
     assert task.call("load", bad).decision is tg.Decision.INVALID
+
+
+# --- messages inside anyOf / oneOf (an optional or union parameter) -----------------------
+
+
+def _optional_tools(tags: list[str] | None = None, n: int | str = 0,
+                    counts: dict[str, int] | None = None) -> None:
+    """A tool with optional and union parameters (pydantic makes them anyOf)."""
+
+
+_UNIONS = ArgsValidator(schema_from_signature(_optional_tools))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ({"tags": [1, 2]}, "args.tags[0]: 1 is not of type 'string'; "
+                       "args.tags[1]: 2 is not of type 'string'"),
+    ({"tags": ["a", 1]}, "args.tags[1]: 1 is not of type 'string'"),
+    ({"counts": {"a": "x"}}, "args.counts.a: 'x' is not of type 'integer'"),
+    ({"tags": "x"}, "args.tags: 'x' is not of type 'array' or 'null'"),
+    ({"n": 1.5}, "args.n: 1.5 is not of type 'integer' or 'string'"),
+    ({"n": None, "tags": [3]}, "args.n: None is not of type 'integer' or 'string'; "
+                               "args.tags[0]: 3 is not of type 'string'"),
+])
+def test_an_invalid_optional_argument_names_each_failing_path_inside_the_union(
+        args: dict[str, Any], message: str) -> None:
+    assert _UNIONS.validate(args) == message
+
+
+def test_a_oneof_branch_is_descended_too() -> None:
+    validator = ArgsValidator({"type": "object", "properties": {"p": {"oneOf": [
+        {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+        {"type": "string"}]}}})
+    assert validator.validate({"p": {"x": "1"}}) == "args.p.x: '1' is not of type 'integer'"
+
+
+def test_the_guard_tells_the_model_each_failing_path_of_an_optional_list() -> None:
+    guard = tg.Guard(tools=[tg.readonly(_optional_tools)])
+    result = guard.task("t").call("_optional_tools", {"tags": [1, 2]})
+    assert result.decision == "invalid"
+    assert "args.tags[0]: 1 is not of type 'string'" in result.content
+    assert "args.tags[1]: 2 is not of type 'string'" in result.content
+
+
+@given(st.lists(st.integers(), min_size=1, max_size=12))
+def test_every_wrong_item_of_an_optional_list_is_named_up_to_the_cap(items: list[int]) -> None:
+    message = _UNIONS.validate({"tags": items})
+    assert message is not None
+    for index, item in enumerate(items[:8]):
+        assert f"args.tags[{index}]: {item} is not of type 'string'" in message
+    assert ("more" in message) is (len(items) > 8)

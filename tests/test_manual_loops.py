@@ -417,3 +417,25 @@ def test_the_readme_anthropic_loop_runs_as_written() -> None:
     results = scope["messages"][-1]["content"]
     assert [r["content"].split("\n")[0] for r in results] == ["contents of notes.txt"] * 2
     assert world.runs["read"] == 1  # identical calls in one message: one execution
+
+
+@pytest.mark.parametrize(("tool_calls", "what"), [
+    ("x", r"its tool_calls is a str"),
+    ({"id": "a", "type": "function"}, r"its tool_calls is a dict"),
+    (42, r"its tool_calls is a int"),
+    ([None], r"tool_calls\[0\] is a NoneType"),
+    ([{"id": "a", "type": "function", "function": {"name": "read_file"}}, "x"],
+     r"tool_calls\[1\] is a str"),
+])
+def test_a_malformed_tool_calls_value_is_a_type_error_not_a_call_of_tool_null(
+        tool_calls: Any, what: str) -> None:
+    # {"tool_calls": "x"} was iterated into a call of tool None with tool_call_id None
+    world = World()
+    task = world.guard().task("t")
+    message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+    with pytest.raises(TypeError, match=rf"not a model message with tool calls: {what} "
+                                        r"\(expected a (list of tool calls|tool call)"):
+        task.run_tool_calls(message)
+    with pytest.raises(TypeError, match=what):
+        asyncio.run(task.arun_tool_calls(message))
+    assert task.usage.tool_calls == 0 and not world.runs

@@ -17,6 +17,7 @@ from typing import Any, Literal, ParamSpec, TypeVar, cast, overload
 
 from ._context import CURRENT_TASK, refuse_outside_task
 from ._frameworks import framework_spec
+from ._schema import tool_validator
 from ._spec import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, recorded_tool
 from ._types import Effect, IdempotencyScope
 
@@ -68,6 +69,41 @@ def spec_of(tool: Callable[..., Any] | ToolSpec | Any) -> ToolSpec:
     if not isinstance(name, str):
         raise TypeError(f"cannot name tool {tool!r}: decorate it with name=...")
     return ToolSpec(name=name, func=tool, description=_describe(tool))
+
+
+# the options a policy's [tools.NAME] table also sets: checked by the policy's own validation
+_POLICY_OPTIONS = ("effect", "idempotency_scope", "idempotency_ttl_s", "forwards_idempotency_key",
+                   "external", "max_calls", "requires_approval")
+
+
+def check_options(tool: str, options: Mapping[str, Any], where: str) -> None:
+    """Refuse, where they are given, option values a policy file would refuse for the same
+    keys (``max_calls="three"``, ``max_calls=0``, ``idempotency_ttl_s=nan``): the options are
+    validated as the table ``[tools.<tool>]`` by :func:`toolguard.load_policy_dict`, so a
+    decorator, ``guard.register`` and a policy file accept exactly the same values. Options
+    left at :data:`NOT_GIVEN` are not looked at; with none given nothing is loaded.
+
+    Args:
+        tool: the tool's name (named in the message).
+        options: option name -> value, as passed; keys that are not policy keys are ignored.
+        where: how the message names the place, e.g. ``"@tg.mutating"``.
+
+    Raises:
+        PolicyError (a ValueError): a value is refused; the message names
+            ``tools.<tool>.<option>`` and what was expected.
+    """
+    table = {key: value.value if isinstance(value, Effect | IdempotencyScope) else value
+             for key, value in options.items()
+             if key in _POLICY_OPTIONS and value is not NOT_GIVEN and value is not None}
+    if table:
+        from ._policy_loader import load_policy_dict  # jsonschema loads only when needed
+
+        load_policy_dict({"tools": {tool: table}}, source=where)
+
+
+def _check_text(decorator: str, option: str, value: Any) -> None:
+    if value is not NOT_GIVEN and not (isinstance(value, str) and value):
+        raise TypeError(f"@{decorator}: {option}= must be a non-empty string, got {value!r}")
 
 
 def _describe(func: Callable[..., Any]) -> str:
@@ -128,29 +164,45 @@ def _decorator(
     effect: Effect,
     requires_approval: bool,
     func: Callable[P, R] | None,
-    options: dict[str, Any],
+    given: dict[str, Any],
     decorator_name: str,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     def apply(f: Callable[P, R]) -> Callable[P, R]:
         if getattr(f, "__toolguard_spec__", None) is not None:
             raise TypeError(f"{getattr(f, '__name__', f)!r} is already marked as a tool")
+        options = dict(given)  # one factory may mark several functions
         name = options.pop("name", NOT_GIVEN)
         description = options.pop("description", NOT_GIVEN)
+        _check_text(decorator_name, "name", name)
+        if description is not NOT_GIVEN and not isinstance(description, str):
+            raise TypeError(f"@{decorator_name}: description= must be a string, got "
+                            f"{description!r}")
         framework = framework_spec(f)
+        if framework is None:
+            _check_order(f, decorator_name, name)
+        tool = name if isinstance(name, str) else (
+            framework.name if framework is not None else f.__name__)
+        check_options(tool, options, f"@tg.{decorator_name}")
+        if options.get("args_schema") is not None:  # compiled as the guard will, once more
+            tool_validator(tool, options["args_schema"], f"@tg.{decorator_name}")
+        if "idempotency_scope" in options:
+            options["idempotency_scope"] = _scope(options["idempotency_scope"],
+                                                  requires_approval)
         if framework is not None:
             # over a framework's tool object (@tg.mutating above @tool): mark the object
             # itself, so the framework still gets its own tool and the guard its options
-            marked = replace(
-                framework, effect=effect, requires_approval=requires_approval,
-                **{k: v for k, v in options.items()
-                   if v is not NOT_GIVEN and k != "args_schema"},
-                **({} if name is NOT_GIVEN else {"name": name}),
-                **({} if description is NOT_GIVEN else {"description": description}),
-                **({} if options.get("args_schema") is None
-                   else {"args_schema": options["args_schema"]}))
+            over: dict[str, Any] = {k: v for k, v in options.items()
+                                    if v is not NOT_GIVEN and k != "args_schema"}
+            if name is not NOT_GIVEN:
+                over["name"] = name
+            if description is not NOT_GIVEN:
+                over["description"] = description
+            if options.get("args_schema") is not None:
+                over["args_schema"] = options["args_schema"]
+            marked = replace(framework, effect=effect, requires_approval=requires_approval,
+                             **over)
             object.__setattr__(f, "__toolguard_spec__", marked)
             return f
-        _check_order(f, decorator_name, name)
         spec = ToolSpec(
             name=f.__name__ if name is NOT_GIVEN else name,
             func=f,
@@ -203,7 +255,16 @@ def readonly(
 
     Returns:
         The function, unchanged in signature and behaviour, carrying a :class:`ToolSpec`.
+
+    Raises:
+        PolicyError (a ValueError): an option value a policy's ``[tools.<name>]`` table
+            would refuse (``max_calls=0``, ``idempotency_ttl_s=nan``), raised here, at
+            decoration, naming ``tools.<name>.<option>`` and what was expected.
+        TypeError: ``name``/``description`` not a string, ``poll`` not a bool, or a
+            misplaced decorator.
     """
+    if not isinstance(poll, bool):
+        raise TypeError(f"@readonly: poll= must be True or False, got {poll!r}")
     return _decorator(
         Effect.POLL if poll else Effect.READONLY,
         False,
@@ -267,12 +328,18 @@ def mutating(
 
     Returns:
         The function, unchanged in signature and behaviour, carrying a :class:`ToolSpec`.
+
+    Raises:
+        PolicyError (a ValueError): an option value a policy's ``[tools.<name>]`` table
+            would refuse (``max_calls=0``, ``idempotency_ttl_s=nan``), raised here, at
+            decoration, naming ``tools.<name>.<option>`` and what was expected.
+        TypeError: ``name``/``description`` not a string, or a misplaced decorator.
     """
     return _decorator(
         Effect.MUTATING,
         False,
         func,
-        {"name": name, "idempotency_scope": _scope(idempotency_scope),
+        {"name": name, "idempotency_scope": idempotency_scope,
          "idempotency_ttl_s": idempotency_ttl_s,
          "forwards_idempotency_key": forwards_idempotency_key, "external": external,
          "max_calls": max_calls,
@@ -314,15 +381,15 @@ def requires_approval(
     never runs without an explicit approval from the guard's approver (DESIGN.md §2, layer 3).
 
     The idempotency scope defaults to ``"task"``: once approved and done, an identical call in
-    the same task returns the stored result. Options as for :func:`mutating`.
+    the same task returns the stored result. Options, and the errors they raise, as for
+    :func:`mutating`.
     """
-    scope = _scope(idempotency_scope)
     return _decorator(
         Effect.MUTATING,
         True,
         func,
         {"name": name,
-         "idempotency_scope": IdempotencyScope.TASK if scope is NOT_GIVEN else scope,
+         "idempotency_scope": idempotency_scope,
          "idempotency_ttl_s": idempotency_ttl_s,
          "forwards_idempotency_key": forwards_idempotency_key, "external": external,
          "max_calls": max_calls,
@@ -331,7 +398,9 @@ def requires_approval(
     )
 
 
-def _scope(value: IdempotencyScope | str | NotGiven) -> IdempotencyScope | NotGiven:
+def _scope(value: IdempotencyScope | str | NotGiven, requires_approval: bool
+           ) -> IdempotencyScope | NotGiven:
+    """The scope as given (checked already), or ``task`` for ``@requires_approval``."""
     if value is NOT_GIVEN:
-        return NOT_GIVEN
+        return IdempotencyScope.TASK if requires_approval else NOT_GIVEN
     return IdempotencyScope(value)

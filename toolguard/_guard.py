@@ -19,7 +19,7 @@ from ._approval import (
 )
 from ._audit import AuditEvent, AuditSink
 from ._call import _Config, _Entry
-from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, is_recorded, spec_of
+from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, check_options, is_recorded, spec_of
 from ._entries import _check_argument_names, _close_names, _source
 from ._errors import (
     PolicyError,
@@ -32,10 +32,10 @@ from ._integration import named_spec, require_task_for
 from ._lock import YieldingLock
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
 from ._schema import (
-    ArgsValidator,
     coercing_call,
     int_parameters,
     schema_from_signature,
+    tool_validator,
 )
 from ._task import Task
 from ._types import Effect
@@ -50,11 +50,80 @@ __all__ = ["Guard"]
 log = logging.getLogger("toolguard")
 
 
+def _as_policy(policy: object, where: str) -> Policy:
+    """``policy`` as :class:`Guard` and :meth:`Guard.reload_policy` take it: a Policy as is,
+    a path (``str``/``os.PathLike``) loaded with :func:`toolguard.load_policy`.
+
+    Raises:
+        TypeError: anything else, naming what ``where`` takes.
+        PolicyError: the file is invalid.
+    """
+    from ._policy import Policy
+
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, str | os.PathLike):
+        from ._policy_loader import load_policy
+
+        return load_policy(policy)
+    hint = (": for a mapping, pass toolguard.load_policy_dict(...)"
+            if isinstance(policy, Mapping) else "")
+    raise TypeError(f"{where} takes a toolguard.Policy or a policy file's path (str or "
+                    f"os.PathLike), got {type(policy).__name__}{hint}")
+
+
+_APPROVER = ("a callable taking an ApprovalRequest and returning an ApprovalDecision or an "
+             "awaitable of one (e.g. toolguard.ConsoleApprover())")
+_SINK = ("a callable taking an AuditEvent (e.g. toolguard.MemorySink(), "
+         "toolguard.JsonlSink(path), toolguard.LoggingSink())")
+
+
+def _check_one_argument(value: object, where: str, expected: str) -> None:
+    """Refuse, at construction, what cannot be called with one argument (a call would
+    otherwise fail on every event or approval, far from the mistake).
+
+    Raises:
+        TypeError: ``value`` is not callable, or its signature cannot take one positional
+            argument; the message names ``where`` and what is ``expected``.
+    """
+    if not callable(value):
+        raise TypeError(f"{where} must be {expected}, got {type(value).__name__} {value!r}")
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # a builtin without a signature: it may well be fine
+        return
+    try:
+        signature.bind(None)
+    except TypeError as error:
+        raise TypeError(f"{where} must be {expected}; {value!r} cannot be called with one "
+                        f"argument ({error})") from None
+
+
+def _sinks(audit: object) -> tuple[AuditSink, ...]:
+    """``Guard(audit=)`` as a tuple of sinks, each checked (see :func:`_check_one_argument`).
+
+    Raises:
+        TypeError: ``audit`` is not an iterable of sinks (a single sink: wrap it in a list).
+    """
+    if not isinstance(audit, Iterable) or isinstance(audit, str | bytes | Mapping):
+        single = " (a single sink: pass audit=[sink])" if callable(audit) else ""
+        raise TypeError(f"Guard(audit=) takes an iterable of sinks, each {_SINK}; got "
+                        f"{type(audit).__name__}{single}")
+    sinks = tuple(audit)
+    for index, sink in enumerate(sinks):
+        _check_one_argument(sink, f"Guard(audit=)[{index}]", _SINK)
+    return sinks
+
+
 class Guard:
     """Tools + policy + state store: the enforcer.
 
     Args:
-        policy: the policy (:func:`toolguard.load_policy`); default: built-in defaults.
+        policy: a :class:`~toolguard.Policy` (:func:`toolguard.load_policy`,
+            :func:`toolguard.load_policy_dict`), or the path of a policy file (``str`` or
+            ``os.PathLike``) loaded with :func:`toolguard.load_policy` (environment
+            overrides included), as :meth:`reload_policy` takes it; default: built-in
+            defaults.
         tools: the tool functions, decorated or plain (plain ones take ``default_effect``),
             :class:`ToolSpec` objects, or framework tool objects (LangChain ``BaseTool``,
             Agents SDK ``FunctionTool``, Anthropic ``BetaFunctionTool``: name, description
@@ -62,8 +131,11 @@ class Guard:
             marked them; see :meth:`register`).
         store: where per-task state lives; default a :class:`~toolguard.stores.MemoryStore`
             (or a ``RedisStore`` when the policy says ``[store] backend = "redis"``).
-        approver: decides calls that need approval; default :func:`toolguard.deny_all`.
-        audit: sinks receiving every :class:`toolguard.AuditEvent` (callables).
+        approver: decides calls that need approval: a callable taking an
+            :class:`toolguard.ApprovalRequest`, returning an :class:`toolguard.ApprovalDecision`
+            or an awaitable of one; default :func:`toolguard.deny_all`.
+        audit: sinks receiving every :class:`toolguard.AuditEvent`: an iterable of
+            callables taking one event.
         clock: returns the time in seconds (TTLs, budgets, approval timeouts); inject a fake
             clock in tests (``toolguard.testing.FakeClock``).
         strict_tools: override the policy's ``strict_tools``.
@@ -72,15 +144,20 @@ class Guard:
             of running unguarded.
 
     Raises:
-        PolicyError: the policy names tools that are not registered (``strict_tools``), or
-            two tools share a name.
+        TypeError: ``policy`` is neither a Policy nor a path (a mapping: use
+            :func:`toolguard.load_policy_dict`); ``approver`` or a sink of ``audit`` cannot
+            be called with one argument; ``audit`` is not an iterable.
+        PolicyError: the policy file is invalid, the policy names tools that are not
+            registered (``strict_tools``),
+            two tools share a name, or a :class:`ToolSpec` has an option value a policy
+            would refuse (``max_calls=0``).
 
     Thread-safe: one guard serves many tasks and threads; state lives in the store.
     """
 
     def __init__(
         self,
-        policy: Policy | None = None,
+        policy: Policy | str | os.PathLike[str] | None = None,
         tools: Iterable[Callable[..., Any] | ToolSpec | Any] = (),
         *,
         store: Store | None = None,
@@ -92,16 +169,22 @@ class Guard:
     ) -> None:
         self._clock = clock
         self._tools = [spec_of(t) for t in tools]
+        for spec in self._tools:  # a ToolSpec built by hand; a decorator checked its own
+            check_options(spec.name, {k: v for k, v in spec.given().items() if k != "effect"},
+                          "Guard(tools=)")
         self._strict = strict_tools
         self._require_task = require_task
+        if approver is not None:
+            _check_one_argument(approver, "Guard(approver=)", _APPROVER)
         self._approver: Approver = approver or deny_all
-        self._sinks: tuple[AuditSink, ...] = tuple(audit)
+        self._sinks: tuple[AuditSink, ...] = _sinks(audit)
         self._lock = YieldingLock()  # held for microseconds; waiters never convoy
         self._warned_off = False
         if policy is None:
             from ._policy import Policy  # pydantic loads with the first guard
 
             policy = Policy()
+        policy = _as_policy(policy, "Guard(policy=)")
         self._config = self._build(policy)
         self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
@@ -179,7 +262,8 @@ class Guard:
         settings = resolve_tool(policy, spec)
         if is_recorded(spec):
             schema = dict(spec.args_schema or {"type": "object"})
-            validator = ArgsValidator(schema) if spec.args_schema is not None else None
+            validator = (tool_validator(spec.name, spec.args_schema, "Guard")
+                         if spec.args_schema is not None else None)
             return _Entry(spec, settings, None, {}, validator, schema, True, spec.func)
         try:
             signature: inspect.Signature | None = inspect.signature(spec.func)
@@ -198,7 +282,8 @@ class Guard:
         maybe_async = spec.is_async or not inspect.isfunction(spec.func)
         call = coercing_call(spec.func)
         ints = int_parameters(spec.func) if call is spec.func else ()  # else pydantic does it
-        return _Entry(spec, settings, signature, defaults, ArgsValidator(schema), schema,
+        validator = tool_validator(spec.name, schema, "Guard")
+        return _Entry(spec, settings, signature, defaults, validator, schema,
                       maybe_async, call, not spec.is_async, False, ints, injected)
 
     @property
@@ -227,18 +312,14 @@ class Guard:
             policy: a :class:`Policy`, or the path of a policy file to load.
 
         Raises:
+            TypeError: ``policy`` is neither a Policy nor a path.
             PolicyError: the new policy is invalid, names unregistered tools, or changes the
                 store settings of a guard whose store it built (nothing is swapped).
         """
         if policy is None:  # load_policy(None) would read the environment: say so instead
             raise TypeError("reload_policy takes a Policy or a policy file's path; to reload "
                             "from the environment, pass toolguard.policy_from_env()")
-        from ._policy import Policy
-
-        if not isinstance(policy, Policy):
-            from ._policy_loader import load_policy
-
-            policy = load_policy(policy)
+        policy = _as_policy(policy, "reload_policy")
         current = self._config.policy
         if self._own_store and (
                 policy.store != current.store
@@ -287,10 +368,20 @@ class Guard:
             The registered :class:`ToolSpec`.
 
         Raises:
-            PolicyError: another tool already has this name (nothing is registered).
-            jsonschema.exceptions.SchemaError: ``args_schema`` is not a usable schema.
+            PolicyError: another tool already has this name (nothing is registered), or a
+                setting has a value a policy's ``[tools.<name>]`` table would refuse
+                (``max_calls=0``); the message names ``tools.<name>.<setting>``.
+            jsonschema.exceptions.SchemaError: ``args_schema`` is not a usable schema (the
+                message names the tool).
+            TypeError: ``args_schema`` is not a mapping, ``description`` not a string.
             TypeError / ValueError: an unknown setting, effect or scope.
         """
+        if not isinstance(description, str):
+            raise TypeError(f"register(): description= must be a string, got {description!r}")
+        name = tool if isinstance(tool, str) else spec_of(tool).name
+        check_options(name, {**settings, "effect": effect}, "guard.register")
+        if args_schema is not None:  # compiled here too, for the error to say register
+            tool_validator(name, args_schema, "guard.register")
         spec = named_spec(tool, effect, args_schema, description, settings)
         with self._lock:
             for registered in self._tools:

@@ -82,7 +82,8 @@ def parse_message(message: Any) -> tuple[Shape, list[_Call]]:
         return "openai_chat", [
             _Call(_get(c, "id"), _get(_get(c, "function"), "name"),
                   _get(_get(c, "function"), "arguments"))
-            for c in _get(message, "tool_calls") or () if _get(c, "type", "function") == "function"]
+            for c in _chat_calls(_get(message, "tool_calls"))
+            if _get(c, "type", "function") == "function"]
     if isinstance(content, list) and _get(message, "role", "assistant") == "assistant":
         return "anthropic", [_Call(_get(b, "id"), _get(b, "name"), _get(b, "input"))
                              for b in content if _get(b, "type") == "tool_use"]
@@ -90,6 +91,32 @@ def parse_message(message: Any) -> tuple[Shape, list[_Call]]:
         f"not a model message with tool calls: {type(message).__name__} (expected an OpenAI "
         "Chat assistant message or ChatCompletion, a list of Responses output items or a "
         "Response, or an Anthropic Message)")
+
+
+_SCALARS = (str, bytes, int, float, list, tuple)
+
+
+def _chat_calls(tool_calls: Any) -> Sequence[Any]:
+    """An OpenAI Chat message's ``tool_calls``, checked: a list of tool calls (dicts or SDK
+    objects). A string or a mapping there would be iterated into calls of tool ``None``.
+
+    Raises:
+        TypeError: ``tool_calls`` is not a list or tuple, or an item is not a tool call.
+    """
+    if tool_calls is None:
+        return ()
+    if not isinstance(tool_calls, list | tuple):
+        raise TypeError(
+            f"not a model message with tool calls: its tool_calls is a "
+            f"{type(tool_calls).__name__} (expected a list of tool calls, each "
+            '{"id", "type": "function", "function": {"name", "arguments"}})')
+    for index, call in enumerate(tool_calls):
+        if call is None or isinstance(call, _SCALARS):
+            raise TypeError(
+                f"not a model message with tool calls: tool_calls[{index}] is a "
+                f"{type(call).__name__} (expected a tool call: "
+                '{"id", "type": "function", "function": {"name", "arguments"}})')
+    return tool_calls
 
 
 def _text(result: ToolResult) -> str:

@@ -16,7 +16,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 import typing_extensions
@@ -347,6 +347,54 @@ def schema_error(message: str) -> Exception:
     return SchemaError(message)
 
 
+def _check_schema_type(tool: str, schema: object, where: str) -> None:
+    """Refuse an ``args_schema`` that is not a mapping, where it is given.
+
+    Raises:
+        TypeError: ``schema`` is not a mapping (nor None); the message names the tool.
+    """
+    if schema is not None and not isinstance(schema, Mapping):
+        raise TypeError(f"{where}: args_schema of tool {tool!r} must be a JSON Schema object "
+                        f"(a mapping such as {{\"type\": \"object\", \"properties\": ...}}), "
+                        f"got {type(schema).__name__} {schema!r:.60}")
+
+
+def tool_validator(tool: str, schema: object, where: str) -> ArgsValidator:
+    """The :class:`ArgsValidator` of one tool's ``args_schema``, its errors naming the tool.
+
+    Raises:
+        TypeError: ``schema`` is not a mapping.
+        jsonschema.exceptions.SchemaError: ``schema`` does not compile; the message names
+            the tool and ``where``, then what is wrong.
+    """
+    _check_schema_type(tool, schema, where)
+    try:
+        return ArgsValidator(cast(Mapping[str, Any], schema))
+    except Exception as exc:
+        if not _is_schema_error(exc):
+            raise
+        raise schema_error(f"{where}: args_schema of tool {tool!r} is not a usable JSON "
+                           f"Schema: {_schema_problem(schema) or getattr(exc, 'message', exc)}"
+                           ) from None
+
+
+def _schema_problem(schema: Any) -> str | None:
+    """Where the schema breaks its metaschema, and how (``at $.type: 'objekt' is not valid
+    under any of the given schemas``), by jsonschema's ``best_match``; None when the
+    metaschema holds (an unresolvable ``$ref``: the compiler's message says it) or the
+    schema cannot even be checked."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
+    try:
+        cls: Any = validator_for(schema, default=Draft202012Validator)
+        error = best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+    except Exception:  # noqa: BLE001 - "$schema": 5, a schema nested too deeply
+        return None
+    return None if error is None else f"at {error.json_path}: {error.message}"
+
+
 def _is_schema_error(exc: BaseException) -> bool:
     module = sys.modules.get("jsonschema.exceptions")
     return module is not None and isinstance(exc, module.SchemaError)
@@ -356,6 +404,37 @@ def _unresolvable_ref(exc: BaseException) -> bool:
     from referencing.exceptions import Unresolvable
 
     return isinstance(exc, Unresolvable)
+
+
+def _leaves(error: ValidationError) -> list[ValidationError]:
+    """The errors to report for ``error``: itself, or, for an ``anyOf``/``oneOf`` whose
+    branch the value matched by type and failed inside (``tags: list[str] | None`` given
+    ``[1, 2]``), every error of that branch, found by jsonschema's ``best_match``, so each
+    failing path is named (``args.tags[0]: 1 is not of type 'string'``). Built only for
+    invalid arguments."""
+    if not error.context:
+        return [error]
+    from jsonschema.exceptions import best_match
+
+    best = best_match([error])
+    if best is None or len(best.absolute_path) <= len(error.absolute_path):
+        return [error]  # no branch got further than the value itself: say what each wanted
+    while best.parent is not None and best.parent is not error:
+        best = best.parent
+    branch = best.relative_schema_path[0]
+    return [leaf for inner in error.context if inner.relative_schema_path[0] == branch
+            for leaf in _leaves(inner)]
+
+
+def _message(error: ValidationError) -> str:
+    """jsonschema's message, except for an ``anyOf``/``oneOf`` every branch of which wants
+    another type: then the types (``'x' is not of type 'array' or 'null'``)."""
+    context = error.context or []
+    if context and all(e.validator == "type" and not e.relative_path for e in context):
+        wanted = dict.fromkeys(repr(t) for e in context for t in (
+            e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]))
+        return f"{error.instance!r} is not of type {' or '.join(wanted)}"
+    return str(error.message)
 
 
 def _path(error: ValidationError) -> str:
@@ -475,7 +554,9 @@ class ArgsValidator:
             raise
         if not errors:  # the fast validator disagreed (e.g. non-JSON values): trust jsonschema
             return None
-        lines = [f"{_path(e)}: {e.message}" for e in errors[:_MAX_ERRORS]]
+        errors = sorted((leaf for e in errors for leaf in _leaves(e)),
+                        key=lambda e: list(e.absolute_path))
+        lines = [f"{_path(e)}: {_message(e)}" for e in errors[:_MAX_ERRORS]]
         if len(errors) > _MAX_ERRORS:
             lines.append(f"... and {len(errors) - _MAX_ERRORS} more")
         return "; ".join(lines)
