@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import toolguard as tg
@@ -120,3 +120,76 @@ def test_the_policy_loader_locates_bad_result_settings(tmp_path: Path) -> None:
 def test_normalising_is_idempotent(text: str) -> None:
     once = DEFAULT_NORMALIZER(text)
     assert DEFAULT_NORMALIZER(once) == once
+
+
+# -- the RE2 prefilters in front of the two volatile passes -------------------------------------
+def _both_passes(text: str) -> str:
+    from toolguard._normalize import _IDS, _VOLATILE, _volatile
+
+    return _IDS.sub(_volatile, _VOLATILE.sub(_volatile, text))
+
+
+_PIECES = st.sampled_from([
+    "2024-01-05", "T", " ", "  ", "12:34", ":56", ".789", ",5", "Z", "+02:00", " UTC", "Jan",
+    "Dec", "/", "05/Jan/2024:12:34:56 +0000", "took ", "in ", "within ", "after ", "elapsed ",
+    "duration: ", "time: ", "ms", "us", "µs", "ns", "s", "sec", "seconds", "min", "m", "1",
+    "42", "0.31", "٣", "\u00a0", "\u2009", "\x1c", "\x85", "\n", "\t", "[1]", "[", "]", "pid",
+    "PID=", "Pid: ", "port ", "Port:", "localhost:", "127.0.0.1:", "[::1]:", "[::]:", "8080",
+    "0x", "dead", "BEEF", "cafe1234", "-", "abcdef012345", "0123456789ab", "x", ".", "_"])
+
+
+@given(st.lists(_PIECES, max_size=40).map("".join))
+@settings(max_examples=1500, deadline=None)
+def test_the_prefilters_never_skip_a_pass_that_would_replace_something(text: str) -> None:
+    """Each prefilter finds a substring of every match of its pass (Unicode digits and
+    whitespace included), so skipping the pass when it finds none changes nothing."""
+    from toolguard._normalize import strip_volatile
+
+    assert strip_volatile(text) == _both_passes(text)
+
+
+def test_the_prefilters_agree_with_both_passes_on_every_recorded_text(shared: Path) -> None:
+    """Every string in the shared recordings (results, arguments, metadata: ~5 MB)."""
+    import json
+
+    from toolguard._normalize import _prefilters, strip_volatile
+
+    assert _prefilters()[0] is not None  # RE2 is installed where the tests run
+    texts: list[str] = []
+    for path in sorted((shared / "data").rglob("*.json*")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                stack = [json.loads(line)]
+            except ValueError:
+                continue
+            while stack:
+                item = stack.pop()
+                if isinstance(item, str):
+                    texts.append(item)
+                elif isinstance(item, dict):
+                    stack.extend(item.values())
+                elif isinstance(item, list):
+                    stack.extend(item)
+    assert len(texts) > 10_000
+    changed = [t for t in texts if _both_passes(t) != t]
+    assert changed  # the data has volatile parts, so the check below means something
+    assert [strip_volatile(t) for t in texts] == [_both_passes(t) for t in texts]
+
+
+@pytest.mark.parametrize("text", [
+    "at 2024-01-05T12:34", "05/Jan/2024:12:34:56 +0000", "Jan  5 12:34:56", "Dec 31 23:59:59",
+    "12:34:56.789", "5 ms", "3µs", "7ns", "2us", "0.5 s", "1.25sec", "1٣ms", "5\u00a0ms",
+    "5\u2009ms", "5\x1cms", "5\x85ms", "done in 3s", "took 5 min", "after 2 seconds",
+    "elapsed 4s", "duration: 3s", "time: 7s", "real 1m2.5s", "pid 123", "PID=42", "Pid: 7",
+    "pid:9", "x\n[1] 1234\ny", "port 8080", "Port:443", "PORT=22", "port: 5432",
+    "localhost:8000", "127.0.0.1:80", "0.0.0.0:22", "[::1]:99", "[::]:99",
+    "id 123e4567-e89b-12d3-a456-426614174000", "at 0xdeadbeef", "sha abcdef012345",
+    "SHA ABCDEF012345",
+])
+def test_each_kind_of_volatile_part_passes_its_prefilter(text: str) -> None:
+    """One text per alternative of the two passes, each its text's only volatile part: a
+    prefilter missing that alternative would leave it unreplaced."""
+    from toolguard._normalize import strip_volatile
+
+    assert _both_passes(text) != text
+    assert strip_volatile(text) == _both_passes(text)
