@@ -35,6 +35,7 @@ from .redis_support import (  # noqa: F401
     REDIS_URL,
     FaultProxy,
     delete_cluster_prefix,
+    missing_extra,
     redis_prefix,
     require_cluster,
     require_redis,
@@ -44,10 +45,8 @@ try:
     import redis
 
     from toolguard.stores.redis import RedisStore
-except ImportError as exc:  # the extra is missing: fail on CI, skip elsewhere
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip(str(exc), allow_module_level=True)
+except ImportError as exc:
+    missing_extra(exc)
 
 pytestmark = pytest.mark.redis
 

@@ -11,7 +11,6 @@ Regression tests of issue 17 items 1, 9, 13 and 14 (``../shared/repro/reliabilit
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,17 +32,15 @@ from toolguard.testing import capture_audit
 
 from .loop_support import heartbeat
 from .redis_servers import Server, private_server
-from .redis_support import REDIS_URL, redis_prefix, redis_store  # noqa: F401
+from .redis_support import REDIS_URL, missing_extra, redis_prefix, redis_store  # noqa: F401
 
 try:
     import redis
     from redis.crc import key_slot
 
     from toolguard.stores.redis import RedisStore
-except ImportError as exc:  # the extra is missing: fail on CI, skip elsewhere
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip(str(exc), allow_module_level=True)
+except ImportError as exc:
+    missing_extra(exc)
 
 pytestmark = pytest.mark.redis
 

@@ -26,12 +26,12 @@ from .stores._base import (
     BeginRequest,
     Snapshot,
 )
+from .stores._base import new_tuple as _new
 
 if TYPE_CHECKING:
     from ._engine import Task
 
 log = logging.getLogger("toolguard")
-_new = tuple.__new__  # a named tuple from all its fields without its Python __new__
 
 
 def _begin(task: Task, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:

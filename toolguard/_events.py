@@ -11,8 +11,7 @@ from ._core import Verdict
 from ._results import ToolResult
 from ._types import BLOCK, Decision
 from .stores._base import Snapshot
-
-_new = tuple.__new__  # a named tuple from all its fields without its Python __new__
+from .stores._base import new_tuple as _new
 
 if TYPE_CHECKING:
     from ._engine import Task

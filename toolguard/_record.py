@@ -35,13 +35,13 @@ from .stores._base import (
     FinishRequest,
     Snapshot,
 )
+from .stores._base import new_tuple as _new
 
 if TYPE_CHECKING:
     from ._engine import Task
     from ._normalize import ResultNormalizer
 
 log = logging.getLogger("toolguard")
-_new = tuple.__new__  # a named tuple from all its fields without its Python __new__
 
 
 def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,

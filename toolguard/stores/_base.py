@@ -22,6 +22,10 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from toolguard._types import RecordState
 
+# A named tuple built from all its fields, in order, without the Python function that is its
+# __new__ (0.2 µs per tuple on the hot path): ``new_tuple(Snapshot, (f1, f2, ...))``.
+new_tuple = tuple.__new__
+
 __all__ = [
     "ApprovalRecord",
     "ApprovalState",
