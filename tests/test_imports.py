@@ -229,3 +229,20 @@ for r in results:
                          "invalid [toolguard] Invalid arguments for f, not executed: "
                          "args.x: 'a' is not of type 'integer'. Fix the arguments and call "
                          "again."]
+
+
+def test_the_redis_store_without_redis_py_names_the_extra_to_install() -> None:
+    # The store is split over three modules (the store, its Lua scripts, its wire helpers):
+    # whichever loads first, a missing redis-py is one ImportError naming the extra.
+    probe = """
+import sys
+sys.modules["redis"] = None  # as if redis-py were not installed
+try:
+    import toolguard.stores.redis
+except ImportError as exc:
+    print(exc)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, timeout=60)
+    assert done.stdout.strip() == (
+        "toolguard.stores.RedisStore needs redis-py: pip install 'toolguard[redis]'")

@@ -79,32 +79,25 @@ Signature history is not LRU-bounded per task as in memory: it lives until the t
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
-import math
 import os
 import threading
 import time
 import weakref
-from typing import Any, Final, Literal, NamedTuple
-from urllib.parse import urlsplit
+from typing import Any, Final, Literal
 
 import orjson
 
 try:
     import redis
-    from redis.backoff import ExponentialBackoff
-    from redis.cluster import ClusterNode, RedisCluster
-    from redis.exceptions import NoScriptError, RedisClusterException
-    from redis.retry import Retry
-except ImportError as _exc:  # pragma: no cover - exercised by a test that hides redis
+    from redis.cluster import RedisCluster
+    from redis.exceptions import NoScriptError
+except ImportError as _exc:  # pragma: no cover - tests/test_imports.py hides redis
     raise ImportError(
         "toolguard.stores.RedisStore needs redis-py: pip install 'toolguard[redis]'"
     ) from _exc
 
 from toolguard._errors import StoreError
 from toolguard._policy import StorePolicy
-from toolguard._types import RecordState
 
 from ._base import (
     ApprovalRecord,
@@ -115,430 +108,39 @@ from ._base import (
     Snapshot,
     TaskUsage,
 )
+from ._redis_scripts import (
+    _ADD_USAGE_SCRIPT,
+    _BEGIN_SCRIPT,
+    _CLEAR_SCRIPT,
+    _FINISH_SCRIPT,
+    _LOST,
+    _NEW_TURN_SCRIPT,
+    _READ_HASH_SCRIPT,
+    _SET_APPROVAL_SCRIPT,
+    _SET_HALTED_SCRIPT,
+    _Script,
+)
+from ._redis_wire import (
+    _MAX_TTL_S,
+    _approval,
+    _bytes,
+    _client,
+    _dumps,
+    _escape,
+    _ms,
+    _record,
+    _text,
+    _time,
+    _where,
+    startup_nodes,
+    unreachable,
+)
 
 __all__ = ["RedisStore", "startup_nodes", "unreachable"]
 
 OnError = Literal["fail_closed", "fail_open"]
 
 DEFAULT_URL: Final = "redis://localhost:6379/0"
-_MAX_TTL_S: Final = 10 * 365 * 86_400.0  # clamp: PX must fit Redis' range, inf must not leak
-_STATES: Final = {b"p": RecordState.IN_PROGRESS, b"c": RecordState.COMPLETED,
-                  b"u": RecordState.UNKNOWN}
-_JSON_OPTS: Final = orjson.OPT_NON_STR_KEYS
-
-# Shared by every script. KEYS[1..5] are always meta, sigs, seen, appr, recs; KEYS[6] the
-# call's record. ``touch`` refreshes the task's TTL; ``recs`` only ever grows its TTL, since
-# it must outlive records whose TTL exceeds the task's.
-_PRELUDE: Final = """
-local function extend(k, ms)
-  if redis.call('PTTL', k) < ms then redis.call('PEXPIRE', k, ms) end
-end
-local function touch(ms)
-  for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ms) end
-  extend(KEYS[5], ms)
-end
--- The task's generation marker (lost-state detection): ARGV[#ARGV - 1] is the generation
--- this worker last saw ('' for none), ARGV[#ARGV] a fresh one to start with. A task this
--- worker knows whose marker is gone, or was started over by another worker since, lost
--- its state: refuse (false) rather than count from zero.
-local function generation(create)
-  local known, fresh = ARGV[#ARGV - 1], ARGV[#ARGV]
-  local have = redis.call('HGET', KEYS[1], 'gen')
-  if have then
-    if known ~= '' and known ~= have then return false end
-    return have
-  end
-  if known ~= '' then return false end
-  if create then
-    redis.call('HSET', KEYS[1], 'gen', fresh)
-    return fresh
-  end
-  return ''
-end
-local LOST = 'TOOLGUARD_STATE_LOST'
-"""
-
-# MemoryStore.begin, line for line. Times are passed as Python float reprs and only
-# compared in Lua (tonumber is exact on them), never formatted (Lua's %.14g would round).
-_BEGIN: Final = _PRELUDE + """
-local tool, sig, key = ARGV[1], ARGV[2], ARGV[3]
-local claim, task_scope = ARGV[4] == '1', ARGV[5] == '1'
-local count, poll = ARGV[6] == '1', ARGV[7] == '1'
-local now, claim_exp = ARGV[8], ARGV[9]
-local claim_ms, state_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
-local claim_tail = ARGV[12]  -- the claiming call's id, as the record's JSON tail
--- the record tails of this worker's begins of this key whose replies were lost (one per
--- line), or '': a claim they left is this call's to take over
-local orphan = ARGV[14]
-local function owned(v, tails)
-  for t in string.gmatch(tails, '[^\\n]+') do
-    if string.sub(v, -#t) == t then return true end
-  end
-  return false
-end
-local gen = generation(true)
-if not gen then return redis.error_reply(LOST) end
-local m = redis.call('HMGET', KEYS[1], 'epoch', 'calls', 'in', 'out', 'started', 'halted',
-                     't:' .. tool, 'f:' .. tool, 'changes', 'last', 's:' .. tool)
-local changes = tonumber(m[9] or '0')
-local epoch = tonumber(m[1] or '0')
-local calls = tonumber(m[2] or '0')
-local tool_calls = tonumber(m[7] or '0')
-local started = m[5]
-if not started then
-  started = now
-  redis.call('HSET', KEYS[1], 'started', now)
-end
-local n, polls, digest, resets = 0, 0, '', '0'
-local raw = redis.call('HGET', KEYS[2], sig)
-if raw then
-  local e, c, p, d, r = string.match(raw, '^(%d+) (%d+) (%d+) (%S*) ?(%d*)$')
-  digest = d
-  if r ~= '' then resets = r end
-  if tonumber(e) == epoch then n, polls = tonumber(c), tonumber(p) end
-end
-local run_n, run_outcome, run_sig = 0, '', ''
-if m[11] then
-  local e, c, o, g = string.match(m[11], '^(%d+) (%d+) (%S+) (.*)$')
-  if tonumber(e) == epoch then run_n, run_outcome, run_sig = tonumber(c), o, g end
-end
-local record, approval, claimed, adopted = false, false, 0, false
-if key ~= '' then
-  local v = redis.call('GET', KEYS[6])
-  if v then
-    local st, e, x = string.match(v, '^(%a)|(%d+)|([^|]+)|')
-    if tonumber(x) <= tonumber(now) then
-      v = false  -- expired on the guard's clock
-    elseif st == 'c' and not task_scope and count and tonumber(e) ~= changes then
-      v = false  -- until_change: lapsed at a write or turn since (kept, as in memory);
-                 -- never for a call that waited on it (count false): see MemoryStore
-    end
-  end
-  local mine = false
-  if v and claim and string.sub(v, 1, 2) == 'p|' then
-    if ARGV[13] == '1' and string.sub(v, -#claim_tail) == claim_tail then
-      mine = true  -- this call's own claim: a begin retried after its reply was lost
-    elseif orphan ~= '' and owned(v, orphan) then
-      -- the claim of this worker's identical call whose begin reply was lost (it never
-      -- ran): its retry takes the claim over under its own call id
-      redis.call('SET', KEYS[6],
-                 'p|' .. changes .. '|' .. claim_exp .. '|' .. now .. '|' .. claim_tail,
-                 'PX', claim_ms)
-      extend(KEYS[5], claim_ms)
-      mine, adopted = true, true
-    end
-  end
-  if mine then
-    claimed = 1
-  elseif v then
-    record = v
-  elseif claim then
-    redis.call('SET', KEYS[6],
-               'p|' .. changes .. '|' .. claim_exp .. '|' .. now .. '|' .. claim_tail,
-               'PX', claim_ms)
-    redis.call('SADD', KEYS[5], key)
-    extend(KEYS[5], claim_ms)
-    claimed = 1
-  end
-  approval = redis.call('HGET', KEYS[4], key)
-end
--- a duplicate of a call that is running right now is the same call, not a repeat
-local concurrent = record and string.sub(record, 1, 2) == 'p|'
--- a refused call of a halted task is free; a retry that took over its lost twin's claim
--- was counted by that twin's begin
-if count and not m[6] and not adopted then
-  calls = redis.call('HINCRBY', KEYS[1], 'calls', 1)
-  tool_calls = redis.call('HINCRBY', KEYS[1], 't:' .. tool, 1)
-  if poll then polls = polls + 1 elseif not concurrent then n = n + 1 end
-  if m[10] ~= sig then  -- another call came in between: its run of resets starts afresh
-    resets = '0'
-    redis.call('HSET', KEYS[1], 'last', sig)
-  end
-end
-redis.call('HSET', KEYS[2], sig,
-           epoch .. ' ' .. n .. ' ' .. polls .. ' ' .. digest .. ' ' .. resets)
-touch(state_ms)
-return {gen, {epoch, calls, tool_calls, tonumber(m[8] or '0'), tonumber(m[3] or '0'),
-        tonumber(m[4] or '0'), started, math.max(n, 1), polls, record, approval, claimed, m[6],
-        run_n, run_outcome, run_sig}}
-"""
-
-# MemoryStore.finish, line for line. The seen pair is length-prefixed: unambiguous for any
-# signature and digest.
-_FINISH: Final = _PRELUDE + """
-local tool, sig, key = ARGV[1], ARGV[2], ARGV[3]
-local executed, success, mutating = ARGV[4] == '1', ARGV[5] == '1', ARGV[6] == '1'
-local digest, mode, tail = ARGV[7], ARGV[8], ARGV[9]
-local rec_ms, now, rec_exp = tonumber(ARGV[10]), ARGV[11], ARGV[12]
-local halt, state_ms = ARGV[13], tonumber(ARGV[14])
-local outcome, max_resets = ARGV[15], tonumber(ARGV[16])
-local gen = generation(true)
-if not gen then return redis.error_reply(LOST) end
-local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
-local changes = tonumber(redis.call('HGET', KEYS[1], 'changes') or '0')
-if executed and success and mutating then
-  changes = redis.call('HINCRBY', KEYS[1], 'changes', 1)  -- any write lapses until_change
-end
-if executed then
-  if success then
-    redis.call('HSET', KEYS[1], 'f:' .. tool, 0)
-  else
-    redis.call('HINCRBY', KEYS[1], 'f:' .. tool, 1)
-  end
-  if success and digest ~= '' then
-    local e, n, polls, last, resets = epoch, 0, 0, '', 0
-    local raw = redis.call('HGET', KEYS[2], sig)
-    if raw then
-      local se, c, p, d, r = string.match(raw, '^(%d+) (%d+) (%d+) (%S*) ?(%d*)$')
-      e, n, polls, last, resets = tonumber(se), tonumber(c), tonumber(p), d, tonumber(r) or 0
-    end
-    if mutating and redis.call('SADD', KEYS[3], #sig .. ':' .. sig .. digest) == 1 then
-      -- progress (a): the world changed; this call is the first of the new epoch
-      epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-      e, n, polls = epoch, 1, 0
-    elseif last ~= '' and last ~= digest then
-      -- progress (b): this signature's output moved, unless it moved on every one of the
-      -- last max_resets back-to-back calls
-      if max_resets == 0 or resets < max_resets then n = 1 end
-      resets = resets + 1
-    end
-    redis.call('HSET', KEYS[2], sig,
-               e .. ' ' .. n .. ' ' .. polls .. ' ' .. digest .. ' ' .. resets)
-  end
-end
-if outcome ~= '' then  -- after progress: a call that made progress starts a new run
-  local run = redis.call('HGET', KEYS[1], 's:' .. tool)
-  local re, rn, ro, rs
-  if run then re, rn, ro, rs = string.match(run, '^(%d+) (%d+) (%S+) (.*)$') end
-  if not run or tonumber(re) ~= epoch or ro ~= outcome then
-    redis.call('HSET', KEYS[1], 's:' .. tool, epoch .. ' 1 ' .. outcome .. ' ' .. sig)
-  elseif rs ~= sig then
-    redis.call('HSET', KEYS[1], 's:' .. tool,
-               epoch .. ' ' .. (tonumber(rn) + 1) .. ' ' .. outcome .. ' ' .. sig)
-  end
-end
-if key ~= '' then
-  if mode == 'c' or mode == 'u' then
-    redis.call('SET', KEYS[6],
-               mode .. '|' .. changes .. '|' .. rec_exp .. '|' .. now .. '|' .. tail,
-               'PX', rec_ms)
-    redis.call('SADD', KEYS[5], key)
-    extend(KEYS[5], rec_ms)
-  elseif mode == 'r' then
-    -- drop only this call's own claim (tail = its call id): an identical call may have
-    -- re-claimed the key after this claim expired
-    local v = redis.call('GET', KEYS[6])
-    if v and string.sub(v, 1, 2) == 'p|' and string.sub(v, -#tail - 1) == '|' .. tail then
-      redis.call('DEL', KEYS[6])
-      redis.call('SREM', KEYS[5], key)
-    end
-  end
-end
-if halt ~= '' then redis.call('HSET', KEYS[1], 'halted', halt) end
-touch(state_ms)
-return {gen, 1}
-"""
-
-_SET_HALTED: Final = _PRELUDE + """
-local gen = generation(true)
-if not gen then return redis.error_reply(LOST) end
-if ARGV[1] == '1' then
-  redis.call('HSET', KEYS[1], 'halted', ARGV[2])
-else
-  redis.call('HDEL', KEYS[1], 'halted')
-  for _, k in ipairs(redis.call('HKEYS', KEYS[1])) do  -- failure streaks restart
-    if string.sub(k, 1, 2) == 'f:' then redis.call('HDEL', KEYS[1], k) end
-  end
-end
-touch(tonumber(ARGV[3]))
-return {gen, 1}
-"""
-
-_NEW_TURN: Final = _PRELUDE + """
-local gen = generation(true)
-if not gen then return redis.error_reply(LOST) end
-redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HINCRBY', KEYS[1], 'changes', 1)
-touch(tonumber(ARGV[1]))
-return {gen, 1}
-"""
-
-_ADD_USAGE: Final = _PRELUDE + """
-local gen = generation(true)
-if not gen then return redis.error_reply(LOST) end
-redis.call('HSETNX', KEYS[1], 'started', ARGV[1])
-local total = redis.call('HINCRBY', KEYS[1], 'in', ARGV[2])
-total = total + redis.call('HINCRBY', KEYS[1], 'out', ARGV[3])
-touch(tonumber(ARGV[4]))
-return {gen, total}
-"""
-
-# A read: it checks the generation but never starts one.
-_READ_HASH: Final = _PRELUDE + """
-local gen = generation(false)
-if not gen then return redis.error_reply(LOST) end
-local h = redis.call('HGETALL', KEYS[tonumber(ARGV[1])])
-touch(tonumber(ARGV[2]))
-return {gen, h}
-"""
-
-_SET_APPROVAL: Final = _PRELUDE + """
-local gen = generation(true)
-if not gen then return redis.error_reply(LOST) end
-redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
-touch(tonumber(ARGV[3]))
-return {gen, 1}
-"""
-
-_CLEAR: Final = """
-for _, key in ipairs(redis.call('SMEMBERS', KEYS[5])) do
-  redis.call('DEL', ARGV[1] .. key)
-end
-return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-"""
-
-
-def unreachable(url: str, timeout_s: float = 1.0, *, cluster: bool = False) -> str | None:
-    """Why the Redis server (or with ``cluster``, the Redis Cluster) at ``url`` cannot be
-    used (a one-line reason), or None if it answers a PING within ``timeout_s`` seconds. For
-    health checks, tests and benchmarks."""
-    try:
-        client = _client(url, timeout_s, cluster=cluster, retries=0)
-    except (redis.RedisError, OSError, ValueError) as exc:
-        return f"Redis not reachable at {url} ({type(exc).__name__}: {exc})"
-    try:
-        client.ping()
-    except (redis.RedisError, OSError) as exc:
-        return f"Redis not reachable at {url} ({type(exc).__name__}: {exc})"
-    finally:
-        client.close()
-    return None
-
-
-def startup_nodes(url: str) -> list[tuple[str, int]]:
-    """The ``(host, port)`` pairs of a comma-separated list of Redis URLs (a later item may
-    leave out the scheme: ``redis://a:7000,b:7001``).
-
-    Raises:
-        ValueError: an empty list, an item without a host, or a ``unix://`` socket (a
-            cluster is reached over TCP).
-    """
-    items = [item.strip() for item in url.split(",")]
-    if not items or not all(items):
-        raise ValueError(f"empty startup node in {url!r}")
-    scheme = items[0].split("://", 1)[0] if "://" in items[0] else "redis"
-    nodes: list[tuple[str, int]] = []
-    for item in items:
-        parts = urlsplit(item if "://" in item else f"{scheme}://{item}")
-        if parts.scheme == "unix" or not parts.hostname:
-            raise ValueError(f"a cluster node needs a host and port, not {item!r}")
-        nodes.append((parts.hostname, parts.port or 6379))
-    return nodes
-
-
-def _client(url: str, timeout_s: float, *, cluster: bool, retries: int = 3
-            ) -> redis.Redis | RedisCluster:
-    """A client with ``timeout_s`` socket timeouts: a ``Redis`` or, with ``cluster``, a
-    ``RedisCluster`` whose startup nodes are the comma-separated ``url`` items (options such
-    as the password come from the first). Never reads from replicas."""
-    backoff = ExponentialBackoff(cap=min(timeout_s, 0.5), base=0.02)
-    if not cluster:
-        if "," in url:
-            raise ValueError(f"several Redis URLs ({url!r}) need [store] cluster = true")
-        return redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-            retry=Retry(backoff, retries, supported_errors=(redis.ConnectionError,)),
-            client_name="toolguard")
-    first, *others = url.split(",")
-    nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
-             for host, port in startup_nodes(url)[1:]] if others else []
-    try:
-        return RedisCluster(
-            url=first.strip(), startup_nodes=nodes, socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s, retry=Retry(backoff, retries),
-            client_name="toolguard")  # no load_balancing_strategy: replicas are never read
-    except RedisClusterException as exc:  # e.g. a db other than 0, nothing reachable
-        raise redis.ConnectionError(str(exc)) from exc
-
-
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(min(seconds, _MAX_TTL_S) * 1000))
-
-
-def _time(seconds: float) -> str:
-    return repr(float(seconds))
-
-
-def _dumps(value: Any) -> bytes:
-    """A stored result as JSON; what JSON cannot hold becomes its ``repr()``, value by value."""
-    try:
-        return orjson.dumps(value, default=_safe_repr, option=_JSON_OPTS)
-    except TypeError:  # orjson.JSONEncodeError: an int beyond 64 bits, a cycle, too deep
-        pass
-    try:
-        return orjson.dumps(_jsonable(value, 0), default=_safe_repr, option=_JSON_OPTS)
-    except TypeError:
-        return orjson.dumps(_safe_repr(value))
-
-
-def _jsonable(value: Any, depth: int, active: frozenset[int] = frozenset()) -> Any:
-    """``value`` as JSON can hold it, value by value: an int beyond 64 bits, a string that is
-    not valid Unicode, a container met again inside itself (a cycle) or nested deeper than
-    orjson's limit become their ``repr()``; a dataclass becomes its fields; a dict key that
-    is not a string becomes ``str(key)``. Everything else stays as it is. Linear in the size
-    of ``value``: a cycle stops at its first repeat."""
-    if isinstance(value, bool) or value is None or isinstance(value, float):
-        return value
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**64 else repr(value)
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return repr(value)
-        return value
-    ident = id(value)
-    if depth >= _MAX_DEPTH or ident in active:
-        return _safe_repr(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    if isinstance(value, (dict, list, tuple)):
-        inner = active | {ident}
-        if isinstance(value, dict):
-            return {k if isinstance(k, str) else str(k): _jsonable(v, depth + 1, inner)
-                    for k, v in value.items()}
-        return [_jsonable(v, depth + 1, inner) for v in value]
-    return value  # orjson takes it natively or calls default=repr
-
-
-def _safe_repr(value: Any) -> str:
-    try:
-        return repr(value)
-    except Exception:  # noqa: BLE001 - a foreign __repr__ (or one nested too deep) failed
-        return f"<{type(value).__qualname__}>"
-
-
-_MAX_DEPTH: Final = 200  # below orjson's recursion limit of 255
-
-
-def _bytes(value: bytes | str) -> bytes:
-    return value if isinstance(value, bytes) else value.encode()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _record(raw: bytes | str) -> IdempotencyRecord:
-    state, epoch, _expires_at, created_at, tail = _bytes(raw).split(b"|", 4)
-    call_id, content = orjson.loads(tail)
-    return IdempotencyRecord(_STATES[state], int(epoch), float(created_at), content, call_id)
-
-
-def _approval(raw: bytes | str) -> ApprovalRecord:
-    state, requested_at, reason, tool, args, *bound = orjson.loads(raw)
-    return ApprovalRecord(state, float(requested_at), reason, tool, args, *bound[:1])
-
 
 class RedisStore:
     """Per-task state in Redis, shared by every process that points at the same server or
@@ -974,24 +576,7 @@ class RedisStore:
         self._gens.pop(task_id, None)
 
 
-class _Script(NamedTuple):
-    source: str
-    sha: str
 
-
-def _script(source: str) -> _Script:
-    return _Script(source, hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest())
-
-
-_BEGIN_SCRIPT: Final = _script(_BEGIN)
-_FINISH_SCRIPT: Final = _script(_FINISH)
-_SET_HALTED_SCRIPT: Final = _script(_SET_HALTED)
-_NEW_TURN_SCRIPT: Final = _script(_NEW_TURN)
-_ADD_USAGE_SCRIPT: Final = _script(_ADD_USAGE)
-_READ_HASH_SCRIPT: Final = _script(_READ_HASH)
-_SET_APPROVAL_SCRIPT: Final = _script(_SET_APPROVAL)
-_CLEAR_SCRIPT: Final = _script(_CLEAR)
-_LOST: Final = "TOOLGUARD_STATE_LOST"
 _MAX_TASKS: Final = 65_536  # tasks one store remembers a generation (and pending writes) of
 _MAX_UNRECORDED: Final = 64  # outcomes kept per task while Redis does not take them
 # Threads of one store with a connection of their own: well under redis-py's default pool
@@ -1007,23 +592,3 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _escape(text: str) -> str:
-    """``text`` without ``{`` and ``}`` (and so unambiguous around the ``{task}`` hash tag):
-    ``%`` → ``%25``, ``{`` → ``%7B``, ``}`` → ``%7D``; anything else stays as it is."""
-    if "%" in text or "{" in text or "}" in text:
-        return text.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
-    return text
-
-
-def _where(client: redis.Redis | RedisCluster) -> str:
-    """Where ``client`` points, for messages: ``host:port/db``, ``unix:path`` or
-    ``cluster host:port,...``."""
-    if isinstance(client, RedisCluster):
-        nodes = client.get_nodes()  # type: ignore[no-untyped-call]
-        return "cluster " + ",".join(sorted(n.name for n in nodes if n.server_type == "primary"))
-    kwargs = client.connection_pool.connection_kwargs
-    if "path" in kwargs:
-        return f"unix:{kwargs['path']}"
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"

@@ -1,0 +1,189 @@
+"""What :class:`~toolguard.stores.RedisStore` sends and reads: the client it builds from a URL
+(timeouts, retries, cluster start-up nodes), times and TTLs as Redis takes them, the JSON of
+stored results, records and approvals, and the escaping of key parts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import orjson
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
+from redis.retry import Retry
+
+from toolguard._types import RecordState
+
+from ._base import ApprovalRecord, IdempotencyRecord
+
+_MAX_TTL_S: Final = 10 * 365 * 86_400.0  # clamp: PX must fit Redis' range, inf must not leak
+_STATES: Final = {b"p": RecordState.IN_PROGRESS, b"c": RecordState.COMPLETED,
+                  b"u": RecordState.UNKNOWN}
+_JSON_OPTS: Final = orjson.OPT_NON_STR_KEYS
+
+
+
+def unreachable(url: str, timeout_s: float = 1.0, *, cluster: bool = False) -> str | None:
+    """Why the Redis server (or with ``cluster``, the Redis Cluster) at ``url`` cannot be
+    used (a one-line reason), or None if it answers a PING within ``timeout_s`` seconds. For
+    health checks, tests and benchmarks."""
+    try:
+        client = _client(url, timeout_s, cluster=cluster, retries=0)
+    except (redis.RedisError, OSError, ValueError) as exc:
+        return f"Redis not reachable at {url} ({type(exc).__name__}: {exc})"
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        return f"Redis not reachable at {url} ({type(exc).__name__}: {exc})"
+    finally:
+        client.close()
+    return None
+
+
+def startup_nodes(url: str) -> list[tuple[str, int]]:
+    """The ``(host, port)`` pairs of a comma-separated list of Redis URLs (a later item may
+    leave out the scheme: ``redis://a:7000,b:7001``).
+
+    Raises:
+        ValueError: an empty list, an item without a host, or a ``unix://`` socket (a
+            cluster is reached over TCP).
+    """
+    items = [item.strip() for item in url.split(",")]
+    if not items or not all(items):
+        raise ValueError(f"empty startup node in {url!r}")
+    scheme = items[0].split("://", 1)[0] if "://" in items[0] else "redis"
+    nodes: list[tuple[str, int]] = []
+    for item in items:
+        parts = urlsplit(item if "://" in item else f"{scheme}://{item}")
+        if parts.scheme == "unix" or not parts.hostname:
+            raise ValueError(f"a cluster node needs a host and port, not {item!r}")
+        nodes.append((parts.hostname, parts.port or 6379))
+    return nodes
+
+
+def _client(url: str, timeout_s: float, *, cluster: bool, retries: int = 3
+            ) -> redis.Redis | RedisCluster:
+    """A client with ``timeout_s`` socket timeouts: a ``Redis`` or, with ``cluster``, a
+    ``RedisCluster`` whose startup nodes are the comma-separated ``url`` items (options such
+    as the password come from the first). Never reads from replicas."""
+    backoff = ExponentialBackoff(cap=min(timeout_s, 0.5), base=0.02)
+    if not cluster:
+        if "," in url:
+            raise ValueError(f"several Redis URLs ({url!r}) need [store] cluster = true")
+        return redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+            retry=Retry(backoff, retries, supported_errors=(redis.ConnectionError,)),
+            client_name="toolguard")
+    first, *others = url.split(",")
+    nodes = [ClusterNode(host, port)  # type: ignore[no-untyped-call]
+             for host, port in startup_nodes(url)[1:]] if others else []
+    try:
+        return RedisCluster(
+            url=first.strip(), startup_nodes=nodes, socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s, retry=Retry(backoff, retries),
+            client_name="toolguard")  # no load_balancing_strategy: replicas are never read
+    except RedisClusterException as exc:  # e.g. a db other than 0, nothing reachable
+        raise redis.ConnectionError(str(exc)) from exc
+
+
+def _ms(seconds: float) -> int:
+    return max(1, math.ceil(min(seconds, _MAX_TTL_S) * 1000))
+
+
+def _time(seconds: float) -> str:
+    return repr(float(seconds))
+
+
+def _dumps(value: Any) -> bytes:
+    """A stored result as JSON; what JSON cannot hold becomes its ``repr()``, value by value."""
+    try:
+        return orjson.dumps(value, default=_safe_repr, option=_JSON_OPTS)
+    except TypeError:  # orjson.JSONEncodeError: an int beyond 64 bits, a cycle, too deep
+        pass
+    try:
+        return orjson.dumps(_jsonable(value, 0), default=_safe_repr, option=_JSON_OPTS)
+    except TypeError:
+        return orjson.dumps(_safe_repr(value))
+
+
+def _jsonable(value: Any, depth: int, active: frozenset[int] = frozenset()) -> Any:
+    """``value`` as JSON can hold it, value by value: an int beyond 64 bits, a string that is
+    not valid Unicode, a container met again inside itself (a cycle) or nested deeper than
+    orjson's limit become their ``repr()``; a dataclass becomes its fields; a dict key that
+    is not a string becomes ``str(key)``. Everything else stays as it is. Linear in the size
+    of ``value``: a cycle stops at its first repeat."""
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else repr(value)
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return repr(value)
+        return value
+    ident = id(value)
+    if depth >= _MAX_DEPTH or ident in active:
+        return _safe_repr(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, (dict, list, tuple)):
+        inner = active | {ident}
+        if isinstance(value, dict):
+            return {k if isinstance(k, str) else str(k): _jsonable(v, depth + 1, inner)
+                    for k, v in value.items()}
+        return [_jsonable(v, depth + 1, inner) for v in value]
+    return value  # orjson takes it natively or calls default=repr
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a foreign __repr__ (or one nested too deep) failed
+        return f"<{type(value).__qualname__}>"
+
+
+_MAX_DEPTH: Final = 200  # below orjson's recursion limit of 255
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _record(raw: bytes | str) -> IdempotencyRecord:
+    state, epoch, _expires_at, created_at, tail = _bytes(raw).split(b"|", 4)
+    call_id, content = orjson.loads(tail)
+    return IdempotencyRecord(_STATES[state], int(epoch), float(created_at), content, call_id)
+
+
+def _approval(raw: bytes | str) -> ApprovalRecord:
+    state, requested_at, reason, tool, args, *bound = orjson.loads(raw)
+    return ApprovalRecord(state, float(requested_at), reason, tool, args, *bound[:1])
+
+def _escape(text: str) -> str:
+    """``text`` without ``{`` and ``}`` (and so unambiguous around the ``{task}`` hash tag):
+    ``%`` → ``%25``, ``{`` → ``%7B``, ``}`` → ``%7D``; anything else stays as it is."""
+    if "%" in text or "{" in text or "}" in text:
+        return text.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+    return text
+
+
+def _where(client: redis.Redis | RedisCluster) -> str:
+    """Where ``client`` points, for messages: ``host:port/db``, ``unix:path`` or
+    ``cluster host:port,...``."""
+    if isinstance(client, RedisCluster):
+        nodes = client.get_nodes()  # type: ignore[no-untyped-call]
+        return "cluster " + ",".join(sorted(n.name for n in nodes if n.server_type == "primary"))
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
