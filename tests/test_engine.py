@@ -645,7 +645,7 @@ def test_typed_parameters_get_python_values_from_json(clock: FakeClock) -> None:
     r = task.call("paint", '{"c": "red", "at": "2024-05-01T10:00:00Z", "box": {"width": 3}}')
     assert r.executed and r.value == "red"
     assert seen == [(Color.RED, dt.datetime(2024, 5, 1, 10, tzinfo=dt.timezone.utc), Box(3))]
-    from toolguard._schema import coercing_call
+    from toolguard._coerce import coercing_call
 
     def plain(a: str, b: list[int] | None = None, c: dict[str, Any] | None = None) -> None: ...
 

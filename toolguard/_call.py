@@ -20,14 +20,12 @@ from ._canonical import (
     args_hash,
     canonicalize,
 )
+from ._coerce import IntFix
 from ._decorators import ToolSpec
 from ._errors import CanonicalizationError
 from ._resolve import ToolSettings
 from ._results import ToolResult
-from ._schema import (
-    ArgsValidator,
-    IntFix,
-)
+from ._schema import ArgsValidator
 from ._threads import Handoff
 from ._types import Effect
 

@@ -19,6 +19,7 @@ from ._approval import (
 )
 from ._audit import AuditEvent, AuditSink
 from ._call import _Config, _Entry
+from ._coerce import coercing_call, int_parameters
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, check_options, is_recorded, spec_of
 from ._entries import _check_argument_names, _close_names, _source
 from ._errors import (
@@ -31,12 +32,7 @@ from ._injected import injected_parameters
 from ._integration import named_spec, require_task_for
 from ._lock import YieldingLock
 from ._resolve import ToolSettings, resolve_tool, spell_env_tools
-from ._schema import (
-    coercing_call,
-    int_parameters,
-    schema_from_signature,
-    tool_validator,
-)
+from ._schema import schema_from_signature, tool_validator
 from ._task import Task
 from ._types import Effect
 from .stores._base import Store
