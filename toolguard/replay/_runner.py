@@ -34,7 +34,7 @@ from toolguard._errors import Halt, PolicyError, ToolGuardError
 from toolguard._policy import AuditPolicy, Policy, ToolPolicy
 from toolguard._policy_loader import load_policy_dict
 from toolguard._redact import redact, redact_json_text
-from toolguard._results import ToolResult
+from toolguard._results import ToolResult, _fast_constructor
 from toolguard._types import Decision, Effect, Mode
 from toolguard.stores.memory import MemoryStore
 from toolguard.testing import FakeClock, auto_defer
@@ -313,6 +313,7 @@ class _Replayer:
     def replay(self, guard: Guard, task_id: str, run: Run) -> RunReport:
         report = RunReport(run.id, run.file, run.meta, calls=len(run.calls), format=run.format)
         task = guard.task(task_id)
+        audit = guard.policy.audit
         start = self.clock()
         current: RecordedCall | None = None
         try:
@@ -323,6 +324,14 @@ class _Replayer:
                     if item.elapsed_s is not None:
                         self._advance_to(start + item.elapsed_s)
                     task.record_usage(item.input_tokens, item.output_tokens)
+                elif len(item) == 1:  # one call: nothing to merge
+                    call = current = item[0]
+                    if call.elapsed_s is not None:
+                        self._advance_to(start + call.elapsed_s)
+                    report.steps.append(_step(report.replayed, call, self._call(task, call),
+                                              audit))
+                    report.replayed += 1
+                    current = None
                 else:
                     order = task._dedupe([(c.tool, c.arguments) for c in item])[0]
                     first: list[ToolResult] = []
@@ -335,7 +344,7 @@ class _Replayer:
                         else:
                             result = self._call(task, call)
                             first.append(result)
-                        report.steps.append(_step(report.replayed, call, result, guard))
+                        report.steps.append(_step(report.replayed, call, result, audit))
                         report.replayed += 1
                         current = None
         except Halt as exc:
@@ -379,9 +388,15 @@ def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[Rec
         yield batch
 
 
-def _step(index: int, call: RecordedCall, result: ToolResult, guard: Guard) -> StepReport:
-    return StepReport(index, call.tool, result.args_hash, result.effect, result.decision,
-                      result.reason, result.count, call.arguments, call.line, guard.policy.audit)
+def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy
+          ) -> StepReport:
+    return _new_step(index, call.tool, result.args_hash, result.effect, result.decision,
+                     result.reason, result.count, call.arguments, call.line, audit)
+
+
+_new_step: Final[Callable[..., StepReport]] = _fast_constructor(StepReport)
+"""``StepReport(...)`` (its fields in order) without the frozen dataclass's per-field
+``object.__setattr__``: one per replayed call."""
 
 
 def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> StepReport:

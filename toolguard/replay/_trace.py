@@ -18,10 +18,12 @@ The file is read line by line and each run is handed on as soon as the next head
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
+
+from toolguard._results import _fast_constructor
 
 from ._chat import CHAT_KEYS, chat_run
 from ._model import (
@@ -104,6 +106,9 @@ def _is_usage_line(value: Mapping[str, Any]) -> bool:
 
 
 _HEADER_KEYS: Final = frozenset({"effects", *RUN_ID_KEYS})
+_new_call: Final[Callable[..., RecordedCall]] = _fast_constructor(RecordedCall)
+"""``RecordedCall(...)`` (its fields in order) without the frozen dataclass's per-field
+``object.__setattr__``: one per recorded call."""
 
 
 def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
@@ -126,10 +131,8 @@ def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
     steps: list[Step] = []
     if "usage" in item:
         steps.append(usage(item["usage"], line))
-    steps.append(RecordedCall(
-        tool=tool, args=args, raw_args=raw, result=item.get("result"), is_error=is_error,
-        timeout=item.get("error_type") == "timeout", batch=batch, elapsed_s=elapsed, line=line,
-    ))
+    steps.append(_new_call(tool, args, raw, item.get("result"), is_error,
+                           item.get("error_type") == "timeout", batch, elapsed, line))
     return steps
 
 
