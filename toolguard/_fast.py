@@ -15,11 +15,15 @@ random call sequences give the same results, history and state with this path on
 
 from __future__ import annotations
 
+from inspect import isawaitable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from ._admit import _begin_failed
-from ._call import CallRecord, Executor, _Config, _Prepared
+from ._call import CallRecord, Executor, _Config, _Outcome, _Prepared
+from ._context import CURRENT_KEY as _CURRENT_KEY
 from ._core import CallContext, decide, stagnation_after
+from ._execute import _close_awaitable
 from ._limits import UNKNOWN_TOOLS
 from ._pipeline import _failed, _interrupted, _origin
 from ._record import _digest, _executed_result, _finish_failed
@@ -85,31 +89,42 @@ def _memory_sync(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: A
     except BaseException as exc:
         _failed(task, cfg, tool, exc, claimed, False)
         raise
+    # _execute._execute_sync, without the outcome record for a success
+    token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
+    start = perf_counter()
+    failed: _Outcome | None = None
     try:
-        outcome = task._execute_sync(cfg, p, executor)
-    except BaseException as exc:
+        value = executor(p.args) if executor is not None else entry.call(**p.args)
+        if entry.maybe_async and isawaitable(value):
+            value = _close_awaitable(value, p)
+    except Exception as exc:  # noqa: BLE001 - any tool error becomes an error envelope
+        failed = task._failure(cfg, exc, perf_counter() - start)
+    except BaseException as exc:  # interrupted: an unknown outcome (_interrupted)
+        _CURRENT_KEY.reset(token)
         _interrupted(task, cfg, tool, p, snap, exc)
         raise
+    duration = perf_counter() - start
+    _CURRENT_KEY.reset(token)
     try:
         if p.claim:
             task._notify(p)
-        if not outcome.success:  # an error or an unknown outcome: the general record
-            return task._conclude(cfg, p, snap, verdict, outcome, None), outcome.exc
-        content = outcome.content
-        digest, kind = _digest(task._digests, settings.result, content)
+        if failed is not None:  # an error or an unknown outcome: the general record
+            return task._conclude(cfg, p, snap, verdict, failed, None), failed.exc
+        digest, kind = _digest(task._digests, settings.result, value)
         judged = (kind + digest if effect is not POLL and (
             settings.stagnation_warn_at or settings.stagnation_block_at) else "")
         try:
             store.finish_fields(  # _record._finish's request of a success, as arguments
                 task.task_id, entry.spec.name, p.signature, p.key, True, True, False,
-                effect is MUTATING, digest, p.claim and p.remember, content, snap.claimed,
+                effect is MUTATING, digest, p.claim and p.remember, value, snap.claimed,
                 settings.idempotency_ttl_s, clock(), None, p.call_id, judged,
                 settings.max_progress_resets)
         except Exception as exc:  # noqa: BLE001 - _finish_failed re-raises or falls back
             if _finish_failed(task, cfg, p, exc, True):
                 judged = ""  # not recorded: no stagnation warn either
         stagnant = stagnation_after(settings, p.signature, snap, judged) if judged else None
-        return _executed_result(task, cfg, p, snap, verdict, outcome, None, stagnant), None
+        return _executed_result(task, cfg, p, snap, verdict, None, stagnant, value, value,
+                                True, None, duration), None
     except BaseException as exc:
         _failed(task, cfg, tool, exc, claimed, True)
         raise

@@ -177,7 +177,9 @@ def _conclude(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: V
         raise exc
     stagnant = task._finish(cfg, p, snap, outcome)
     if outcome is not None:
-        return _executed_result(task, cfg, p, snap, verdict, outcome, observed, stagnant)
+        return _executed_result(task, cfg, p, snap, verdict, observed, stagnant, outcome.value,
+                                outcome.content, outcome.success, outcome.error_type,
+                                outcome.duration_s)
     result = task._synthetic(p, snap, verdict)
     transition = ("validating->needs_review" if decision is REVIEW
                   else "validating->planning")
@@ -186,30 +188,31 @@ def _conclude(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: V
 
 
 def _executed_result(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
-                     outcome: _Outcome, observed: Decision | None, stagnant: Verdict | None
+                     observed: Decision | None, stagnant: Verdict | None, value: Any,
+                     content: Any, success: bool, error_type: str | None, duration_s: float
                      ) -> ToolResult:
-    """The result of a call that ran and was recorded (``stagnant``: the stagnation warn
-    its record earned): kept in the history and, for a read-only success, as the last
-    result a blocked repeat quotes."""
-    content = outcome.content
+    """The result of a call that ran and was recorded, from its outcome's fields (an
+    :class:`_Outcome`'s; ``stagnant``: the stagnation warn its record earned): kept in the
+    history and, for a read-only success, as the last result a blocked repeat quotes."""
+    raw_content = content
     decision = verdict.decision
     if stagnant is not None and decision is ALLOW:  # this call made the run long
         verdict, decision = stagnant, stagnant.decision
         if observed is not None:
             observed = decision
     notice = verdict.notice if observed is None else None
-    if notice and (outcome.success or verdict is stagnant):
+    if notice and (success or verdict is stagnant):
         content = _with_notice(content, notice)
-    elif outcome.success is False:
+    elif success is False:
         notice = None
     result = new_result(  # positional, in ToolResult's order (hot path)
         p.entry.spec.name, p.call_id, ALLOW if observed is not None else decision, content,
-        outcome.value, not outcome.success, outcome.error_type, verdict.reason, notice,
-        snap.count, p.effect, p.sig, p.key, outcome.duration_s, observed,
+        value, not success, error_type, verdict.reason, notice, snap.count, p.effect, p.sig,
+        p.key, duration_s, observed,
     )
-    if outcome.success and p.effect is READONLY:
+    if success and p.effect is READONLY:
         last = task._last_content
-        last[p.signature] = outcome.content
+        last[p.signature] = raw_content
         if len(last) > task._limit:
             last.popitem(last=False)
     task._record(p, result, "executing->planning", cfg)
