@@ -17,6 +17,7 @@ import enum
 import json
 import math
 import random
+import re
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -29,6 +30,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import toolguard as tg
+from toolguard import _canonical
 from toolguard._canonical import (
     CANONICAL_VERSION,
     ArgumentsError,
@@ -673,3 +675,31 @@ def test_plain_arguments_are_not_flagged() -> None:
     assert args_hash_and_floats({"a": [1, 2.5, "x.0"], "b": None, "c": {"d": 1e-3}})[1] is False
     assert args_hash_and_floats({"a": [1, 2.0]})[1] is True
     assert args_hash_and_floats({"a": 1e16})[1] is True
+
+
+# -- long output: the null and integral-float searches run in RE2 (_canonical._Search) ------
+_PAD = "p" * _canonical.LONG_OUTPUT  # pushes any serialization past LONG_OUTPUT
+
+
+@PROPS
+@given(st.binary(max_size=40), st.sampled_from([b"null", b"1.0,", b"2.0]", b"-0.0}", b"nul",
+                                                b".0", b"0.0 ", b"n\x00ull", b""]),
+       st.binary(max_size=40), st.booleans())
+def test_long_output_searches_agree_with_re(head: bytes, middle: bytes, tail: bytes,
+                                            long: bool) -> None:
+    out = head + middle + tail + (_PAD.encode() if long else b"")
+    for search, pattern in ((_canonical._LONG_NULL, rb"null"),
+                            (_canonical._LONG_INTEGRAL, rb"\.0[,\]}]")):
+        assert search(out) == (re.search(pattern, out) is not None)
+    assert _canonical._has_null(out) == (b"null" in out)
+
+
+@PROPS
+@given(JSON_ARGS)
+def test_long_arguments_hash_as_the_slow_walk_does(args: dict[str, Any]) -> None:
+    """Past LONG_OUTPUT the null / integral-float checks are RE2's: the canonical bytes are
+    still exactly the full walk's (nulls dropped, 1.0 folded to 1)."""
+    padded = {**args, "\x00pad": _PAD}
+    assert canonical_args(padded) == orjson.dumps(canonicalize(padded),
+                                                  option=orjson.OPT_SORT_KEYS)
+    assert len(canonical_args(padded)) >= _canonical.LONG_OUTPUT

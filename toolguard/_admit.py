@@ -49,9 +49,16 @@ def _begin(task: Task, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
     try:
         return task.guard._store.begin(task.task_id, req)
     except Exception as exc:  # noqa: BLE001 - _store_failed re-raises or falls back
-        task._store_failed(cfg, p, exc, fallback=True)
+        return _begin_failed(task, cfg, p, exc, req.now)
+
+
+def _begin_failed(task: Task, cfg: _Config, p: _Prepared, exc: Exception, now: float
+                  ) -> Snapshot:
+    """``store.begin`` raised ``exc``: raise (fail_closed) or, failing open, the snapshot of
+    a first call that holds nothing (``now``: the begin request's time)."""
+    task._store_failed(cfg, p, exc, fallback=True)
     return Snapshot(halted=None, epoch=0, calls=0, tool_calls=0, consecutive_failures=0,
-                    tokens=0, started_at=req.now, count=1, polls=0, record=None,
+                    tokens=0, started_at=now, count=1, polls=0, record=None,
                     approval=None, claimed=False)
 
 

@@ -6,7 +6,8 @@
   mode, no audit sink) runs straight through the stages below (``_front``, then
   ``_executed_sync`` / ``_executed_async``); a call that needs I/O in the middle (an
   approval, a wait for a twin, a worker thread) goes through the one pipeline for ``call``
-  and ``acall``, sans I/O: a generator that yields its I/O requests;
+  and ``acall``, sans I/O: a generator that yields its I/O requests; :mod:`toolguard._fast`
+  — the same straight path fused into one function for ``call`` on a plain ``MemoryStore``;
 * :mod:`toolguard._prepare` — parse, bind defaults, classify, canonical hash, schema;
 * :mod:`toolguard._admit` — ``store.begin`` and the pure :func:`toolguard._core.decide`:
   budget → approval → idempotency → ladder (the store's failure policy too);

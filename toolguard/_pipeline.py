@@ -30,6 +30,7 @@ from ._types import (
     WARN,
 )
 from .stores._base import Snapshot
+from .stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from ._engine import Task
@@ -289,13 +290,20 @@ def _run_sync(task: Task, tool: str, raw: Any, executor: Executor | None,
     cfg = task.guard._config
     start: _Start | None = None
     if cfg.policy.mode is ENFORCE and not resumed and not task.guard._sinks:
-        front = _front(task, cfg, tool, raw, executor)
-        if type(front) is ToolResult:
-            return front, None
-        p, snap, verdict = front  # type: ignore[misc]  # not a ToolResult: tested above
-        if verdict is not None:
-            return _executed_sync(task, cfg, tool, p, snap, verdict, executor)
-        start = (cfg, p, snap)
+        store = task.guard._store
+        if type(store) is MemoryStore and task._fast:  # the fused path (toolguard._fast)
+            done, handed = task._memory_sync(cfg, store, tool, raw, executor)
+            if done is not None:
+                return done, handed  # type: ignore[return-value]  # the tool's exception
+            start = (cfg, *handed)  # type: ignore[misc]  # (p, snap): tested above
+        else:
+            front = _front(task, cfg, tool, raw, executor)
+            if type(front) is ToolResult:
+                return front, None
+            p, snap, verdict = front  # type: ignore[misc]  # not a ToolResult: tested above
+            if verdict is not None:
+                return _executed_sync(task, cfg, tool, p, snap, verdict, executor)
+            start = (cfg, p, snap)
     pipeline = task._pipeline(tool, raw, executor, approver, resumed, start)
     try:
         io = next(pipeline)

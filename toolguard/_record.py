@@ -72,18 +72,8 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
     ))
     try:
         task.guard._store.finish(task.task_id, req)
-    except Exception as exc:  # noqa: BLE001 - _store_failed re-raises or falls back
-        if not executed:
-            task._store_failed(cfg, p, exc, fallback=False)
-        # The tool already ran: a store failure now must not lose its result. Record
-        # what we can, warn, and return the result (the claim expires by its TTL).
-        try:
-            task._store_failed(cfg, p, exc, fallback=True,
-                               transition="executing->planning")
-        except StoreError as error:
-            log.warning("toolguard: %s (the result is returned)", error)
-            task._event("executing->planning", p.entry.spec.name, ALLOW,
-                        f"state not recorded: {error}", p, cfg)
+    except Exception as exc:  # noqa: BLE001 - _finish_failed re-raises or falls back
+        if _finish_failed(task, cfg, p, exc, executed):
             return None
     if req.unknown and (p.entry.settings.requires_approval
                         or not p.entry.settings.forwards_idempotency_key):
@@ -96,6 +86,25 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
             task.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
             fallback=lambda: None)
     return stagnation_after(settings, p.signature, snap, judged) if judged else None
+
+
+def _finish_failed(task: Task, cfg: _Config, p: _Prepared, exc: Exception,
+                   executed: bool) -> bool:
+    """``store.finish`` raised ``exc``. Raises (``fail_closed``, or the tool did not run);
+    True: the outcome was not recorded (logged, the result is still returned); False: the
+    policy fails open and the caller goes on as if it had been recorded."""
+    if not executed:
+        task._store_failed(cfg, p, exc, fallback=False)
+    # The tool already ran: a store failure now must not lose its result. Record
+    # what we can, warn, and return the result (the claim expires by its TTL).
+    try:
+        task._store_failed(cfg, p, exc, fallback=True, transition="executing->planning")
+    except StoreError as error:
+        log.warning("toolguard: %s (the result is returned)", error)
+        task._event("executing->planning", p.entry.spec.name, ALLOW,
+                    f"state not recorded: {error}", p, cfg)
+        return True
+    return False
 
 
 MEMO_CHARS: Final = 4096
@@ -168,31 +177,45 @@ def _conclude(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: V
         raise exc
     stagnant = task._finish(cfg, p, snap, outcome)
     if outcome is not None:
-        content = outcome.content
-        if stagnant is not None and decision is ALLOW:  # this call made the run long
-            verdict, decision = stagnant, stagnant.decision
-            if observed is not None:
-                observed = decision
-        notice = verdict.notice if observed is None else None
-        if notice and (outcome.success or verdict is stagnant):
-            content = _with_notice(content, notice)
-        elif outcome.success is False:
-            notice = None
-        result = new_result(  # positional, in ToolResult's order (hot path)
-            tool, p.call_id, ALLOW if observed is not None else decision, content,
-            outcome.value, not outcome.success, outcome.error_type, verdict.reason, notice,
-            snap.count, p.effect, p.sig, p.key, outcome.duration_s, observed,
-        )
-        if outcome.success and p.effect is READONLY:
-            task._last_content[p.signature] = outcome.content
-            if len(task._last_content) > task._limit:
-                task._last_content.popitem(last=False)
-        task._record(p, result, "executing->planning", cfg)
-        return result
+        return _executed_result(task, cfg, p, snap, verdict, observed, stagnant, outcome.value,
+                                outcome.content, outcome.success, outcome.error_type,
+                                outcome.duration_s)
     result = task._synthetic(p, snap, verdict)
     transition = ("validating->needs_review" if decision is REVIEW
                   else "validating->planning")
     task._record(p, result, transition, cfg)
+    return result
+
+
+def _executed_result(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
+                     observed: Decision | None, stagnant: Verdict | None, value: Any,
+                     content: Any, success: bool, error_type: str | None, duration_s: float
+                     ) -> ToolResult:
+    """The result of a call that ran and was recorded, from its outcome's fields (an
+    :class:`_Outcome`'s; ``stagnant``: the stagnation warn its record earned): kept in the
+    history and, for a read-only success, as the last result a blocked repeat quotes."""
+    raw_content = content
+    decision = verdict.decision
+    if stagnant is not None and decision is ALLOW:  # this call made the run long
+        verdict, decision = stagnant, stagnant.decision
+        if observed is not None:
+            observed = decision
+    notice = verdict.notice if observed is None else None
+    if notice and (success or verdict is stagnant):
+        content = _with_notice(content, notice)
+    elif success is False:
+        notice = None
+    result = new_result(  # positional, in ToolResult's order (hot path)
+        p.entry.spec.name, p.call_id, ALLOW if observed is not None else decision, content,
+        value, not success, error_type, verdict.reason, notice, snap.count, p.effect, p.sig,
+        p.key, duration_s, observed,
+    )
+    if success and p.effect is READONLY:
+        last = task._last_content
+        last[p.signature] = raw_content
+        if len(last) > task._limit:
+            last.popitem(last=False)
+    task._record(p, result, "executing->planning", cfg)
     return result
 
 

@@ -18,6 +18,7 @@ from . import _approve as _approve_stage
 from . import _batch as _batch_stage
 from . import _events as _events_stage
 from . import _execute as _execute_stage
+from . import _fast as _fast_stage
 from . import _pipeline as _pipeline_stage
 from . import _prepare as _prepare_stage
 from . import _record as _record_stage
@@ -92,6 +93,7 @@ class Task:
     _failure = staticmethod(_execute_stage._failure)
     _give_back = _execute_stage._give_back
     _abandon = _execute_stage._abandon
+    _memory_sync = _fast_stage._memory_sync
     _pipeline = _pipeline_stage._pipeline
     _run_sync = _pipeline_stage._run_sync
     _run_async = _pipeline_stage._run_async
@@ -128,6 +130,9 @@ class Task:
         self._tokens: list[contextvars.Token[Task | None]] = []
         # short text result -> (its normalizer, digest, kind); bounded (_record._digest)
         self._digests: dict[str, tuple[ResultNormalizer, str, str]] = {}
+        # the fused in-memory path (toolguard._fast) is taken; tests turn it off to
+        # compare it with the general path
+        self._fast = True
 
     # -- context management -------------------------------------------------------------
     def __enter__(self) -> Task:

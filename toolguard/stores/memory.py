@@ -109,19 +109,22 @@ class _Records:
         self._maxsize = maxsize
         self._clock = clock
 
-    def get(self, key: tuple[str, str]) -> IdempotencyRecord | None:
+    def get(self, key: tuple[str, str], now: float | None = None) -> IdempotencyRecord | None:
+        """The record at ``key``, or None; ``now``: the clock's time, if read already."""
         entry = self._data.get(key)
         if entry is None:
             return None
-        if entry[1] <= self._clock():
+        if entry[1] <= (self._clock() if now is None else now):
             del self._data[key]
             return None
         self._data.move_to_end(key)
         return entry[0]
 
-    def put(self, key: tuple[str, str], record: IdempotencyRecord, ttl_s: float) -> None:
+    def put(self, key: tuple[str, str], record: IdempotencyRecord, ttl_s: float,
+            now: float | None = None) -> None:
+        """Keep ``record`` for ``ttl_s`` seconds from ``now`` (the clock's time, if read)."""
         data = self._data
-        data[key] = (record, self._clock() + ttl_s)
+        data[key] = (record, (self._clock() if now is None else now) + ttl_s)
         data.move_to_end(key)
         if len(data) > self._maxsize:
             data.popitem(last=False)
@@ -191,8 +194,8 @@ class MemoryStore:
             del tasks[oldest_id]
 
     def _valid_record(self, state: _Task, task_id: str, key: str,
-                      task_scope: bool) -> IdempotencyRecord | None:
-        record = self._records.get((task_id, key))
+                      task_scope: bool, now: float | None = None) -> IdempotencyRecord | None:
+        record = self._records.get((task_id, key), now)
         if record is None:
             return None
         if (record.state is COMPLETED and not task_scope
@@ -201,74 +204,94 @@ class MemoryStore:
         return record
 
     def begin(self, task_id: str, req: BeginRequest) -> Snapshot:
+        return self.begin_fields(task_id, *req)
+
+    def begin_fields(self, task_id: str, tool: str, signature: str, idempotency_key: str,
+                     claim: bool, task_scope: bool, count: bool, poll: bool, at: float,
+                     claim_ttl_s: float, call_id: str = "", now: float | None = None
+                     ) -> Snapshot:
+        """:meth:`begin` with the :class:`BeginRequest`'s fields as arguments (``at``: its
+        ``now``), for the engine's in-memory path (``toolguard._fast``): no request tuple,
+        no attribute reads. ``now``: this store's clock, if the caller read it already (the
+        guard's clock is this store's), else None."""
         lock = self._raw_lock
         if not lock.acquire(False):
             wait_for(lock)
         try:
             state = self._tasks.get(task_id)
-            now = self._clock()
+            if now is None:
+                now = self._clock()
             if state is not None and now - state.used_at <= self._state_ttl_s:
                 self._tasks.move_to_end(task_id)  # self._task(task_id), inline (hot path)
                 state.used_at = now
             else:
                 state = self._task(task_id)
             if state.started_at is None:
-                state.started_at = req.now
-            sigs = state.sigs  # state.sig(req.signature), inline (hot path)
-            sig = sigs.get(req.signature)
+                state.started_at = at
+            sigs = state.sigs  # state.sig(signature), inline (hot path)
+            sig = sigs.get(signature)
             if sig is None:
-                sig = state.sig(req.signature)
+                sig = state.sig(signature)
             else:
-                sigs.move_to_end(req.signature)
+                sigs.move_to_end(signature)
             if sig.epoch != state.epoch:
                 sig.epoch, sig.count, sig.polls = state.epoch, 0, 0
             record = None
             claimed = False
-            if req.idempotency_key:
+            if idempotency_key:
                 # A call that waited on an identical call in progress (count False) was sent
                 # together with it: that call's result is its own, even if an unrelated write
                 # finished meanwhile and lapsed the until_change record (else it ran twice).
-                record = self._valid_record(state, task_id, req.idempotency_key,
-                                            req.task_scope or not req.count)
-                if (record is not None and req.claim and req.call_id
-                        and record.state is IN_PROGRESS and record.call_id == req.call_id):
+                record = self._valid_record(state, task_id, idempotency_key,
+                                            task_scope or not count, now)
+                if (record is not None and claim and call_id
+                        and record.state is IN_PROGRESS and record.call_id == call_id):
                     record, claimed = None, True  # its own claim: a retried begin (Redis)
-                elif record is None and req.claim:
-                    claim = _record(IN_PROGRESS, state.changes, req.now,
-                                              None, req.call_id)
-                    self._records.put((task_id, req.idempotency_key), claim, req.claim_ttl_s)
+                elif record is None and claim:
+                    held = _record(IN_PROGRESS, state.changes, at, None, call_id)
+                    self._records.put((task_id, idempotency_key), held, claim_ttl_s, now)
                     claimed = True
             # a duplicate of a call that is running right now is the same call, not a repeat
             concurrent = record is not None and record.state is IN_PROGRESS
-            tool_calls = state.tool_calls.get(req.tool, 0)
-            if req.count and state.halted is None:  # a refused call of a halted task is free
+            tool_calls = state.tool_calls.get(tool, 0)
+            if count and state.halted is None:  # a refused call of a halted task is free
                 state.calls += 1
                 tool_calls += 1
-                state.tool_calls[req.tool] = tool_calls
-                if req.poll:
+                state.tool_calls[tool] = tool_calls
+                if poll:
                     sig.polls += 1
                 elif not concurrent:
                     sig.count += 1
-                if state.last_signature != req.signature:
+                if state.last_signature != signature:
                     sig.resets = 0  # another call came in between: its run starts afresh
-                    state.last_signature = req.signature
-            approval = state.approvals.get(req.idempotency_key) if req.idempotency_key else None
-            count = sig.count
-            run = state.stagnation.get(req.tool)
+                    state.last_signature = signature
+            approval = state.approvals.get(idempotency_key) if idempotency_key else None
+            repeats = sig.count
+            run = state.stagnation.get(tool)
             if run is None or run[0] != state.epoch:
                 run = _NO_RUN
             return _new(Snapshot, (  # every field, in Snapshot's order (hot path)
                 state.halted, state.epoch, state.calls, tool_calls,
-                state.failures.get(req.tool, 0),  # consecutive_failures
+                state.failures.get(tool, 0),  # consecutive_failures
                 state.input_tokens + state.output_tokens,  # tokens
                 state.started_at,
-                count if count > 1 else 1,  # count
+                repeats if repeats > 1 else 1,  # count
                 sig.polls, record, approval, claimed, run[1], run[2], run[3],
             ))
         finally:
             lock.release()
 
     def finish(self, task_id: str, req: FinishRequest) -> None:
+        self.finish_fields(task_id, *req)
+
+    def finish_fields(self, task_id: str, tool: str, signature: str, idempotency_key: str,
+                      executed: bool, success: bool, unknown: bool, mutating: bool,
+                      result_digest: str, store_result: bool, content: Any, release: bool,
+                      ttl_s: float, at: float, halt: dict[str, Any] | None = None,
+                      call_id: str = "", outcome: str = "", max_progress_resets: int = 0
+                      ) -> None:
+        """:meth:`finish` with the :class:`FinishRequest`'s fields as arguments (``at``: its
+        ``now``), for the engine's in-memory path (``toolguard._fast``)."""
         lock = self._raw_lock
         if not lock.acquire(False):
             wait_for(lock)
@@ -276,14 +299,14 @@ class MemoryStore:
             # begin has just refreshed the task: skip the clock and the LRU move unless it
             # was forgotten while the tool ran
             state = self._tasks.get(task_id) or self._task(task_id)
-            if req.executed and req.success and req.mutating:
+            if executed and success and mutating:
                 state.changes += 1
-            if req.executed:
-                state.failures[req.tool] = 0 if req.success else state.failures.get(req.tool, 0) + 1
-                if req.success and req.result_digest:
-                    sig = state.sig(req.signature)
-                    pair = (req.signature, req.result_digest)
-                    if req.mutating and pair not in state.seen:
+            if executed:
+                state.failures[tool] = 0 if success else state.failures.get(tool, 0) + 1
+                if success and result_digest:
+                    sig = state.sig(signature)
+                    pair = (signature, result_digest)
+                    if mutating and pair not in state.seen:
                         # Progress (a): the world changed; every count restarts, and this call
                         # is the first of the new epoch.
                         state.seen[pair] = None
@@ -291,37 +314,34 @@ class MemoryStore:
                             state.seen.popitem(last=False)
                         state.epoch += 1
                         sig.epoch, sig.count, sig.polls = state.epoch, 1, 0
-                    elif sig.last_digest and sig.last_digest != req.result_digest:
+                    elif sig.last_digest and sig.last_digest != result_digest:
                         # Progress (b): this signature's output moved, unless it moved on
                         # every one of the last max_progress_resets back-to-back calls.
-                        if not req.max_progress_resets or sig.resets < req.max_progress_resets:
+                        if not max_progress_resets or sig.resets < max_progress_resets:
                             sig.count = 1
                         sig.resets += 1
-                    sig.last_digest = req.result_digest
-            if req.outcome:  # after progress: a call that made progress starts a new run
-                run = state.stagnation.get(req.tool)
-                if run is None or run[0] != state.epoch or run[2] != req.outcome:
-                    state.stagnation[req.tool] = (state.epoch, 1, req.outcome, req.signature)
-                elif run[3] != req.signature:
-                    state.stagnation[req.tool] = (state.epoch, run[1] + 1, req.outcome,
-                                                  req.signature)
-            if req.idempotency_key:
-                key = (task_id, req.idempotency_key)
-                if req.store_result:
-                    record = _record(COMPLETED, state.changes, req.now,
-                                               req.content, req.call_id)
-                    self._records.put(key, record, req.ttl_s)
-                elif req.unknown:
-                    record = _record(UNKNOWN, state.changes, req.now,
-                                               None, req.call_id)
-                    self._records.put(key, record, req.ttl_s)
-                elif req.release:
+                    sig.last_digest = result_digest
+            if outcome:  # after progress: a call that made progress starts a new run
+                run = state.stagnation.get(tool)
+                if run is None or run[0] != state.epoch or run[2] != outcome:
+                    state.stagnation[tool] = (state.epoch, 1, outcome, signature)
+                elif run[3] != signature:
+                    state.stagnation[tool] = (state.epoch, run[1] + 1, outcome, signature)
+            if idempotency_key:
+                key = (task_id, idempotency_key)
+                if store_result:
+                    record = _record(COMPLETED, state.changes, at, content, call_id)
+                    self._records.put(key, record, ttl_s)
+                elif unknown:
+                    record = _record(UNKNOWN, state.changes, at, None, call_id)
+                    self._records.put(key, record, ttl_s)
+                elif release:
                     held = self._records.get(key)
                     if (held is not None and held.state is IN_PROGRESS
-                            and held.call_id == req.call_id):
+                            and held.call_id == call_id):
                         self._records.pop(key)
-            if req.halt is not None:
-                state.halted = req.halt
+            if halt is not None:
+                state.halted = halt
         finally:
             lock.release()
 

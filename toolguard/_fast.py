@@ -1,0 +1,130 @@
+"""The in-memory call path: ``call`` on a guard whose store is a plain
+:class:`~toolguard.stores.memory.MemoryStore`, in enforce mode with no audit sink, runs
+prepare -> begin -> decide -> execute -> record in one function.
+
+The stages are those of :func:`toolguard._pipeline._front` and the functions it hands over
+to, with what only they need left out: no ``BeginRequest`` / ``FinishRequest`` tuples (the
+store's ``begin_fields`` / ``finish_fields`` take the fields as arguments), one clock read
+for begin and the decision (the store's own clock when it is the guard's, as for the store
+the guard builds), a call that does not run recorded without ``_conclude`` (it holds no
+claim: nothing to release). Whatever is not the plain case is the general path's: a halt,
+a claim to release, a failed or unknown outcome (``_conclude``), an approval, a wait for an
+identical call, the failure budget (the pipeline). ``tests/test_fast_path.py`` checks that
+random call sequences give the same results, history and state with this path on and off.
+"""
+
+from __future__ import annotations
+
+from inspect import isawaitable
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from ._admit import _begin_failed
+from ._call import CallRecord, Executor, _Config, _Outcome, _Prepared
+from ._context import CURRENT_KEY as _CURRENT_KEY
+from ._core import CallContext, decide, stagnation_after
+from ._execute import _close_awaitable
+from ._limits import UNKNOWN_TOOLS
+from ._pipeline import _failed, _interrupted, _origin
+from ._record import _digest, _executed_result, _finish_failed
+from ._results import ToolResult
+from ._types import ALLOW, HALT, MUTATING, POLL, WARN
+from .stores._base import Snapshot
+from .stores._base import new_tuple as _new
+
+if TYPE_CHECKING:
+    from ._engine import Task
+    from .stores.memory import MemoryStore
+
+Front = tuple[ToolResult, BaseException | None] | tuple[None, tuple[_Prepared, Snapshot]]
+"""``(result, the tool's exception)`` of a call this path finished, or ``(None, (p, snap))``:
+the pipeline takes the prepared and begun call over (an approval, a wait, a budget)."""
+
+
+def _memory_sync(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: Any,
+                 executor: Executor | None) -> Front:
+    """One sync call on ``store`` (see the module docstring)."""
+    claimed: tuple[_Prepared, Snapshot] | None = None
+    guard = task.guard
+    try:
+        prepared = task._prepare(cfg, tool, raw, executor is not None)
+        if type(prepared) is ToolResult:
+            task.history.append(_new(CallRecord, (tool, raw, prepared)))
+            return prepared, None
+        p: _Prepared = prepared  # type: ignore[assignment]  # not a ToolResult: tested above
+        entry = p.entry
+        settings = entry.settings
+        effect = p.effect
+        policy = cfg.policy
+        clock = guard._clock
+        now = clock()
+        try:
+            snap = store.begin_fields(  # _admit._begin's request, as arguments
+                task.task_id, UNKNOWN_TOOLS if entry.unknown else entry.spec.name,
+                p.signature, p.key if effect is MUTATING or settings.requires_approval else "",
+                p.claim, p.task_scope, True, effect is POLL, now,
+                policy.idempotency.in_progress_ttl_s, p.call_id,
+                now if store._clock is clock else None)
+        except Exception as exc:  # noqa: BLE001 - _begin_failed re-raises or falls back
+            snap = _begin_failed(task, cfg, p, exc, now)
+        if snap.claimed:
+            claimed = (p, snap)
+        verdict = decide(_new(CallContext, (  # _admit._decide's context, read at begin's time
+            task.task_id, entry.spec.name, settings, effect, p.sig, p.key, p.invalid,
+            policy.budget, policy.approval.timeout_s, now, p.denied, p.exact,
+        )), snap)
+        decision = verdict.decision
+        if verdict.ask_approval or verdict.wait:
+            return None, (p, snap)
+        if decision is not ALLOW and decision is not WARN:  # not run
+            if decision is HALT or snap.claimed:
+                return task._conclude(cfg, p, snap, verdict, None, None), None
+            result = task._synthetic(p, snap, verdict)
+            task.history.append(_new(CallRecord, (entry.spec.name, p.raw_args, result)))
+            return result, None
+        if snap.approval is not None or policy.budget.max_consecutive_failures is not None:
+            return None, (p, snap)
+        if snap.record is not None:
+            _origin(p, snap)
+    except BaseException as exc:
+        _failed(task, cfg, tool, exc, claimed, False)
+        raise
+    # _execute._execute_sync, without the outcome record for a success
+    token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
+    start = perf_counter()
+    failed: _Outcome | None = None
+    try:
+        value = executor(p.args) if executor is not None else entry.call(**p.args)
+        if entry.maybe_async and isawaitable(value):
+            value = _close_awaitable(value, p)
+    except Exception as exc:  # noqa: BLE001 - any tool error becomes an error envelope
+        failed = task._failure(cfg, exc, perf_counter() - start)
+    except BaseException as exc:  # interrupted: an unknown outcome (_interrupted)
+        _CURRENT_KEY.reset(token)
+        _interrupted(task, cfg, tool, p, snap, exc)
+        raise
+    duration = perf_counter() - start
+    _CURRENT_KEY.reset(token)
+    try:
+        if p.claim:
+            task._notify(p)
+        if failed is not None:  # an error or an unknown outcome: the general record
+            return task._conclude(cfg, p, snap, verdict, failed, None), failed.exc
+        digest, kind = _digest(task._digests, settings.result, value)
+        judged = (kind + digest if effect is not POLL and (
+            settings.stagnation_warn_at or settings.stagnation_block_at) else "")
+        try:
+            store.finish_fields(  # _record._finish's request of a success, as arguments
+                task.task_id, entry.spec.name, p.signature, p.key, True, True, False,
+                effect is MUTATING, digest, p.claim and p.remember, value, snap.claimed,
+                settings.idempotency_ttl_s, clock(), None, p.call_id, judged,
+                settings.max_progress_resets)
+        except Exception as exc:  # noqa: BLE001 - _finish_failed re-raises or falls back
+            if _finish_failed(task, cfg, p, exc, True):
+                judged = ""  # not recorded: no stagnation warn either
+        stagnant = stagnation_after(settings, p.signature, snap, judged) if judged else None
+        return _executed_result(task, cfg, p, snap, verdict, None, stagnant, value, value,
+                                True, None, duration), None
+    except BaseException as exc:
+        _failed(task, cfg, tool, exc, claimed, True)
+        raise
