@@ -1,7 +1,7 @@
 """The proxy's streamable-HTTP wire on aiohttp: the SSE splitter of the upstream side against
 httpx2's reader (the SDK's own) under hypothesis, and the listener's HTTP behaviour tried with
 raw requests on the real proxy (a subprocess): its statuses, a client that drops mid-stream,
-DELETE ending a session and its stream, and the idle timeout."""
+DELETE ending a session and its stream, the idle timeout; and ``server/discover``."""
 
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 import orjson
 import pytest
 from httpx2._sse import _SSEParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.mcp_support import TEST_TIMEOUT_S, proxy_command
+from tests.mcp_support import TEST_TIMEOUT_S, proxy_command, upstream_command
 from tests.mcp_support import http_proxy as start_http_proxy
+from tests.test_mcp_raw import _exchange
 from toolguard._mcp_wire import MAX_FRAME_BYTES, _Events
 
 # -- the SSE splitter -------------------------------------------------------------------------
@@ -244,3 +246,31 @@ def test_session_idle_timeout_must_not_be_negative() -> None:
                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=TEST_TIMEOUT_S, check=False)
     assert done.returncode == 2 and "--session-idle-timeout" in done.stderr
+
+
+# -- the 2026-07-28 per-request envelope --------------------------------------------------------
+DISCOVER = orjson.dumps({"jsonrpc": "2.0", "id": "d", "method": "server/discover", "params": {
+    "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+              "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+              "io.modelcontextprotocol/clientCapabilities": {}}}})
+
+
+async def test_server_discover_is_refused_clearly_and_initialize_still_works(
+        tmp_path: Path, proxy_url: str) -> None:
+    """The proxy speaks the handshake era (it initialized the upstream so): over stdio a
+    ``server/discover`` reaches the upstream, which refuses the envelope on that connection
+    with a JSON-RPC error; over HTTP, without a session, it is a 404 with a JSON-RPC error;
+    either way the client's fallback, ``initialize``, is then served."""
+    command = proxy_command(upstream=upstream_command(tmp_path / "counts.json"))
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        answers = {m["id"]: m for m in map(orjson.loads,
+                                           await _exchange(command, [DISCOVER, INIT], 2))}
+    refused, initialized = answers["d"], answers[1]
+    assert refused["error"]["code"] == -32600
+    assert "handshake" in refused["error"]["message"]
+    assert "protocolVersion" in initialized["result"]
+    async with _http() as http:
+        async with http.post(proxy_url, data=DISCOVER, headers=ACCEPT) as response:
+            assert response.status == 404
+            assert "error" in await response.json()
+        await _open(http, proxy_url)
