@@ -1,7 +1,8 @@
 """The proxy's streamable-HTTP wire on aiohttp: the SSE splitter of the upstream side against
 httpx2's reader (the SDK's own) under hypothesis, and the listener's HTTP behaviour tried with
 raw requests on the real proxy (a subprocess): its statuses, a client that drops mid-stream,
-DELETE ending a session and its stream, the idle timeout; and ``server/discover``."""
+DELETE ending a session and its stream, the idle timeout; ``server/discover``; the
+environment's HTTP proxy."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from tests.mcp_support import TEST_TIMEOUT_S, proxy_command, upstream_command
 from tests.mcp_support import http_proxy as start_http_proxy
 from tests.test_mcp_raw import _exchange
-from toolguard._mcp_wire import MAX_FRAME_BYTES, _Events
+from toolguard._mcp_wire import MAX_FRAME_BYTES, _Events, env_proxy
 
 # -- the SSE splitter -------------------------------------------------------------------------
 _VALUE = st.text(st.characters(codec="utf-8", exclude_characters="\r\n"), max_size=12)
@@ -274,3 +275,38 @@ async def test_server_discover_is_refused_clearly_and_initialize_still_works(
             assert response.status == 404
             assert "error" in await response.json()
         await _open(http, proxy_url)
+
+
+# -- the environment's HTTP proxy ---------------------------------------------------------------
+@pytest.mark.parametrize(("url", "expected"), [
+    ("http://10.1.2.3:8000/mcp", "http://proxy.example:3128"),
+    ("https://tools.example/mcp", "http://secure-proxy.example:3129"),
+    ("http://localhost:8000/mcp", None),  # NO_PROXY
+    ("http://internal.corp/mcp", None),
+])
+def test_the_upstream_is_reached_through_the_environments_proxy(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str, expected: str | None) -> None:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY",
+                 "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "REQUEST_METHOD"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("HTTP_PROXY", "http://user:secret@proxy.example:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "http://secure-proxy.example:3129")
+    monkeypatch.setenv("NO_PROXY", "localhost,.corp")
+    via = env_proxy(url)
+    if expected is None:
+        assert via == {}
+        return
+    assert str(via["proxy"]) == expected  # the credentials go in a header, not the URL
+    if "secure" in expected:
+        assert "proxy_headers" not in via
+    else:
+        assert via["proxy_headers"] == {"proxy-authorization": "Basic dXNlcjpzZWNyZXQ="}
+
+
+def test_no_proxy_in_the_environment_means_a_direct_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+                 "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert env_proxy("http://10.1.2.3:8000/mcp") == {}

@@ -280,6 +280,29 @@ def _why(exc: BaseException) -> str:
     return f"{kind}: {exc}" if str(exc) else kind
 
 
+def env_proxy(url: str) -> dict[str, Any]:
+    """The HTTP proxy the environment names for ``url`` (``HTTP_PROXY``/``HTTPS_PROXY``,
+    ``NO_PROXY``, credentials in the proxy URL or ``~/.netrc``), as aiohttp's own reader of
+    them finds it, and as httpx2, the SDK's client, honours them by default.
+
+    Returns:
+        ``{"proxy": URL, "proxy_headers": {...}}`` to pass to each request, or ``{}`` for
+        none. Read once per upstream session: aiohttp's ``trust_env`` reads the environment
+        again in a thread on every request.
+    """
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
+
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return {}
+    via: dict[str, Any] = {"proxy": proxy}
+    if auth is not None:
+        via["proxy_headers"] = {"proxy-authorization": auth.encode()}
+    return via
+
+
 class HttpUpstream:
     """A streamable-HTTP upstream session (an aiohttp client session of its own: keep-alive
     connections to the upstream, the C llhttp parser): one POST per message, answers as JSON
@@ -299,6 +322,7 @@ class HttpUpstream:
         self.session_id: str | None = None
         self._version: str | None = None
         self._http: Any = None  # the aiohttp.ClientSession, made in start() (inside the loop)
+        self._via: dict[str, Any] = {}  # the proxy to reach it through, if the environment has one
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
@@ -309,6 +333,7 @@ class HttpUpstream:
         # long as the session; connecting gets 30 s, as a pooled connection waits for its turn
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(
             total=None, connect=30.0, sock_connect=30.0, sock_read=None))
+        self._via = env_proxy(self.url)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -337,8 +362,8 @@ class HttpUpstream:
 
         rid = message.get("id") if "method" in message else None
         try:
-            async with self._http.post(self.url, data=raw,
-                                       headers=self._headers()) as response:
+            async with self._http.post(self.url, data=raw, headers=self._headers(),
+                                       **self._via) as response:
                 sid = response.headers.get(_SESSION)
                 if sid and self.session_id is None:
                     self.session_id = sid
@@ -385,8 +410,8 @@ class HttpUpstream:
         import aiohttp
 
         with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-            async with self._http.get(self.url, headers=self._headers(
-                    "text/event-stream")) as response:
+            async with self._http.get(self.url, headers=self._headers("text/event-stream"),
+                                      **self._via) as response:
                 kind = response.headers.get("content-type", "").partition(";")[0].strip()
                 if response.status == 200 and kind == "text/event-stream":
                     await self._events(response, None)
@@ -410,7 +435,7 @@ class HttpUpstream:
             return
         if self.session_id is not None and self.gone is None:
             with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                async with self._http.delete(self.url, headers=self._headers(),
+                async with self._http.delete(self.url, headers=self._headers(), **self._via,
                                              timeout=aiohttp.ClientTimeout(total=2.0)):
                     pass
         await self._http.close()
@@ -609,7 +634,7 @@ class HttpListener:
     async def _end_session(self, client: _HttpClient) -> None:
         if self.sessions.pop(client.id, None) is not None:
             client.end_all()
-            await client.link.close()
+            await asyncio.shield(client.link.close())  # to the end, if the client leaves
 
     async def _post(self, request: BaseRequest) -> StreamResponse:
         from aiohttp import web
@@ -621,8 +646,8 @@ class HttpListener:
         if any(m.get("method") == "initialize" for _, m in frames):
             if len(frames) != 1:
                 return _jsonrpc_error(None, "initialize must come alone", 400)
-            try:
-                client = await self._open_session()
+            try:  # shielded: a client leaving meanwhile must not leave a half-made session
+                client = await asyncio.shield(self._open_session())
             except UpstreamFailed as exc:
                 return _jsonrpc_error(frames[0][1].get("id"), str(exc), 200)
         else:
