@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +22,7 @@ from httpx2._sse import _SSEParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.mcp_support import TEST_TIMEOUT_S, proxy_command, upstream_command
+from tests.mcp_support import ROOT, TEST_TIMEOUT_S, proxy_command, upstream_command
 from tests.mcp_support import http_proxy as start_http_proxy
 from tests.test_mcp_raw import _exchange
 from toolguard._mcp_wire import MAX_FRAME_BYTES, _Events, env_proxy
@@ -310,3 +311,16 @@ def test_no_proxy_in_the_environment_means_a_direct_connection(
                  "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     assert env_proxy("http://10.1.2.3:8000/mcp") == {}
+
+
+def test_http_stacks_benchmark_smoke_run() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mcp_http_stacks.py"),
+                           "--smoke"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=TEST_TIMEOUT_S * 2, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    labels = [" ".join(row[:3 if row[0] == "client" else 2]) for row in rows]
+    assert labels == ["listener aiohttp", "listener uvicorn-bare", "listener uvicorn-starlette",
+                      "client aiohttp JSON", "client aiohttp SSE", "client httpx2 JSON",
+                      "client httpx2 SSE"]
+    assert all(row[-1] == "us" and float(row[-2]) >= 0 for row in rows)  # a figure, not asserted
