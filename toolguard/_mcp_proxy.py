@@ -3,9 +3,9 @@
 ::
 
     toolguard mcp-proxy [--policy FILE | --env NAME] [--audit FILE.jsonl] [--task-id ID]
-                        [--listen 127.0.0.1:PORT] [--explain] -- <upstream command ...>
+                        [--listen 127.0.0.1:PORT [--session-idle-timeout SECONDS]]
+                        [--explain] -- <upstream command ...>
     toolguard mcp-proxy ... --upstream-url http://host:port/mcp
-                        [--session-idle-timeout SECONDS]
 
 The proxy connects to the upstream first (a subprocess over stdio, or streamable HTTP),
 initializes it, lists its tools, and then serves MCP itself: on stdio by default, or
