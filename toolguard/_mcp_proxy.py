@@ -3,7 +3,8 @@
 ::
 
     toolguard mcp-proxy [--policy FILE | --env NAME] [--audit FILE.jsonl] [--task-id ID]
-                        [--listen 127.0.0.1:PORT] [--explain] -- <upstream command ...>
+                        [--listen 127.0.0.1:PORT [--session-idle-timeout SECONDS]]
+                        [--explain] -- <upstream command ...>
     toolguard mcp-proxy ... --upstream-url http://host:port/mcp
 
 The proxy connects to the upstream first (a subprocess over stdio, or streamable HTTP),
@@ -47,6 +48,9 @@ __all__ = ["register"]
 
 BAD_INPUT = 2
 UPSTREAM_FAILED = 1
+# an HTTP client that neither deletes its session nor sends anything for an hour has gone;
+# its upstream session (a subprocess, for a stdio upstream) is ended then
+DEFAULT_SESSION_IDLE_TIMEOUT_S = 3600.0
 
 
 def _stderr() -> Console:
@@ -135,7 +139,7 @@ async def _open_link(command: list[str] | None, url: str | None, middleware: Gua
 
 async def _run(command: list[str] | None, url: str | None, policy: Any, audit: Path | None,
                task_id: str | None, listen: tuple[str, int] | None, explain: bool,
-               timeout_s: float) -> None:
+               timeout_s: float, idle_timeout_s: float | None = None) -> None:
     import asyncio
 
     from rich.console import Console
@@ -165,7 +169,7 @@ async def _run(command: list[str] | None, url: str | None, policy: Any, audit: P
             await serve_stdio(link)
             return
         listener = HttpListener(lambda: _open_link(command, url, middleware, timeout_s),
-                                link, listen[0])
+                                link, listen[0], idle_timeout_s)
         link = None  # the listener owns it now
         await serve_http(listener, *listen)
     finally:
@@ -224,6 +228,11 @@ def mcp_proxy(
         float, typer.Option("--start-timeout", help="Seconds to wait for the upstream to "
                             "answer initialize.")
     ] = 30.0,
+    session_idle_timeout: Annotated[
+        float, typer.Option("--session-idle-timeout", help="With --listen: end an HTTP session "
+                            "(and its upstream session) after this many seconds without a "
+                            "request; 0: never.")
+    ] = DEFAULT_SESSION_IDLE_TIMEOUT_S,
 ) -> None:
     """Serve an MCP server's tools through the guard (stdio, or HTTP with --listen)."""
     if bool(upstream_command) == bool(upstream_url):
@@ -236,6 +245,8 @@ def mcp_proxy(
         _fail("--task-id must not be empty")
     if start_timeout <= 0:
         _fail("--start-timeout must be > 0")
+    if session_idle_timeout < 0:
+        _fail("--session-idle-timeout must be >= 0 (0: never)")
     try:
         import mcp  # noqa: F401 - fail early and clearly without the extra
     except ImportError:
@@ -248,7 +259,7 @@ def mcp_proxy(
 
     try:
         asyncio.run(_run(upstream_command or None, upstream_url, loaded, audit, task_id, where,
-                         explain, start_timeout))
+                         explain, start_timeout, session_idle_timeout or None))
     except UpstreamFailed as failed:
         _fail(str(failed), UPSTREAM_FAILED)
     except KeyboardInterrupt:
