@@ -29,8 +29,8 @@ from toolguard._policy import (
     ToolPolicy,
     ToolRule,
 )
+from toolguard._policy_layers import _KeyLines
 from toolguard._policy_loader import (
-    _KeyLines,
     check_policy_files,
     load_policy,
     load_policy_dict,
