@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 from tests.mcp_support import ROOT, TEST_TIMEOUT_S, proxy_command, upstream_command
 from tests.mcp_support import http_proxy as start_http_proxy
 from tests.test_mcp_raw import _exchange
-from toolguard._mcp_wire import MAX_FRAME_BYTES, _Events, env_proxy
+from toolguard._mcp_frames import MAX_FRAME_BYTES
+from toolguard._mcp_http_upstream import _Events, env_proxy
 
 # -- the SSE splitter -------------------------------------------------------------------------
 _VALUE = st.text(st.characters(codec="utf-8", exclude_characters="\r\n"), max_size=12)

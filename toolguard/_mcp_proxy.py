@@ -120,7 +120,8 @@ async def _open_link(command: list[str] | None, url: str | None, middleware: Gua
     """
     import asyncio
 
-    from ._mcp_link import Link, UpstreamFailed, handshake
+    from ._mcp_link import Link
+    from ._mcp_ports import UpstreamFailed, handshake
     from ._mcp_wire import HttpUpstream, StdioUpstream
 
     up: StdioUpstream | HttpUpstream = (StdioUpstream(command) if command
@@ -144,7 +145,7 @@ async def _run(command: list[str] | None, url: str | None, policy: Any, audit: P
 
     from rich.console import Console
 
-    from ._mcp_link import UpstreamFailed, UpstreamGone
+    from ._mcp_ports import UpstreamFailed, UpstreamGone
     from ._mcp_wire import HttpListener, serve_http, serve_stdio
     from .adapters.mcp import GuardMiddleware
 
@@ -255,7 +256,7 @@ def mcp_proxy(
     loaded = _load_policy(policy, env)
     import asyncio  # the CLI's --help must not pay for it
 
-    from ._mcp_link import UpstreamFailed
+    from ._mcp_ports import UpstreamFailed
 
     try:
         asyncio.run(_run(upstream_command or None, upstream_url, loaded, audit, task_id, where,

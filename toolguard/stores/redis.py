@@ -108,6 +108,7 @@ from ._base import (
     Snapshot,
     TaskUsage,
 )
+from ._redis_lost import _MAX_TASKS, _keep_outcome, _remember_claim, _write_unrecorded
 from ._redis_scripts import (
     _ADD_USAGE_SCRIPT,
     _BEGIN_SCRIPT,
@@ -322,7 +323,7 @@ class RedisStore:
         """Run ``script`` (one round trip; two when the server lacks it) with the task's
         generation arguments appended; return its value after checking the generation."""
         if self._unrecorded and task_id in self._unrecorded:
-            self._write_unrecorded(task_id)
+            _write_unrecorded(self._unrecorded, self._lock, task_id, self._finish_now)
         known = self._gens.get(task_id)
         started = time.monotonic()
         if known is not None and started - known[1] < self._state_ttl_s:
@@ -346,21 +347,6 @@ class RedisStore:
                 with contextlib.suppress(KeyError, RuntimeError, StopIteration):
                     del gens[next(iter(gens))]  # the oldest: it loses lost-state detection
         return value
-
-    def _write_unrecorded(self, task_id: str) -> None:
-        """Write the outcomes Redis did not take, oldest first (before anything else about
-        the task, so an identical retry finds the completed record, not a stale claim)."""
-        with self._lock:
-            pending = self._unrecorded.pop(task_id, None)
-        while pending:
-            try:
-                self._finish_now(task_id, pending[0])
-            except StoreError:
-                with self._lock:
-                    pending += self._unrecorded.pop(task_id, [])
-                    self._unrecorded[task_id] = pending
-                raise
-            pending.pop(0)
 
     # -- the Store protocol --------------------------------------------------------------
     def begin(self, task_id: str, req: BeginRequest) -> Snapshot:
@@ -390,13 +376,8 @@ class RedisStore:
                 orphan,
             ])
         except StoreError:
-            if req.claim and req.call_id:
-                # the script may have run and claimed the key: remember the claim as ours
-                with self._lock:  # this begin's claim, or an earlier lost one's
-                    self._orphans[(task_id, key)] = b"\n".join(
-                        [*orphan.split(b"\n")[-3:], tail] if orphan else [tail])
-                    if len(self._orphans) > _MAX_TASKS:
-                        del self._orphans[next(iter(self._orphans))]
+            if req.claim and req.call_id:  # the script may have claimed the key: ours
+                _remember_claim(self._orphans, self._lock, task_id, key, orphan, tail)
             raise
         (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
          record, approval, claimed, halted, run, run_outcome, run_signature) = r
@@ -433,12 +414,7 @@ class RedisStore:
         try:
             self._finish_now(task_id, req)
         except StoreError as exc:
-            with self._lock:
-                pending = self._unrecorded.setdefault(task_id, [])
-                pending.append(req)
-                del pending[:-_MAX_UNRECORDED]
-                if len(self._unrecorded) > _MAX_TASKS:
-                    del self._unrecorded[next(iter(self._unrecorded))]
+            _keep_outcome(self._unrecorded, self._lock, task_id, req)
             raise StoreError(f"{exc}; the outcome is kept by this worker and written before "
                              f"the task's next store operation") from exc
 
@@ -468,7 +444,7 @@ class RedisStore:
             StoreError: Redis failed or timed out.
         """
         if self._unrecorded and task_id in self._unrecorded:
-            self._write_unrecorded(task_id)
+            _write_unrecorded(self._unrecorded, self._lock, task_id, self._finish_now)
         self._count()
         try:
             raw = self._here().get(self._keys(task_id, key)[5])
@@ -577,8 +553,6 @@ class RedisStore:
 
 
 
-_MAX_TASKS: Final = 65_536  # tasks one store remembers a generation (and pending writes) of
-_MAX_UNRECORDED: Final = 64  # outcomes kept per task while Redis does not take them
 # Threads of one store with a connection of their own: well under redis-py's default pool
 # size (100), so the threads beyond them still find connections in the shared pool.
 _MAX_THREADS: Final = 32

@@ -1,0 +1,292 @@
+"""``toolguard mcp-proxy`` serving streamable HTTP: :class:`HttpListener` (one link per
+``Mcp-Session-Id``, answers as JSON or SSE) on aiohttp's low-level server
+(:func:`serve_http`); re-exported by :mod:`toolguard._mcp_wire`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ._mcp_frames import _PARSE_ERROR, _SESSION, MAX_FRAME_BYTES, _error_frame, _frames
+from ._mcp_ports import UpstreamFailed, _note
+
+if TYPE_CHECKING:
+    from aiohttp.web import BaseRequest, StreamResponse
+
+    from ._mcp_link import Link
+
+__all__ = ["HttpListener", "serve_http"]
+
+_END = b""  # on a stream's queue, with final=True: the request gets no (more) answer
+
+
+class _HttpClient:
+    """:class:`~toolguard._mcp_link.ClientPort` of one HTTP session: each client request's POST
+    stream, and the standalone GET stream."""
+
+    def __init__(self, session_id: str, link: Link) -> None:
+        self.id = session_id
+        self.link = link
+        self.streams: dict[Any, asyncio.Queue[tuple[bytes, bool]]] = {}
+        self.standalone: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=1000)
+        self.listening = False
+        self.open_requests = 0  # HTTP requests of the session being served now
+        self.last_seen = asyncio.get_running_loop().time()
+
+    def send(self, raw: bytes, stream: Any, final: bool) -> None:
+        queue = self.streams.get(stream) if stream is not None else None
+        if queue is not None:
+            queue.put_nowait((raw, final))
+            if final:
+                del self.streams[stream]
+        elif not final:  # for the GET stream; the oldest goes when nobody reads
+            if self.standalone.full():
+                self.standalone.get_nowait()
+            self.standalone.put_nowait(raw)
+
+    def end(self, stream: Any) -> None:
+        queue = self.streams.pop(stream, None)
+        if queue is not None:
+            queue.put_nowait((_END, True))
+
+    def end_all(self) -> None:
+        """The session ended: every open stream of it ends now."""
+        for stream in list(self.streams):
+            self.end(stream)
+        if self.standalone.full():
+            self.standalone.get_nowait()
+        self.standalone.put_nowait(None)
+
+
+class HttpListener:
+    """The proxy's streamable-HTTP endpoint at ``/mcp``, served by aiohttp's low-level
+    server (:func:`serve_http`).
+
+    Args:
+        new_link: makes a link to a fresh upstream session (raises
+            :class:`~toolguard._mcp_link.UpstreamFailed`).
+        spare: the link made at start-up, given to the first session.
+        host: the address served (an ``Origin`` header must name it or localhost).
+        idle_timeout_s: a session with no HTTP request open for this many seconds is ended
+            as by a DELETE (its upstream session closed); its id then gets 404, on which a
+            client starts a new session. ``None``: sessions live until deleted.
+    """
+
+    def __init__(self, new_link: Callable[[], Awaitable[Link]], spare: Link | None,
+                 host: str, idle_timeout_s: float | None = None) -> None:
+        self._new_link = new_link
+        self._spare = spare
+        self._host = host
+        self._idle_timeout_s = idle_timeout_s
+        self._reaper: asyncio.Task[None] | None = None
+        self.sessions: dict[str, _HttpClient] = {}
+
+    async def close(self) -> None:
+        """End every session (and the spare link)."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+        clients = list(self.sessions.values())
+        links = [c.link for c in clients]
+        for client in clients:
+            client.end_all()
+        if self._spare is not None:
+            links.append(self._spare)
+        self.sessions.clear()
+        self._spare = None
+        await asyncio.gather(*(link.close() for link in links), return_exceptions=True)
+
+    async def handle(self, request: BaseRequest) -> StreamResponse:
+        """Serve one HTTP request (aiohttp's low-level handler)."""
+        from aiohttp import web
+
+        if request.path != "/mcp":
+            return web.Response(status=404, text="not found")
+        method = request.method
+        if method not in ("GET", "POST", "DELETE"):
+            return web.Response(status=405, text="method not allowed",
+                                headers={"allow": "GET, POST, DELETE"})
+        origin = request.headers.get("origin")
+        if origin is not None and not self._origin_ok(origin):
+            return web.Response(status=403, text="forbidden origin")
+        if method == "POST":
+            return await self._post(request)
+        client = self.sessions.get(request.headers.get(_SESSION, ""))
+        if client is None:
+            return web.Response(status=404, text="unknown or missing Mcp-Session-Id")
+        if method == "DELETE":
+            await self._end_session(client)
+            return web.Response(status=200)
+        return await self._listen(request, client)
+
+    def _origin_ok(self, origin: str) -> bool:
+        from urllib.parse import urlsplit
+
+        host = urlsplit(origin).hostname
+        return host in ("localhost", "127.0.0.1", "::1", self._host)
+
+    async def _end_session(self, client: _HttpClient) -> None:
+        if self.sessions.pop(client.id, None) is not None:
+            client.end_all()
+            await asyncio.shield(client.link.close())  # to the end, if the client leaves
+
+    async def _post(self, request: BaseRequest) -> StreamResponse:
+        from aiohttp import web
+
+        body = await request.read()
+        frames = _frames(body.strip())
+        if frames is None:
+            return web.Response(body=_PARSE_ERROR, status=400, content_type="application/json")
+        if any(m.get("method") == "initialize" for _, m in frames):
+            if len(frames) != 1:
+                return _jsonrpc_error(None, "initialize must come alone", 400)
+            try:  # shielded: a client leaving meanwhile must not leave a half-made session
+                client = await asyncio.shield(self._open_session())
+            except UpstreamFailed as exc:
+                return _jsonrpc_error(frames[0][1].get("id"), str(exc), 200)
+        else:
+            found = self.sessions.get(request.headers.get(_SESSION, ""))
+            if found is None:
+                return _jsonrpc_error(None, "unknown or missing Mcp-Session-Id", 404)
+            client = found
+        headers = {_SESSION: client.id}
+        # requests whose answer this POST waits for (an id that is no string or number is
+        # refused by the link, on the standalone stream)
+        requests = [m["id"] for _, m in frames if isinstance(m.get("method"), str)
+                    and isinstance(m.get("id"), (str, int))]
+        client.last_seen = asyncio.get_running_loop().time()
+        if not requests:
+            for raw, message in frames:
+                client.link.from_client(raw, message)
+            return web.Response(status=202, headers=headers)
+        queue: asyncio.Queue[tuple[bytes, bool]] = asyncio.Queue()
+        for rid in requests:
+            client.streams[rid] = queue
+        client.open_requests += 1
+        try:
+            for raw, message in frames:
+                client.link.from_client(raw, message)
+            first = await queue.get()
+            if len(requests) == 1 and first[1] and first[0]:
+                return web.Response(body=first[0], content_type="application/json",
+                                    headers=headers)
+            return await _sse(request, first, queue, len(requests), headers)
+        finally:  # answered, or the client went away (aiohttp cancels the handler)
+            client.open_requests -= 1
+            client.last_seen = asyncio.get_running_loop().time()
+            for rid in requests:
+                if client.streams.get(rid) is queue:
+                    del client.streams[rid]
+
+    async def _open_session(self) -> _HttpClient:
+        link, self._spare = self._spare, None
+        if link is None:
+            link = await self._new_link()
+        client = _HttpClient(secrets.token_hex(16), link)
+        link.attach(client, client.id)
+        self.sessions[client.id] = client
+        if self._idle_timeout_s is not None and self._reaper is None:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap(
+                self._idle_timeout_s))
+        return client
+
+    async def _reap(self, idle_s: float) -> None:
+        """End the sessions idle for ``idle_s`` seconds, checking a few times per period."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(max(idle_s / 4, 0.05), 30.0))
+            now = loop.time()
+            idle = [c for c in self.sessions.values() if c.open_requests == 0
+                    and not c.listening and now - c.last_seen >= idle_s]
+            for client in idle:
+                _note_idle(client.id, idle_s)
+                await self._end_session(client)
+
+    async def _listen(self, request: BaseRequest, client: _HttpClient) -> StreamResponse:
+        from aiohttp import web
+
+        if client.listening:
+            return web.Response(status=409, text="a GET stream is already open")
+        client.listening = True
+        try:
+            response = await _event_stream(request, {_SESSION: client.id})
+            while (raw := await client.standalone.get()) is not None:
+                await response.write(b"event: message\ndata: " + raw + b"\n\n")
+            await response.write_eof()
+            return response
+        finally:  # the session ended, or the client went away
+            client.listening = False
+            client.last_seen = asyncio.get_running_loop().time()
+
+
+def _note_idle(session_id: str, idle_s: float) -> None:
+    _note(f"ended HTTP session {session_id[:8]}... after {idle_s:g} s without a request")
+
+
+async def _event_stream(request: BaseRequest, headers: dict[str, str]) -> StreamResponse:
+    from aiohttp import web
+
+    response = web.StreamResponse(headers={**headers, "cache-control": "no-cache"})
+    response.content_type = "text/event-stream"
+    await response.prepare(request)
+    return response
+
+
+async def _sse(request: BaseRequest, first: tuple[bytes, bool],
+               queue: asyncio.Queue[tuple[bytes, bool]], pending: int,
+               headers: dict[str, str]) -> StreamResponse:
+    """The answers of a POST's requests (and what the upstream sent about them) as SSE,
+    until each request has its answer."""
+    response = await _event_stream(request, headers)
+    left, item = pending, first
+    while True:
+        if item[0]:
+            await response.write(b"event: message\ndata: " + item[0] + b"\n\n")
+        if item[1]:
+            left -= 1
+            if left == 0:
+                break
+        item = await queue.get()
+    await response.write_eof()
+    return response
+
+
+def _jsonrpc_error(rid: Any, message: str, status: int) -> StreamResponse:
+    from aiohttp import web
+
+    return web.Response(body=_error_frame(rid, message)[0], status=status,
+                        content_type="application/json")
+
+
+async def serve_http(listener: HttpListener, host: str, port: int) -> None:
+    """Serve ``listener`` on ``host:port`` with aiohttp's low-level server (no router, no
+    access log; a handler is cancelled when its client goes away) until SIGTERM or SIGINT;
+    then end every session."""
+    import signal
+
+    from aiohttp import web
+
+    loop = asyncio.get_running_loop()
+
+    def request(message: Any, payload: Any, protocol: Any, writer: Any,
+                task: asyncio.Task[None]) -> BaseRequest:
+        return web.BaseRequest(message, payload, protocol, writer, task, loop,
+                               client_max_size=MAX_FRAME_BYTES)
+
+    server = web.Server(listener.handle, request_factory=request, handler_cancellation=True,
+                        access_log=None)
+    runner = web.ServerRunner(server, shutdown_timeout=1.0)
+    await runner.setup()
+    stop = asyncio.Event()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # Windows
+                loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        await listener.close()
+        await runner.cleanup()
