@@ -552,7 +552,6 @@ class RedisStore:
         self._gens.pop(task_id, None)
 
 
-
 # Threads of one store with a connection of their own: well under redis-py's default pool
 # size (100), so the threads beyond them still find connections in the shared pool.
 _MAX_THREADS: Final = 32
