@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolguard._canonical import load_json
+from toolguard._json_text import load_json
 from toolguard.replay._model import Source, _head_objects, head_objects
 from toolguard.replay._registry import readers
 

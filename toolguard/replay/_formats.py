@@ -20,8 +20,8 @@ from typing import Any, Final
 
 from jsonschema.exceptions import SchemaError
 
-from toolguard._canonical import load_json
 from toolguard._decorators import ToolSpec, recorded_tool
+from toolguard._json_text import load_json
 from toolguard._schema import ArgsValidator
 
 from ._model import HEAD_BYTES, ReplayInputError, ReplayNote, Run, Source, head_objects, json_type

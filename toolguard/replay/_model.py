@@ -19,8 +19,8 @@ from typing import Any, BinaryIO, Final, TypeAlias
 
 import orjson
 
-from toolguard._canonical import _DIGITS_TO_1, _LONG_RUN, load_json
 from toolguard._errors import ToolGuardError
+from toolguard._json_text import _DIGITS_TO_1, _LONG_RUN, load_json
 
 __all__ = [
     "Malformed",
