@@ -35,11 +35,11 @@ from ._model import (
     Source,
     Step,
     arguments,
-    head_objects,
     run_id,
     seconds,
     usage,
 )
+from ._reading import head_objects
 
 __all__ = ["READER", "read_trace", "trace_run"]
 
