@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from toolguard._results import _fast_constructor
 
-from ._chat import CHAT_KEYS, chat_run
+from ._chat_steps import CHAT_KEYS, chat_run
 from ._model import (
     RUN_ID_KEYS,
     Malformed,
