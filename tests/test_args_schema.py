@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12
 
 import toolguard as tg
-from toolguard._canonical import parse_arguments
 from toolguard._decorators import recorded_tool
+from toolguard._json_text import parse_arguments
 from toolguard._schema import ArgsValidator, schema_from_signature
 
 # -- schemas derived from type hints ----------------------------------------------------------

@@ -33,14 +33,12 @@ import toolguard as tg
 from toolguard import _canonical
 from toolguard._canonical import (
     CANONICAL_VERSION,
-    ArgumentsError,
     args_hash,
     canonical_args,
-    canonicalize,
     digest,
-    normalize_path,
-    parse_arguments,
 )
+from toolguard._canonical_walk import canonicalize, normalize_path
+from toolguard._json_text import ArgumentsError, parse_arguments
 from toolguard._policy import ArgOptions
 
 GOLDEN_FILE = Path(__file__).parent / "golden" / f"canonical_v{CANONICAL_VERSION}.json"

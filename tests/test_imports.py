@@ -109,16 +109,10 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# The one circle left, through deferred imports: a chat transcript may hold trace lines and a
-# trace line may hold a chat, so the two replay readers call each other (toolguard/replay,
-# the replay slice). Anything else on a circle fails.
-KNOWN = [["toolguard.replay._chat", "toolguard.replay._trace"]]
-
-
 def test_the_package_has_no_import_circle() -> None:
     graph = import_graph()
     assert graph["toolguard._engine"], "the graph reader found no imports: it is broken"
-    assert [c for c in circles(graph) if c not in KNOWN] == []
+    assert circles(graph) == []
 
 
 def test_the_circle_finder_finds_the_circles_this_package_used_to_have() -> None:

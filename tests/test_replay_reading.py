@@ -12,8 +12,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolguard._canonical import load_json
-from toolguard.replay._model import Source, _head_objects, head_objects
+from toolguard._json_text import load_json
+from toolguard.replay._model import Source
+from toolguard.replay._reading import _head_objects, head_objects
 from toolguard.replay._registry import readers
 
 
@@ -54,19 +55,19 @@ _PIECES = st.sampled_from([
        st.sampled_from([1 << 20, 64]))
 def test_json_lines_equals_load_json_line_by_line(tmp_path_factory: Any, pieces: list[bytes],
                                                   newline: bytes, block: int) -> None:
-    import toolguard.replay._model as model
+    import toolguard.replay._reading as reading
 
     data = newline.join(pieces)
     path = Path(tmp_path_factory.mktemp("lines")) / "f.jsonl"
     path.write_bytes(data)
     expected, first_bad = _oracle(data)
-    saved = model._BLOCK_BYTES
-    model._BLOCK_BYTES = block  # small blocks: runs and lines across block ends
+    saved = reading._BLOCK_BYTES
+    reading._BLOCK_BYTES = block  # small blocks: runs and lines across block ends
     try:
         source = Source(path, "trace")
         got = list(source.json_lines())
     finally:
-        model._BLOCK_BYTES = saved
+        reading._BLOCK_BYTES = saved
     assert got == expected
     assert [p.line for p in source.problems] == sorted(line for line, _ in first_bad)
     for problem, (_line, message) in zip(sorted(source.problems, key=lambda p: p.line or 0),

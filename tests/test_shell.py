@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 import toolguard as tg
 from toolguard._policy import ToolPolicy
-from toolguard._shell import MAX_STEPS, classify_argv, classify_command, parse_command
+from toolguard._shell import classify_argv, classify_command
+from toolguard._shell_lex import MAX_STEPS, parse_command
 from toolguard.testing import FakeClock
 
 from .conftest import ROOT

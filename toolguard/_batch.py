@@ -8,12 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ._canonical import (
-    ArgumentsError,
-    args_hash,
-    parse_arguments,
-)
+from ._canonical import args_hash
 from ._errors import CanonicalizationError
+from ._json_text import ArgumentsError, parse_arguments
 from ._results import ToolResult
 from ._types import CACHED
 

@@ -16,10 +16,8 @@ from ._approval import (
     ApprovalRequest,
     Approver,
 )
-from ._canonical import (
-    args_hash,
-    canonicalize,
-)
+from ._canonical import args_hash
+from ._canonical_walk import canonicalize
 from ._coerce import IntFix
 from ._decorators import ToolSpec
 from ._errors import CanonicalizationError

@@ -48,12 +48,7 @@ same orjson serialization of the same normalized value, so they give identical b
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import json
-import math
 import re
-import sys
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -61,27 +56,21 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import xxhash
 
+from ._canonical_walk import apply_arg_options, canonicalize
 from ._errors import CanonicalizationError
 
 if TYPE_CHECKING:
-    import decimal
-
     from ._policy import ArgOptions
 
 __all__ = [
     "CANONICAL_VERSION",
     "RESULT_DIGEST_VERSION",
-    "ArgumentsError",
     "args_hash",
     "args_hash_and_floats",
     "canonical_args",
-    "canonicalize",
     "digest",
     "dump_for_hash",
     "hash_args",
-    "load_json",
-    "normalize_path",
-    "parse_arguments",
     "value_digest",
 ]
 
@@ -152,24 +141,6 @@ _LONG_NULL: Final = _LongSearch(_NULL)
 def _has_null(out: bytes) -> bool:
     """Whether serialized ``out`` holds ``null`` (a null, or the text in a string)."""
     return (_NULL.search(out) is not None if len(out) < LONG_OUTPUT else _LONG_NULL(out))
-_I64_MIN: Final = -(2**63)
-_U64_MAX: Final = 2**64 - 1
-# Integers orjson cannot parse exactly (beyond 64 bits, 20+ digits): find runs of 19 digits
-# by mapping every digit byte to "1" and searching for nineteen of them. bytes.translate with
-# a 256-byte table: 0.4 µs on 60 B where str.translate with a dict took 2.1 µs (and a
-# [0-9]{19} regex is 10x slower on 100 KB). UTF-8 continuation bytes are never ASCII digits.
-_DIGITS_TO_1: Final = bytes.maketrans(b"0123456789", b"1111111111")
-_LONG_RUN: Final = b"1" * 19
-
-
-class ArgumentsError(ValueError):
-    """Argument text is not a JSON object. ``position`` is the 0-based character offset of a
-    parse error (or None), ``line``/``column`` 1-based."""
-
-    def __init__(self, message: str, position: int | None = None,
-                 line: int | None = None, column: int | None = None) -> None:
-        self.position, self.line, self.column = position, line, column
-        super().__init__(message)
 
 
 class _Unserializable(Exception):
@@ -178,292 +149,6 @@ class _Unserializable(Exception):
 
 def _refuse(_: Any) -> Any:
     raise _Unserializable
-
-
-def load_json(data: str | bytes) -> Any:
-    """Parse JSON text with orjson, exactly: text with a run of 19 or more digits goes to the
-    standard library's parser, which keeps integers beyond 64 bits exact (orjson would round
-    them through a float). NaN and Infinity literals are rejected.
-
-    Raises:
-        json.JSONDecodeError: malformed JSON (``orjson.JSONDecodeError`` is a subclass), or
-            bytes that are not UTF-8, with ``pos``, ``lineno`` and ``colno``.
-    """
-    if isinstance(data, bytes):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise json.JSONDecodeError(f"not UTF-8 text ({exc.reason})",
-                                       data[: exc.start].decode("utf-8", "replace"),
-                                       exc.start) from None
-        raw = data
-    else:
-        text = data
-        raw = data.encode("utf-8", "surrogatepass")
-    if text.startswith("\ufeff"):  # a byte order mark, as some Windows tools write
-        text = text[1:]
-    if _LONG_RUN in raw.translate(_DIGITS_TO_1):
-        return _std_loads(text)
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        if "surrogate" not in exc.msg:
-            raise
-        return _std_loads(text)  # a lone surrogate escape ("\ud800"): valid JSON text
-
-
-def _std_loads(text: str) -> Any:
-    """The standard library's parser, held to orjson's rules: NaN/Infinity literals and
-    numbers beyond a float's range (``1e999``, which it would read as ``inf``) are refused,
-    and so is nesting too deep to parse, each as a decode error."""
-    try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except json.JSONDecodeError:
-        raise
-    except RecursionError:
-        raise json.JSONDecodeError("nested too deeply", text, 0) from None
-    except ValueError as exc:  # from _reject_constant or _finite_float
-        raise json.JSONDecodeError(str(exc), text, 0) from None
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:40]} is out of range")
-    return value
-
-
-def parse_arguments(text: str | bytes) -> dict[str, Any]:
-    """Parse the model's argument text (e.g. OpenAI ``function.arguments``) into a dict.
-
-    Empty or all-white-space text is ``{}`` (some models send ``""`` for no arguments).
-    Text with a run of 19 or more digits goes to the standard library's parser, which keeps
-    integers beyond 64 bits exact (orjson would round them through a float).
-
-    Raises:
-        ArgumentsError: malformed JSON (with position, line and column), NaN/Infinity
-            literals, or a JSON value that is not an object.
-    """
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", errors="replace")
-    if not text.strip():
-        return {}
-    try:
-        value = load_json(text)
-    except json.JSONDecodeError as exc:  # orjson.JSONDecodeError subclasses it
-        raise ArgumentsError(
-            f"invalid JSON at line {exc.lineno}, column {exc.colno} (char {exc.pos}): {exc.msg}",
-            exc.pos, exc.lineno, exc.colno,
-        ) from None
-    except ValueError as exc:
-        raise ArgumentsError(f"invalid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ArgumentsError(f"arguments must be a JSON object, got {_json_type(value)}")
-    return value
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    return "a number"
-
-
-def normalize_path(value: str) -> str:
-    """Fold the spellings of one path: ``\\`` → ``/``, repeated ``/``, ``./`` segments and a
-    trailing ``/`` (the root ``/`` stays). ``C:\\a\\.\\b\\`` → ``C:/a/b``."""
-    slashed = value.replace("\\", "/")
-    parts = slashed.split("/")
-    kept = [p for i, p in enumerate(parts) if p != "." and (p or i == 0)]
-    out = "/".join(kept)
-    if not out and slashed.startswith("/"):
-        return "/"
-    if slashed.startswith("//") and not slashed.startswith("///"):
-        out = "/" + out  # a UNC path (\\server\share) keeps its two leading slashes
-    return out or "."
-
-
-def _apply_option(value: Any, opt: ArgOptions) -> Any:
-    if isinstance(value, str):
-        if opt.normalize == "path":
-            value = normalize_path(value)
-        elif opt.normalize == "whitespace":
-            value = " ".join(value.split())
-        if opt.case == "insensitive":
-            value = value.casefold()
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_apply_option(v, opt) for v in value]
-    return value
-
-
-def apply_arg_options(args: Mapping[str, Any], options: Mapping[str, ArgOptions]) -> dict[str, Any]:
-    """Apply per-argument policy options (ignore / normalize / case) to top-level arguments."""
-    out = dict(args)
-    for name, opt in options.items():
-        if name not in out:
-            continue
-        if opt.ignore:
-            del out[name]
-        elif opt.normalize is not None or opt.case == "insensitive":
-            out[name] = _apply_option(out[name], opt)
-    return out
-
-
-def canonicalize(value: Any, path: str = "args") -> Any:
-    """Return the normalized JSON-native form of ``value`` (see the module docstring).
-
-    Raises:
-        CanonicalizationError: a value with no canonical form, naming its ``path``.
-    """
-    try:
-        try:
-            return _walk(value, None)  # no path strings: only an error needs them
-        except CanonicalizationError:
-            return _walk(value, path)  # again, naming the path (raises the same error)
-    except RecursionError:
-        raise CanonicalizationError(path, "nested too deeply (recursive structure?)") from None
-
-
-def _walk(value: Any, path: str | None) -> Any:
-    """The walk of :func:`canonicalize`. ``path`` names ``value`` in errors; ``None`` skips
-    building the path strings (a formatted string per element, a third of the walk)."""
-    kind = type(value)
-    if kind is dict or kind is list:  # exact JSON types first: the ABC checks below are slow
-        return _walk_container(value, path)
-    if kind is str:
-        return _walk_str(value, path)
-    # Order matters: bool before int, Enum before str/int.
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, enum.Enum):
-        return _walk(value.value, path)
-    if isinstance(value, str):
-        return _walk_str(value, path)
-    if isinstance(value, int):
-        value = int(value)
-        if _I64_MIN <= value <= _U64_MAX:
-            return value
-        return {"$int": str(value)}
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise CanonicalizationError(path or "args", f"{value!r} is not a finite number "
-                                        "(NaN and Infinity have no JSON form)")
-        if value.is_integer():
-            return _walk(int(value), path)
-        return float(value)
-    if isinstance(value, (Mapping, list, tuple)):
-        return _walk_container(value, path)
-    if isinstance(value, (set, frozenset)):
-        items = [_walk(item, None if path is None else f"{path}{{}}") for item in value]
-        return sorted(items, key=lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS))
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        import base64
-
-        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    # A Decimal, date or UUID exists only once its module is loaded: ``import toolguard``
-    # does not load them (decimal, datetime and uuid, with platform, cost ~5 ms).
-    modules = sys.modules
-    decimal = modules.get("decimal")
-    if decimal is not None and isinstance(value, decimal.Decimal):
-        if not value.is_finite():
-            raise CanonicalizationError(path or "args", f"Decimal {value} is not finite")
-        return {"$decimal": _decimal_text(value)}
-    dt = modules.get("datetime")
-    if dt is not None and isinstance(value, dt.datetime):
-        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
-        try:
-            return {"$datetime": aware.astimezone(dt.timezone.utc).isoformat()}
-        except OverflowError:
-            raise CanonicalizationError(path or "args",
-                                        f"{value.isoformat()} is out of range in UTC") from None
-    if dt is not None and isinstance(value, dt.date):
-        return {"$date": value.isoformat()}
-    if dt is not None and isinstance(value, dt.time):
-        return {"$time": value.isoformat()}
-    uuid = modules.get("uuid")
-    if uuid is not None and isinstance(value, uuid.UUID):
-        return str(value)
-    pathlib = modules.get("pathlib")
-    if pathlib is not None and isinstance(value, pathlib.PurePath):
-        return {"$path": value.as_posix()}
-    structured = fields_of(value)
-    if structured is not None:
-        tag, fields = structured
-        return {tag: _qualname(value), "fields": _walk(fields, path)}
-    raise CanonicalizationError(
-        path or "args",
-        f"no canonical form for {type(value).__module__}.{type(value).__qualname__} "
-        "(pass JSON-like values, or a dataclass / pydantic model)",
-    )
-
-
-def fields_of(value: Any) -> tuple[str, dict[str, Any]] | None:
-    """A dataclass instance's or a pydantic model's fields by name, with the tag of its
-    canonical form (``"$dataclass"`` / ``"$model"``); ``None`` for anything else. Also what
-    the audit redacts field by field."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return "$dataclass", {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    model_fields = getattr(type(value), "model_fields", None)
-    if isinstance(model_fields, dict) and hasattr(value, "model_dump"):
-        return "$model", {name: getattr(value, name, None) for name in model_fields}
-    return None
-
-
-def _walk_str(value: str, path: str | None) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise CanonicalizationError(path or "args", "string is not valid Unicode (lone "
-                                                    "surrogate)") from None
-    return str(value)
-
-
-def _walk_container(value: Any, path: str | None) -> Any:
-    """A mapping (keys checked, nulls dropped, ``$`` keys escaped) or a list/tuple."""
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str) or isinstance(key, enum.Enum):
-                raise CanonicalizationError(
-                    f"{path}[{key!r}]", f"object keys must be strings, got {type(key).__name__}"
-                )
-            if item is not None:
-                walked = _walk(item, None if path is None else f"{path}.{key}")
-                if walked is not None:  # e.g. an Enum member whose value is None
-                    name = str(key)
-                    out["$" + name if name.startswith("$") else name] = walked
-        return out
-    if path is None:
-        return [_walk(item, None) for item in value]
-    return [_walk(item, f"{path}[{i}]") for i, item in enumerate(value)]
-
-
-def _decimal_text(value: decimal.Decimal) -> str:
-    # Exact and independent of the decimal context (Decimal.normalize() rounds to the
-    # context's precision): significant digits without trailing zeros, then the exponent.
-    sign, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int)  # finite, checked by the caller
-    coefficient = "".join(map(str, digits)).lstrip("0")
-    if not coefficient:
-        return "0"
-    stripped = coefficient.rstrip("0")
-    exponent += len(coefficient) - len(stripped)
-    return f"{'-' if sign else ''}{stripped}E{exponent}"
-
-
-def _qualname(value: Any) -> str:
-    cls = type(value)
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def canonical_args(

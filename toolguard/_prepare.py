@@ -11,15 +11,11 @@ from typing import TYPE_CHECKING, Any
 from ._approval import exact_hash
 from ._audit import redact, scrub
 from ._call import _Config, _Entry, _Prepared
-from ._canonical import (
-    ArgumentsError,
-    digest,
-    hash_args,
-    parse_arguments,
-)
+from ._canonical import digest, hash_args
 from ._content import safe_repr as _safe_repr
 from ._decorators import ToolSpec, recorded_tool
 from ._errors import CanonicalizationError
+from ._json_text import ArgumentsError, parse_arguments
 from ._limits import dict_bounds, oversized, short_name, too_deep
 from ._results import ToolResult
 from ._schema import ArgsValidator

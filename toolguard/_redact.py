@@ -30,7 +30,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from ._canonical import fields_of
+from ._canonical_walk import fields_of
 
 __all__ = [
     "DEEP",

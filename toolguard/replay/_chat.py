@@ -23,31 +23,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
+from ._chat_steps import CHAT_KEYS, chat_messages, chat_run
 from ._model import (
-    Malformed,
     Reader,
-    RecordedCall,
     ReplayInputError,
     Run,
     Source,
-    Step,
-    UserTurn,
-    arguments,
     json_type,
-    run_id,
-    short,
-    usage,
 )
+from ._trace import read_trace, trace_run
 
-__all__ = ["READER", "chat_run", "chat_steps"]
+__all__ = ["READER"]
 
-CHAT_KEYS: Final = ("messages", "traj")
-_ERROR_TEXT: Final = re.compile(r"^\s*Error:")
 _SIGNATURE: Final = re.compile(rb'"(?:messages|traj|role|tool)"\s*:')
 
 
@@ -68,9 +59,7 @@ def _read(source: Source) -> Iterator[Run]:
             if source.forced:  # --input-format chat: a chat per line, nothing else
                 yield from _chat_lines(source)
                 return
-            from ._trace import read_trace  # detected: chats and trace calls, in a .json file
-
-            yield from read_trace(source)
+            yield from read_trace(source)  # detected: chats and trace calls, in a .json file
             return
         raise
     yield from _document(source, value)
@@ -98,8 +87,6 @@ def _document(source: Source, value: Any) -> Iterator[Run]:
         if any(k in value for k in CHAT_KEYS):
             yield from chat_run(source, value, None, "the document")
         elif "tool" in value:  # one trace call as a JSON document
-            from ._trace import trace_run
-
             yield from trace_run(source, [(1, value)])
         else:
             raise ReplayInputError(source.file, None, "a JSON object must hold 'messages' "
@@ -126,164 +113,6 @@ def _document(source: Source, value: Any) -> Iterator[Run]:
     else:
         raise ReplayInputError(source.file, None, "expected a JSON object or list, got "
                                                   f"{type(value).__name__}")
-
-
-def chat_run(source: Source, obj: Mapping[str, Any], line: int | None, where: str
-             ) -> Iterator[Run]:
-    """The run of one object holding ``messages`` (or ``traj``); its scalar keys are metadata."""
-    messages = next((obj[k] for k in CHAT_KEYS if k in obj), None)
-    if not isinstance(messages, list):
-        source.problem(line, f"{where}: 'messages' must be a list; run skipped")
-        return
-    meta = {k: v for k, v in obj.items()  # scalars only: "info" and the like are bulky
-            if k not in CHAT_KEYS and k != "system"
-            and (v is None or isinstance(v, (str, int, float, bool)))}
-    yield from chat_messages(source, messages, meta, line, where)
-
-
-def chat_messages(source: Source, messages: list[Any], meta: dict[str, Any],
-                  line: int | None, where: str, **options: Any) -> Iterator[Run]:
-    """The run of one message list (``options`` go to :func:`chat_steps`)."""
-    name = run_id(meta)
-    if name is None and "task_id" in meta:
-        name = (f"{meta['task_id']}-{meta['trial']}" if "trial" in meta
-                else str(meta["task_id"]))
-    named = f"{where}{f' ({name})' if name else ''}"
-    try:
-        steps, fmt, orphans = chat_steps(messages, line, **options)
-    except Malformed as exc:
-        source.problem(line, f"{named}: {exc}; run skipped")
-        return
-    for orphan in orphans:
-        source.problem(line, f"{named}: {orphan}")
-    source.model_turns += sum(1 for m in messages
-                              if isinstance(m, dict) and m.get("role") == "assistant")
-    yield Run(name or source.default_id(), source.file, fmt, meta, steps, line=line)
-
-
-def chat_steps(messages: list[Any], line: int | None, *,
-               usage_of: Callable[[Mapping[str, Any]], Any] = lambda m: m.get("usage"),
-               end_roles: tuple[str, ...] = ()) -> tuple[list[Step], str, list[str]]:
-    """Steps of one OpenAI or Anthropic message list (see the module docstring), its format,
-    and a problem for each result that matches no call (the run is still replayed).
-
-    ``usage_of`` finds an assistant message's token usage; a message whose role is one of
-    ``end_roles`` ends the run.
-
-    A result goes to the earliest call with its id that has none yet: ids are not always
-    unique in one transcript (tau-bench reuses some), but a result always follows its call.
-
-    Raises:
-        Malformed: a message is malformed (the whole run is skipped).
-    """
-    steps: list[Step] = []
-    # call id -> positions in steps of calls without a result; ids are strings, the legacy
-    # API's are ("function_call", name) pairs, so no string id can take their results
-    waiting: dict[CallKey, list[int]] = {}
-    orphans: list[str] = []  # what the run ignores: results without a call, unknown messages
-    fmt: str = "openai"
-
-    def deliver(call_id: Any, content: Any, error: bool, i: int) -> None:
-        key: CallKey = call_id if isinstance(call_id, tuple) else str(call_id)
-        positions = waiting.get(key)
-        if not positions:
-            # A result without its call: the transcript was cut, or its ids are wrong. Its
-            # call cannot be replayed, so the replay covers less than the run: say so.
-            named = (f"function {call_id[1]!r}" if isinstance(call_id, tuple)
-                     else f"call id {call_id!r}")
-            orphans.append(f"message {i}: a tool result for {named}, which no earlier call "
-                           "without a result has; result ignored")
-            return
-        position = positions.pop(0)
-        call = steps[position]
-        assert isinstance(call, RecordedCall)  # positions index calls only
-        steps[position] = replace(call, result=content, is_error=error)
-
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            raise Malformed(f"message {i} is not an object")
-        role, content = m.get("role"), m.get("content")
-        if role in ("tool", "function"):  # "function": the legacy function_call API
-            error = (m.get("is_error") is True or m.get("status") == "error"
-                     or (isinstance(content, str) and bool(_ERROR_TEXT.match(content))))
-            call_id = (m.get("tool_call_id") if role == "tool"
-                       else ("function_call", str(m.get("name"))))
-            deliver(call_id, content, error, i)
-        elif role == "user":
-            blocks = content if isinstance(content, list) else []
-            results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
-            for block in results:
-                fmt = "anthropic"
-                deliver(block.get("tool_use_id"), block.get("content"),
-                        block.get("is_error") is True, i)
-            if not results or len(results) < len(blocks):
-                steps.append(UserTurn(line))
-            if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks):
-                orphans.append(f"message {i}: a tool_use block in a user message (calls "
-                               "come from the assistant); block ignored")
-        elif role == "assistant":
-            if (spent := usage_of(m)) is not None:
-                try:
-                    steps.append(usage(spent, line))
-                except Malformed as exc:
-                    raise Malformed(f"message {i}: {exc}") from None
-            calls, anthropic = _assistant_calls(m, i, line)
-            if anthropic:
-                fmt = "anthropic"
-            for call_id, call in calls:
-                waiting.setdefault(call_id, []).append(len(steps))
-                steps.append(replace(call, batch=f"message {i}") if len(calls) > 1 else call)
-            if isinstance(content, list) and any(
-                    isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
-                orphans.append(f"message {i}: a tool_result block in an assistant message "
-                               "(results come from the user); block ignored")
-        elif role in end_roles:  # the run's end (mini-swe-agent's "exit"): nothing follows
-            break
-        elif role not in _QUIET_ROLES:
-            orphans.append(f"message {i}: role {short(role)} is not one of user, assistant, "
-                           "tool, function, system or developer; message ignored")
-    return steps, fmt, orphans
-
-
-CallKey: TypeAlias = "str | tuple[str, str]"
-_QUIET_ROLES: Final = ("system", "developer")  # instructions: nothing to replay
-
-
-def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
-                     ) -> tuple[list[tuple[CallKey, RecordedCall]], bool]:
-    """The calls of one assistant message with their ids (OpenAI ``tool_calls``, then
-    Anthropic ``tool_use`` blocks), and whether it held any ``tool_use`` block."""
-    anthropic = False
-    calls: list[tuple[CallKey, RecordedCall]] = []
-    tool_calls = m.get("tool_calls") or []
-    if not isinstance(tool_calls, list):
-        raise Malformed(f"message {i}: 'tool_calls' must be a list")
-    for tc in tool_calls:
-        function = tc.get("function") if isinstance(tc, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise Malformed(f"message {i}: a tool call without function.name")
-        args, raw = arguments(function.get("arguments"), None)
-        calls.append((str(tc.get("id")), RecordedCall(function["name"], args, raw, line=line)))
-    legacy = m.get("function_call")
-    if legacy is not None:  # the deprecated function-calling API: one call, no id; it is
-        # answered by the next "function" message with its name
-        if not isinstance(legacy, dict) or not isinstance(legacy.get("name"), str):
-            raise Malformed(f"message {i}: a function_call without a name")
-        args, raw = arguments(legacy.get("arguments"), None)
-        calls.append((("function_call", legacy["name"]),
-                      RecordedCall(legacy["name"], args, raw, line=line)))
-    content = m.get("content")
-    for block in content if isinstance(content, list) else []:
-        if not (isinstance(block, dict) and block.get("type") == "tool_use"):
-            continue
-        anthropic = True
-        if not isinstance(block.get("name"), str):
-            raise Malformed(f"message {i}: a tool_use block without a name")
-        args, raw = arguments(block.get("input"), None)
-        calls.append((str(block.get("id")), RecordedCall(block["name"], args, raw, line=line)))
-    return calls, anthropic
-
-
 
 
 READER: Final = Reader(

@@ -30,10 +30,10 @@ from ._model import (
     Step,
     UserTurn,
     arguments,
-    head_objects,
     text_field,
     usage_counts,
 )
+from ._reading import head_objects
 
 __all__ = ["READER"]
 

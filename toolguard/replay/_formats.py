@@ -20,11 +20,12 @@ from typing import Any, Final
 
 from jsonschema.exceptions import SchemaError
 
-from toolguard._canonical import load_json
 from toolguard._decorators import ToolSpec, recorded_tool
+from toolguard._json_text import load_json
 from toolguard._schema import ArgsValidator
 
-from ._model import HEAD_BYTES, ReplayInputError, ReplayNote, Run, Source, head_objects, json_type
+from ._model import ReplayInputError, ReplayNote, Run, Source, json_type
+from ._reading import HEAD_BYTES, head_objects
 from ._registry import Reader, detect, reader_named, readers, suffixes
 
 __all__ = [

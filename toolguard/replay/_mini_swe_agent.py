@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
-from ._chat import chat_messages
+from ._chat_steps import chat_messages
 from ._model import Reader, RecordedCall, Run, Source, Step, usage_counts
 
 __all__ = ["READER"]

@@ -8,19 +8,17 @@ import contextlib
 import json
 import math
 import re
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from itertools import accumulate
 from pathlib import Path
-from typing import Any, BinaryIO, Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
-import orjson
-
-from toolguard._canonical import _DIGITS_TO_1, _LONG_RUN, load_json
 from toolguard._errors import ToolGuardError
+from toolguard._json_text import load_json
+
+from ._reading import HEAD_BYTES, _lines, _loads
 
 __all__ = [
     "Malformed",
@@ -145,8 +143,6 @@ class Run:
         return [s for s in self.steps if isinstance(s, RecordedCall)]
 
 
-
-
 def run_id(meta: Mapping[str, Any]) -> str | None:
     for key in RUN_ID_KEYS:
         value = meta.get(key)
@@ -201,47 +197,6 @@ def short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
-
-
-
-def head_objects(head: bytes, limit: int = 20) -> list[dict[str, Any]]:
-    """The JSON objects on the first complete lines of ``head`` (at most ``limit``), for
-    detecting a JSON-lines format; lines that are not JSON objects are left out. Several
-    detectors ask about the same head: the last head's objects are kept (by identity), so a
-    file's head is parsed once, not once per detector. Do not modify what it returns."""
-    last = _last_head[0] if _last_head else None
-    if last is not None and last[0] is head and last[1] >= limit:
-        return last[2][:limit]
-    objects = _head_objects(head, max(limit, _HEAD_OBJECTS))
-    _last_head[:] = [(head, max(limit, _HEAD_OBJECTS), objects)]  # one item, swapped whole
-    return objects[:limit]
-
-
-_HEAD_OBJECTS: Final = 20
-_last_head: list[tuple[bytes, int, list[dict[str, Any]]]] = []  # (head, limit, objects)
-
-
-def _head_objects(head: bytes, limit: int) -> list[dict[str, Any]]:
-    objects: list[dict[str, Any]] = []
-    lines = head.splitlines()
-    if len(head) >= HEAD_BYTES and lines:
-        lines = lines[:-1]  # the last line may be cut off
-    for raw in lines:
-        if len(objects) >= limit:
-            break
-        if not raw.strip():
-            continue
-        try:
-            value = load_json(raw)
-        except (json.JSONDecodeError, RecursionError):
-            continue
-        if isinstance(value, dict):
-            objects.append(value)
-    return objects
-
-
-HEAD_BYTES: Final = 64 * 1024
-"""How much of a file detection looks at."""
 
 _SANITIZED: Final = re.compile(r"\[REDACTED_[A-Z_]+ len=\d+ sha=[0-9a-f]+\]")
 
@@ -408,43 +363,6 @@ class Source:
                                f"{len(lines) - 1} more line(s) like it; {len(lines)} lines "
                                "skipped (not JSON lines? see --input-format)")
                 self.problem(first, message)
-
-
-_BLOCK_BYTES = 1 << 20  # not Final: a test reads with small blocks
-
-
-def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
-    """The non-blank lines of ``handle`` with their 1-based numbers, read about a megabyte of
-    whole lines at a time, and whether the line has no run of 19 digits (the only text
-    :func:`load_json` hands to the standard library's parser): then orjson alone parses it
-    as ``load_json`` would (:func:`_loads`), without ``load_json``'s per-line checks. The
-    runs are looked for once per block (a newline ends every run)."""
-    number = 0
-    while block := handle.readlines(_BLOCK_BYTES):
-        digits = b"".join(block).translate(_DIGITS_TO_1)
-        at = digits.find(_LONG_RUN)
-        long_runs: set[int] = set()  # indices in block of lines with a run
-        if at >= 0:
-            ends = list(accumulate(map(len, block)))
-            while at >= 0:
-                index = bisect_right(ends, at)
-                long_runs.add(index)
-                at = digits.find(_LONG_RUN, ends[index])
-        for index, raw in enumerate(block):
-            if not raw.isspace():  # bytes.strip() strips the same ASCII whitespace
-                yield number + index + 1, raw, index not in long_runs
-        number += len(block)
-
-
-def _loads(raw: bytes, exact: bool) -> Any:
-    """``load_json(raw)``: the same value or the same error; by orjson alone when ``exact``
-    (see :func:`_lines`; whatever orjson refuses goes to ``load_json``, for its message)."""
-    if exact:
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
-    return load_json(raw)
 
 
 def timestamp_s(value: Any) -> float | None:

@@ -32,9 +32,9 @@ from ._model import (
     arguments,
     field_dict,
     field_list,
-    head_objects,
     unrecorded_args,
 )
+from ._reading import head_objects
 
 __all__ = ["READER", "SpanView", "span_steps"]
 

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from toolguard._results import _fast_constructor
 
-from ._chat import CHAT_KEYS, chat_run
+from ._chat_steps import CHAT_KEYS, chat_run
 from ._model import (
     RUN_ID_KEYS,
     Malformed,
@@ -35,11 +35,11 @@ from ._model import (
     Source,
     Step,
     arguments,
-    head_objects,
     run_id,
     seconds,
     usage,
 )
+from ._reading import head_objects
 
 __all__ = ["READER", "read_trace", "trace_run"]
 
