@@ -66,8 +66,8 @@ class _Lines:
                 self._on_frame(line.rstrip(b"\r"))
 
 
-def _error_frame(rid: Any, message: str) -> tuple[bytes, Json]:
-    body: Json = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": message}}
+def _error_frame(rid: Any, message: str, code: int = -32000) -> tuple[bytes, Json]:
+    body: Json = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
     return dumps(body), body
 
 

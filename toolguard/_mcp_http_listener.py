@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ._mcp_frames import _PARSE_ERROR, _SESSION, MAX_FRAME_BYTES, _error_frame, _frames
-from ._mcp_ports import UpstreamFailed, _note
+from ._mcp_link import _hashable
+from ._mcp_ports import INVALID_REQUEST, UpstreamFailed, _note
 
 if TYPE_CHECKING:
     from aiohttp.web import BaseRequest, StreamResponse
@@ -153,10 +154,11 @@ class HttpListener:
                 return _jsonrpc_error(None, "unknown or missing Mcp-Session-Id", 404)
             client = found
         headers = {_SESSION: client.id}
-        # requests whose answer this POST waits for (an id that is no string or number is
-        # refused by the link, on the standalone stream)
-        requests = [m["id"] for _, m in frames if isinstance(m.get("method"), str)
-                    and isinstance(m.get("id"), (str, int))]
+        # requests whose answer this POST waits for (``true`` is no id: as a key it is 1)
+        requests = [m["id"] for _, m in frames if isinstance(m.get("method"), str) and "id" in m]
+        if not all(_hashable(rid) for rid in requests):
+            return _jsonrpc_error(None, "a request id is a string or an integer", 400,
+                                  INVALID_REQUEST)
         client.last_seen = asyncio.get_running_loop().time()
         if not requests:
             for raw, message in frames:
@@ -254,10 +256,10 @@ async def _sse(request: BaseRequest, first: tuple[bytes, bool],
     return response
 
 
-def _jsonrpc_error(rid: Any, message: str, status: int) -> StreamResponse:
+def _jsonrpc_error(rid: Any, message: str, status: int, code: int = -32000) -> StreamResponse:
     from aiohttp import web
 
-    return web.Response(body=_error_frame(rid, message)[0], status=status,
+    return web.Response(body=_error_frame(rid, message, code)[0], status=status,
                         content_type="application/json")
 
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ._mcp_ports import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     PROXY_CAPABILITIES,
     ClientPort,
@@ -153,6 +154,9 @@ class Link:
             return
         if rid in self._mine_up or rid in self._open:
             self._send(rid, error=_error(INVALID_REQUEST, f"request id {rid!r} is in use"))
+            return
+        if params is not None and not isinstance(params, dict):  # an upstream would not answer
+            self._send(rid, error=_error(INVALID_PARAMS, "params must be a JSON object"))
             return
         if self.up.gone is not None:
             self._answer_gone(rid, method)
@@ -438,7 +442,9 @@ def _error(code: int, message: str) -> Json:
 
 
 def _hashable(value: Any) -> bool:
-    return isinstance(value, (str, int))
+    """A JSON-RPC id the proxy keys on: a string or an integer (``true`` is no id, and in a
+    dict it would be the same key as ``1``)."""
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
 def _progress_token(params: Any) -> Any:

@@ -25,6 +25,7 @@ dumps = orjson.dumps
 
 CONNECTION_CLOSED = -32000
 INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 # what the proxy declares to the upstream, so the upstream's own requests of these kinds reach
 # the client (a client without one answers them with an error, which passes back)

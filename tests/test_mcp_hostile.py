@@ -1,0 +1,78 @@
+"""A hostile or clumsy client of ``toolguard mcp-proxy`` (the real proxy, a subprocess, in
+front of the example upstream): each thing an upstream would never answer, or that would
+leave a POST waiting for an answer sent elsewhere, gets a clear status or JSON-RPC error at
+once, and the session goes on serving."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+
+from tests.mcp_support import TEST_TIMEOUT_S, proxy_command, upstream_command
+from tests.mcp_support import http_proxy as start_http_proxy
+from tests.test_mcp_raw import _exchange
+from tests.test_mcp_wire import ACCEPT, INIT, _http, _open, _read_note
+
+ANSWER_S = 10.0  # an answer the proxy owes at once; a hang fails here, not at the test timeout
+
+
+@pytest.fixture(scope="module", params=["http", "stdio"])
+def proxy_url(request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The proxy on HTTP, in front of an HTTP upstream or a stdio one (per session)."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    with start_http_proxy(tmp, tmp / "counts.json",
+                          stdio_upstream=request.param == "stdio") as url:
+        yield url
+
+
+def _request(rid: object, method: str, params: object) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+
+
+@pytest.mark.parametrize("params", [[1], "x", 5])
+async def test_params_that_are_no_object_are_refused_not_left_unanswered(
+        proxy_url: str, params: object) -> None:
+    """An upstream answers a request whose params are no object with an error of id null
+    (or nothing), which names no request: the proxy refuses it itself."""
+    async with _http() as http:
+        sid = await _open(http, proxy_url)
+        for rid, method in ((50, "tools/call"), (51, "ping")):
+            async with http.post(proxy_url, data=_request(rid, method, params),
+                                 headers={**ACCEPT, "mcp-session-id": sid},
+                                 timeout=ANSWER_S) as response:
+                assert response.status == 200
+                answer = await response.json()
+                assert answer["id"] == rid and answer["error"]["code"] == -32602
+        status, _ = await _read_note(http, proxy_url, sid, 52)
+        assert status == 200
+
+
+@pytest.mark.parametrize("rid", [True, False, None, 1.5, {"a": 1}])
+async def test_request_ids_that_are_no_string_or_integer_are_a_400(
+        proxy_url: str, rid: object) -> None:
+    async with _http() as http:
+        sid = await _open(http, proxy_url)
+        async with http.post(proxy_url, data=_request(rid, "ping", {}),
+                             headers={**ACCEPT, "mcp-session-id": sid},
+                             timeout=ANSWER_S) as response:
+            assert response.status == 400
+            assert (await response.json())["error"]["code"] == -32600
+        status, _ = await _read_note(http, proxy_url, sid, 1)  # 1 == True: no clash with it
+        assert status == 200
+
+
+async def test_stdio_refuses_a_true_id_and_object_less_params(tmp_path: Path) -> None:
+    command = proxy_command(upstream=upstream_command(tmp_path / "counts.json"))
+    lines = [INIT, _request(True, "ping", {}), _request(7, "tools/call", [1]),
+             _request(8, "ping", {})]
+    with anyio.fail_after(TEST_TIMEOUT_S):
+        answers = [orjson.loads(a) for a in await _exchange(command, lines, 4)]
+    by_id = {a["id"]: a for a in answers}
+    assert by_id[None]["error"]["code"] == -32600
+    assert by_id[7]["error"]["code"] == -32602
+    assert by_id[8]["result"] == {} and "result" in by_id[1]
