@@ -5,6 +5,7 @@ once, and the session goes on serving."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,3 +77,33 @@ async def test_stdio_refuses_a_true_id_and_object_less_params(tmp_path: Path) ->
     assert by_id[None]["error"]["code"] == -32600
     assert by_id[7]["error"]["code"] == -32602
     assert by_id[8]["result"] == {} and "result" in by_id[1]
+
+
+def _slow(rid: object) -> bytes:
+    return _request(rid, "tools/call", {"name": "count_slowly", "arguments": {"steps": 6}})
+
+
+async def test_an_id_in_flight_reused_by_another_post_is_a_409_and_the_first_is_answered(
+        proxy_url: str) -> None:
+    """Each POST waits on its requests' ids: a second POST reusing one while it is in flight
+    took the first's stream, which then waited forever (past a DELETE too)."""
+    async with _http() as http:
+        sid = await _open(http, proxy_url)
+        session = {**ACCEPT, "mcp-session-id": sid}
+
+        async def post(body: bytes, delay: float) -> tuple[int, dict[str, object]]:
+            await asyncio.sleep(delay)
+            async with http.post(proxy_url, data=body, headers=session,
+                                 timeout=ANSWER_S) as response:
+                raw = await response.read()
+                data = raw.rpartition(b"data: ")[2] if raw.startswith(b"event") else raw
+                return response.status, orjson.loads(data)
+
+        (first, answer), (second, refusal) = await asyncio.gather(
+            post(_slow(60), 0), post(_slow(60), 0.1))
+        assert first == 200 and answer["id"] == 60 and "result" in answer
+        assert second == 409 and refusal["id"] == 60
+        status, batch = await post(orjson.dumps([orjson.loads(_slow(61))] * 2), 0)
+        assert status == 409 and batch["id"] == 61
+        status, _ = await _read_note(http, proxy_url, sid, 61)  # the batch was not run
+        assert status == 200

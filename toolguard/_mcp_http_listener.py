@@ -154,11 +154,18 @@ class HttpListener:
                 return _jsonrpc_error(None, "unknown or missing Mcp-Session-Id", 404)
             client = found
         headers = {_SESSION: client.id}
-        # requests whose answer this POST waits for (``true`` is no id: as a key it is 1)
+        # requests whose answer this POST waits for, each on its own id: a stream keyed twice
+        # would leave one POST waiting for an answer that goes to the other
         requests = [m["id"] for _, m in frames if isinstance(m.get("method"), str) and "id" in m]
         if not all(_hashable(rid) for rid in requests):
             return _jsonrpc_error(None, "a request id is a string or an integer", 400,
                                   INVALID_REQUEST)
+        seen: set[Any] = set()
+        for rid in requests:
+            if rid in client.streams or rid in seen:
+                return _jsonrpc_error(rid, f"request id {rid!r} is in use", 409,
+                                      INVALID_REQUEST)
+            seen.add(rid)
         client.last_seen = asyncio.get_running_loop().time()
         if not requests:
             for raw, message in frames:
