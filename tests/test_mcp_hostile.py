@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
 import pytest
 
-from tests.mcp_support import TEST_TIMEOUT_S, proxy_command, upstream_command
+from tests.mcp_support import TEST_TIMEOUT_S, free_port, proxy_command, running, upstream_command
 from tests.mcp_support import http_proxy as start_http_proxy
 from tests.test_mcp_raw import _exchange
 from tests.test_mcp_wire import ACCEPT, INIT, _http, _open, _read_note
@@ -107,3 +109,60 @@ async def test_an_id_in_flight_reused_by_another_post_is_a_409_and_the_first_is_
         assert status == 409 and batch["id"] == 61
         status, _ = await _read_note(http, proxy_url, sid, 61)  # the batch was not run
         assert status == 200
+
+
+async def _refusing_upstream(port: int) -> Any:
+    """A streamable-HTTP MCP server (aiohttp) that answers ``tools/call`` with HTTP 429 and a
+    JSON body that is no answer to it (as a rate-limiting gateway does)."""
+    from aiohttp import web
+
+    async def mcp(request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return web.Response(status=405 if request.method == "GET" else 200)
+        message = await request.json()
+        method, rid = message.get("method"), message.get("id")
+        if rid is None or method is None:
+            return web.Response(status=202)
+        if method == "tools/call":
+            return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32000, "message": "slow down"}}, status=429)
+        result: dict[str, Any] = {"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}
+        if method == "initialize":
+            result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                      "serverInfo": {"name": "refusing", "version": "1"}}
+        return web.json_response({"jsonrpc": "2.0", "id": rid, "result": result},
+                                 headers={"mcp-session-id": "s1"})
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", mcp)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def test_an_http_error_status_from_the_upstream_answers_the_call(tmp_path: Path) -> None:
+    """An upstream's HTTP 4xx with a JSON body whose id is null (or that is no JSON-RPC)
+    answered nothing: the call waited forever. It is now the call's error, with the body's
+    message."""
+    up_port, port = free_port(), free_port()
+    runner = await _refusing_upstream(up_port)
+    command = proxy_command("--upstream-url", f"http://127.0.0.1:{up_port}/mcp",
+                            "--listen", f"127.0.0.1:{port}")
+    try:
+        with ExitStack() as stack:  # started in a thread: this loop serves the upstream
+            await anyio.to_thread.run_sync(stack.enter_context,
+                                           running(command, port, tmp_path / "proxy.log"))
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with _http() as http:
+                sid = await _open(http, url)
+                async with http.post(url, data=_request(3, "tools/call", {"name": "t"}),
+                                     headers={**ACCEPT, "mcp-session-id": sid},
+                                     timeout=ANSWER_S) as response:
+                    answer = await response.json()
+            assert answer["id"] == 3
+            text = answer["result"]["content"][0]["text"]
+            assert answer["result"]["isError"] and "HTTP 429" in text and "slow down" in text
+            await anyio.to_thread.run_sync(stack.close)
+    finally:
+        await runner.cleanup()

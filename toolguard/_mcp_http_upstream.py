@@ -92,6 +92,20 @@ def _why(exc: BaseException) -> str:
     return f"{kind}: {exc}" if str(exc) else kind
 
 
+def _error_text(body: bytes) -> str:
+    """``: `` and the message of an HTTP error's JSON body (a JSON-RPC error, or any object
+    with a ``message``), or nothing."""
+    import orjson
+
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    error = parsed.get("error", parsed) if isinstance(parsed, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return f": {message[:500]}" if isinstance(message, str) and message else ""
+
+
 def env_proxy(url: str) -> dict[str, Any]:
     """The HTTP proxy the environment names for ``url`` (``HTTP_PROXY``/``HTTPS_PROXY``,
     ``NO_PROXY``, credentials in the proxy URL or ``~/.netrc``), as aiohttp's own reader of
@@ -187,10 +201,12 @@ class HttpUpstream:
                 elif kind == "text/event-stream":
                     await self._events(response, rid)
                     return
-                elif kind == "application/json":
+                elif kind == "application/json" and response.status < 300:
                     self._deliver(await response.read(), rid)
                     return
                 why = f"it answered HTTP {response.status} ({kind or 'no content type'})"
+                if kind == "application/json":  # an error's id (if any) is often null
+                    why += _error_text(await response.read())
                 if self._version is None:  # not even initialize: this is no MCP endpoint
                     self._set_gone(why)
                 self._fail(rid, why)
