@@ -19,6 +19,7 @@ from tests.mcp_support import TEST_TIMEOUT_S, free_port, proxy_command, running,
 from tests.mcp_support import http_proxy as start_http_proxy
 from tests.test_mcp_raw import _exchange
 from tests.test_mcp_wire import ACCEPT, INIT, _http, _open, _read_note
+from toolguard._mcp_frames import MAX_FRAME_BYTES
 
 ANSWER_S = 10.0  # an answer the proxy owes at once; a hang fails here, not at the test timeout
 
@@ -165,4 +166,36 @@ async def test_an_http_error_status_from_the_upstream_answers_the_call(tmp_path:
             assert answer["result"]["isError"] and "HTTP 429" in text and "slow down" in text
             await anyio.to_thread.run_sync(stack.close)
     finally:
+        await runner.cleanup()
+
+
+async def test_a_body_that_never_finishes_is_a_408_and_an_oversized_one_a_413(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The listener in-process (no session is needed to read a body): a slowloris POST held
+    its handler forever; a Content-Length over the frame limit is refused before reading."""
+    from aiohttp import web
+
+    from toolguard import _mcp_http_listener as listener_module
+
+    async def no_link() -> Any:
+        raise AssertionError("no session is opened")
+
+    monkeypatch.setattr(listener_module, "BODY_IDLE_S", 0.3, raising=False)
+    listener = listener_module.HttpListener(no_link, None, "127.0.0.1")
+    runner = web.ServerRunner(web.Server(listener.handle, handler_cancellation=True))
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    head = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    try:
+        for request, status in ((head + b"Content-Length: 100\r\n\r\n{\"jsonrpc\"", b"408"),
+                                (head + b"Content-Length: %d\r\n\r\n{" % (MAX_FRAME_BYTES + 1),
+                                 b"413")):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            line = await asyncio.wait_for(reader.readline(), ANSWER_S)
+            assert line.split()[1] == status, line
+            writer.close()
+    finally:
+        await listener.close()
         await runner.cleanup()

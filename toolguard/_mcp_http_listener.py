@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HttpListener", "serve_http"]
 
+BODY_IDLE_S = 30.0  # a POST body that stops arriving for this long is dropped (a 408)
 _END = b""  # on a stream's queue, with final=True: the request gets no (more) answer
 
 
@@ -137,7 +138,9 @@ class HttpListener:
     async def _post(self, request: BaseRequest) -> StreamResponse:
         from aiohttp import web
 
-        body = await request.read()
+        body = await _body(request)
+        if body is None:
+            return web.Response(status=408, text=f"no byte of the body in {BODY_IDLE_S:g} s")
         frames = _frames(body.strip())
         if frames is None:
             return web.Response(body=_PARSE_ERROR, status=400, content_type="application/json")
@@ -229,6 +232,31 @@ class HttpListener:
         finally:  # the session ended, or the client went away
             client.listening = False
             client.last_seen = asyncio.get_running_loop().time()
+
+
+async def _body(request: BaseRequest) -> bytes | None:
+    """The POST's body; ``None`` when ``BODY_IDLE_S`` pass without a byte of it (a client
+    that never finishes its body held its handler forever).
+
+    Raises:
+        aiohttp.web.HTTPRequestEntityTooLarge: it is, or says it is, over ``MAX_FRAME_BYTES``.
+    """
+    from aiohttp import web
+
+    size = request.content_length
+    if size is not None and size > MAX_FRAME_BYTES:
+        raise web.HTTPRequestEntityTooLarge(max_size=MAX_FRAME_BYTES, actual_size=size)
+    body = bytearray()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(request.content.readany(), BODY_IDLE_S)
+        except asyncio.TimeoutError:
+            return None
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        if len(body) > MAX_FRAME_BYTES:
+            raise web.HTTPRequestEntityTooLarge(max_size=MAX_FRAME_BYTES, actual_size=len(body))
 
 
 def _note_idle(session_id: str, idle_s: float) -> None:
