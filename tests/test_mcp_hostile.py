@@ -199,3 +199,22 @@ async def test_a_body_that_never_finishes_is_a_408_and_an_oversized_one_a_413(
     finally:
         await listener.close()
         await runner.cleanup()
+
+
+async def test_malformed_http_is_a_400_and_one_line_in_the_log_not_a_traceback(
+        tmp_path: Path) -> None:
+    with start_http_proxy(tmp_path, tmp_path / "counts.json") as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        head = b"POST /mcp HTTP/1.1\r\nHost: x\r\n"
+        for request in (head + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
+                        head + b"X: " + b"a" * 10000 + b"\r\n\r\n"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            line = await asyncio.wait_for(reader.readline(), ANSWER_S)
+            assert line.split()[1] == b"400", line
+            writer.close()
+        async with _http() as http:
+            await _open(http, url)  # still serving
+    log = (tmp_path / "proxy.log").read_text()
+    assert "Traceback" not in log
+    assert log.count("refused a malformed HTTP request (HTTP 400)") == 2, log

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -298,6 +299,26 @@ def _jsonrpc_error(rid: Any, message: str, status: int, code: int = -32000) -> S
                         content_type="application/json")
 
 
+def _server_logger() -> logging.Logger:
+    """aiohttp's server log, with a client's malformed HTTP (a bad chunk size, a header over
+    8 KiB) as one line: its 400 is the client's fault, no traceback of the proxy's."""
+    logger = logging.getLogger("toolguard.mcp_proxy.http")
+    if not logger.filters:
+        logger.addFilter(_client_fault)
+    return logger
+
+
+def _client_fault(record: logging.LogRecord) -> bool:
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    exc = record.exc_info[1] if record.exc_info else None
+    if not isinstance(exc, HttpProcessingError):
+        return True
+    first = (exc.message or type(exc).__name__).strip().splitlines()[0]
+    _note(f"refused a malformed HTTP request (HTTP {exc.code}): {first[:200]}")
+    return False
+
+
 async def serve_http(listener: HttpListener, host: str, port: int) -> None:
     """Serve ``listener`` on ``host:port`` with aiohttp's low-level server (no router, no
     access log; a handler is cancelled when its client goes away) until SIGTERM or SIGINT;
@@ -314,7 +335,7 @@ async def serve_http(listener: HttpListener, host: str, port: int) -> None:
                                client_max_size=MAX_FRAME_BYTES)
 
     server = web.Server(listener.handle, request_factory=request, handler_cancellation=True,
-                        access_log=None)
+                        access_log=None, logger=_server_logger())
     runner = web.ServerRunner(server, shutdown_timeout=1.0)
     await runner.setup()
     stop = asyncio.Event()
