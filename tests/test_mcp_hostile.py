@@ -170,9 +170,10 @@ async def test_an_http_error_status_from_the_upstream_answers_the_call(tmp_path:
 
 
 async def test_a_body_that_never_finishes_is_a_408_and_an_oversized_one_a_413(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The listener in-process (no session is needed to read a body): a slowloris POST held
-    its handler forever; a Content-Length over the frame limit is refused before reading."""
+    its handler forever; a Content-Length over the frame limit is refused before reading; a
+    client leaving mid-body is no traceback."""
     from aiohttp import web
 
     from toolguard import _mcp_http_listener as listener_module
@@ -196,6 +197,12 @@ async def test_a_body_that_never_finishes_is_a_408_and_an_oversized_one_a_413(
             line = await asyncio.wait_for(reader.readline(), ANSWER_S)
             assert line.split()[1] == status, line
             writer.close()
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head + b"Content-Length: 100\r\n\r\n{")
+        await writer.drain()
+        writer.transport.abort()
+        await asyncio.sleep(0.5)
+        assert not [r for r in caplog.records if r.exc_info], caplog.text
     finally:
         await listener.close()
         await runner.cleanup()

@@ -253,6 +253,8 @@ async def _body(request: BaseRequest) -> bytes | None:
             chunk = await asyncio.wait_for(request.content.readany(), BODY_IDLE_S)
         except asyncio.TimeoutError:
             return None
+        except ConnectionError:  # the client left mid-body: nobody reads the answer
+            raise web.HTTPBadRequest(text="the connection closed inside the body") from None
         if not chunk:
             return bytes(body)
         body += chunk
