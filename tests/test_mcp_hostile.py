@@ -225,3 +225,25 @@ async def test_malformed_http_is_a_400_and_one_line_in_the_log_not_a_traceback(
     log = (tmp_path / "proxy.log").read_text()
     assert "Traceback" not in log
     assert log.count("refused a malformed HTTP request (HTTP 400)") == 2, log
+
+
+async def test_a_post_in_flight_when_its_session_is_deleted_gets_an_error(
+        proxy_url: str) -> None:
+    async with _http() as http:
+        sid = await _open(http, proxy_url)
+        session = {**ACCEPT, "mcp-session-id": sid}
+
+        async def delete() -> int:
+            await asyncio.sleep(0.2)
+            async with http.delete(proxy_url, headers=session) as response:
+                return response.status
+
+        async def post() -> tuple[int, bytes]:
+            async with http.post(proxy_url, data=_slow(70), headers=session,
+                                 timeout=ANSWER_S) as response:
+                return response.status, await response.read()
+
+        (status, raw), deleted = await asyncio.gather(post(), delete())
+        assert deleted == 200 and status == 200
+        answer = orjson.loads(raw.rpartition(b"data: ")[2] if raw.startswith(b"event") else raw)
+        assert answer["id"] == 70 and "session ended" in answer["error"]["message"]

@@ -57,9 +57,13 @@ class _HttpClient:
             queue.put_nowait((_END, True))
 
     def end_all(self) -> None:
-        """The session ended: every open stream of it ends now."""
-        for stream in list(self.streams):
-            self.end(stream)
+        """The session ended: every open stream of it ends now, each request it waited for
+        answered with an error (an SSE stream ending without its answer leaves a client
+        waiting)."""
+        for stream, queue in list(self.streams.items()):
+            queue.put_nowait((_error_frame(stream, "the session ended before the answer")[0],
+                              True))
+        self.streams.clear()
         if self.standalone.full():
             self.standalone.get_nowait()
         self.standalone.put_nowait(None)
