@@ -247,3 +247,11 @@ async def test_a_post_in_flight_when_its_session_is_deleted_gets_an_error(
         assert deleted == 200 and status == 200
         answer = orjson.loads(raw.rpartition(b"data: ")[2] if raw.startswith(b"event") else raw)
         assert answer["id"] == 70 and "session ended" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("origin", ["http://[::1", "http://evil.example", "null"])
+async def test_an_origin_not_of_this_host_is_a_403_however_malformed(
+        proxy_url: str, origin: str) -> None:
+    async with _http() as http, http.post(proxy_url, data=INIT, timeout=ANSWER_S, headers={
+            **ACCEPT, "origin": origin}) as response:
+        assert response.status == 403

@@ -132,7 +132,10 @@ class HttpListener:
     def _origin_ok(self, origin: str) -> bool:
         from urllib.parse import urlsplit
 
-        host = urlsplit(origin).hostname
+        try:
+            host = urlsplit(origin).hostname
+        except ValueError:  # "http://[::1" and the like: a 403, not a 500
+            return False
         return host in ("localhost", "127.0.0.1", "::1", self._host)
 
     async def _end_session(self, client: _HttpClient) -> None:
