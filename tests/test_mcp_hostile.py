@@ -171,7 +171,7 @@ async def test_an_http_error_status_from_the_upstream_answers_the_call(tmp_path:
 
 async def test_a_body_that_never_finishes_is_a_408_and_an_oversized_one_a_413(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """The listener in-process (no session is needed to read a body): a slowloris POST held
+    """The listener in-process (no session may be opened): a slowloris POST held
     its handler forever; a Content-Length over the frame limit is refused before reading; a
     client leaving mid-body is no traceback."""
     from aiohttp import web
@@ -188,8 +188,11 @@ async def test_a_body_that_never_finishes_is_a_408_and_an_oversized_one_a_413(
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     head = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    bad_init = orjson.dumps({**orjson.loads(INIT), "id": True})  # refused before a session
     try:
         for request, status in ((head + b"Content-Length: 100\r\n\r\n{\"jsonrpc\"", b"408"),
+                                (head + b"Content-Length: %d\r\n\r\n" % len(bad_init)
+                                 + bad_init, b"400"),
                                 (head + b"Content-Length: %d\r\n\r\n{" % (MAX_FRAME_BYTES + 1),
                                  b"413")):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)

@@ -152,6 +152,12 @@ class HttpListener:
         frames = _frames(body.strip())
         if frames is None:
             return web.Response(body=_PARSE_ERROR, status=400, content_type="application/json")
+        # requests whose answer this POST waits for, each on its own id: a stream keyed twice
+        # would leave one POST waiting for an answer that goes to the other
+        requests = [m["id"] for _, m in frames if isinstance(m.get("method"), str) and "id" in m]
+        if not all(_hashable(rid) for rid in requests):  # checked before a session is made
+            return _jsonrpc_error(None, "a request id is a string or an integer", 400,
+                                  INVALID_REQUEST)
         if any(m.get("method") == "initialize" for _, m in frames):
             if len(frames) != 1:
                 return _jsonrpc_error(None, "initialize must come alone", 400)
@@ -165,12 +171,6 @@ class HttpListener:
                 return _jsonrpc_error(None, "unknown or missing Mcp-Session-Id", 404)
             client = found
         headers = {_SESSION: client.id}
-        # requests whose answer this POST waits for, each on its own id: a stream keyed twice
-        # would leave one POST waiting for an answer that goes to the other
-        requests = [m["id"] for _, m in frames if isinstance(m.get("method"), str) and "id" in m]
-        if not all(_hashable(rid) for rid in requests):
-            return _jsonrpc_error(None, "a request id is a string or an integer", 400,
-                                  INVALID_REQUEST)
         seen: set[Any] = set()
         for rid in requests:
             if rid in client.streams or rid in seen:
