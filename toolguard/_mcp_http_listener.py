@@ -254,16 +254,26 @@ async def _body(request: BaseRequest) -> bytes | None:
     size = request.content_length
     if size is not None and size > MAX_FRAME_BYTES:
         raise web.HTTPRequestEntityTooLarge(max_size=MAX_FRAME_BYTES, actual_size=size)
+    content = request.content
     body = bytearray()
     while True:
+        # what has arrived already (a small POST's whole body, usually) is taken without a
+        # timer: asyncio.wait_for costs a task and a loop iteration per chunk
         try:
-            chunk = await asyncio.wait_for(request.content.readany(), BODY_IDLE_S)
-        except asyncio.TimeoutError:
-            return None
+            chunk = content.read_nowait()
         except ConnectionError:  # the client left mid-body: nobody reads the answer
             raise web.HTTPBadRequest(text="the connection closed inside the body") from None
         if not chunk:
-            return bytes(body)
+            if content.at_eof():
+                return bytes(body)
+            try:
+                chunk = await asyncio.wait_for(content.readany(), BODY_IDLE_S)
+            except asyncio.TimeoutError:
+                return None
+            except ConnectionError:
+                raise web.HTTPBadRequest(text="the connection closed inside the body") from None
+            if not chunk:
+                return bytes(body)
         body += chunk
         if len(body) > MAX_FRAME_BYTES:
             raise web.HTTPRequestEntityTooLarge(max_size=MAX_FRAME_BYTES, actual_size=len(body))
