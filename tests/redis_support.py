@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
@@ -315,3 +315,20 @@ class DelayProxy:
             self._proc.wait(timeout=5)
         if self._proc.stdout is not None:
             self._proc.stdout.close()
+
+
+def write_and_lookup(ran: list[str]) -> list[Any]:
+    """A mutating ``write(path)`` that appends each path it runs for to ``ran``, and a
+    read-only ``lookup(q)``: the two tools the Redis round-trip tests count."""
+    import toolguard as tg
+
+    @tg.mutating
+    def write(path: str) -> str:
+        ran.append(path)
+        return f"wrote {path}"
+
+    @tg.readonly
+    def lookup(q: str) -> str:
+        return q
+
+    return [write, lookup]

@@ -39,6 +39,7 @@ from .redis_support import (  # noqa: F401
     redis_prefix,
     require_cluster,
     require_redis,
+    write_and_lookup,
 )
 
 try:
@@ -154,23 +155,13 @@ def test_round_trips_per_call(redis_prefix: str, deployment: str) -> None:
     # A cached or blocked call is 1 round trip, an executed call 2 (issue 18's Redis target),
     # on one node and on a cluster alike.
     ran: list[str] = []
-
-    @tg.mutating
-    def write(path: str) -> str:
-        ran.append(path)
-        return f"wrote {path}"
-
-    @tg.readonly
-    def lookup(q: str) -> str:
-        return q
-
     if deployment == "node":
         store = _store(redis_prefix)
     else:
         store = _store(redis_prefix, url=require_cluster(), cluster=True)
     policy = tg.Policy(ladder=LadderPolicy(readonly=LadderThresholds(warn_at=2, block_at=3,
                                                                       halt_at=9)))
-    task = tg.Guard(policy, tools=[write, lookup], store=store).task("rt")
+    task = tg.Guard(policy, tools=write_and_lookup(ran), store=store).task("rt")
     task.call("write", {"path": "warm-up"})  # loads the scripts on a fresh server
 
     def trips(tool: str, args: dict[str, Any]) -> tuple[tg.Decision, int]:

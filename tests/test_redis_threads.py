@@ -33,7 +33,7 @@ import toolguard as tg
 from toolguard._policy import LadderPolicy, LadderThresholds
 
 from .redis_servers import Server, server
-from .redis_support import missing_extra
+from .redis_support import missing_extra, write_and_lookup
 
 try:
     import redis
@@ -103,19 +103,6 @@ class CountingRedis(redis.Redis):
         return execute(*args, **options)
 
 
-def _tools(ran: list[str]) -> list[Any]:
-    @tg.mutating
-    def write(path: str) -> str:
-        ran.append(path)
-        return f"wrote {path}"
-
-    @tg.readonly
-    def lookup(q: str) -> str:
-        return q
-
-    return [write, lookup]
-
-
 # -- round trips --------------------------------------------------------------------------
 @pytest.mark.parametrize("client", ["own", "passed"])
 def test_round_trips_per_path_counted_by_the_server(srv: Server, prefix: str,
@@ -133,7 +120,7 @@ def test_round_trips_per_path_counted_by_the_server(srv: Server, prefix: str,
     ran: list[str] = []
     policy = tg.Policy(ladder=LadderPolicy(readonly=LadderThresholds(warn_at=2, block_at=3,
                                                                       halt_at=9)))
-    task = tg.Guard(policy, tools=_tools(ran), store=store).task("rt")
+    task = tg.Guard(policy, tools=write_and_lookup(ran), store=store).task("rt")
     task.call("write", {"path": "warm-up"})  # loads the scripts on the fresh server
     sent = _Sent(srv)
 
@@ -178,7 +165,7 @@ def _wall_s(store: RedisStore, threads: int, calls: int, path: str) -> float:
     to make ``calls`` calls each on ``path`` (``executed``: new arguments every call;
     ``cached``: the same mutating call again)."""
     far = LadderThresholds(warn_at=1000, block_at=1001, halt_at=1002)  # out of reach
-    guard = tg.Guard(tg.Policy(ladder=LadderPolicy(mutating=far)), tools=_tools([]),
+    guard = tg.Guard(tg.Policy(ladder=LadderPolicy(mutating=far)), tools=write_and_lookup([]),
                      store=store)
     run = os.urandom(4).hex()
     tasks = [guard.task(f"{run}-{k}") for k in range(threads)]
