@@ -261,19 +261,16 @@ async def _body(request: BaseRequest) -> bytes | None:
         # timer: asyncio.wait_for costs a task and a loop iteration per chunk
         try:
             chunk = content.read_nowait()
+            if not chunk:
+                if content.at_eof():
+                    return bytes(body)
+                chunk = await asyncio.wait_for(content.readany(), BODY_IDLE_S)
+                if not chunk:
+                    return bytes(body)
+        except asyncio.TimeoutError:
+            return None
         except ConnectionError:  # the client left mid-body: nobody reads the answer
             raise web.HTTPBadRequest(text="the connection closed inside the body") from None
-        if not chunk:
-            if content.at_eof():
-                return bytes(body)
-            try:
-                chunk = await asyncio.wait_for(content.readany(), BODY_IDLE_S)
-            except asyncio.TimeoutError:
-                return None
-            except ConnectionError:
-                raise web.HTTPBadRequest(text="the connection closed inside the body") from None
-            if not chunk:
-                return bytes(body)
         body += chunk
         if len(body) > MAX_FRAME_BYTES:
             raise web.HTTPRequestEntityTooLarge(max_size=MAX_FRAME_BYTES, actual_size=len(body))
