@@ -348,4 +348,9 @@ def test_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
         assert set(figures["median_us"]) == {"direct", "proxy_guard_off", "proxy_guarded"}
         assert all(v > 0 for v in figures["median_us"].values())
         assert figures["status"] in ("PASS", "MISS")  # a timing is reported, never asserted
+        paired = figures["paired"]
+        assert set(paired["mean_us"]) == {"direct", "proxy_guard_off", "proxy_guarded"}
+        assert paired["iterations"] > 0 and paired["x_direct"] > 0
+        lo, mid, hi = paired["x_direct_blocks"]
+        assert lo <= mid <= hi and figures["status"] == paired["status"]
     assert report["middleware_us"] > 0 and len(report["load_average"]["before"]) == 3
