@@ -46,9 +46,12 @@ requires_approval = true
 """
 
 
-async def test_stdio_scripted_loop_guards_and_passes_everything_through(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["auto", "asyncio"])  # auto: uvloop, installed with the extra
+async def test_stdio_scripted_loop_guards_and_passes_everything_through(
+        tmp_path: Path, loop: str) -> None:
     count_file, audit = tmp_path / "counts.json", tmp_path / "audit.jsonl"
-    command = proxy_command("--audit", str(audit), upstream=upstream_command(count_file))
+    command = proxy_command("--audit", str(audit), "--loop", loop,
+                            upstream=upstream_command(count_file))
     updated: list[str] = []
 
     async def messages(message: object) -> None:
@@ -193,6 +196,25 @@ async def test_review_approved_with_toolguard_approve_and_a_task_shared_on_redis
     assert counts(count_file) == {"delete_note": 1}
 
 
+def test_loop_auto_is_uvloop_where_it_imports_and_asyncio_elsewhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    import typer
+    import uvloop
+
+    from toolguard._mcp_proxy import _loop_runner
+
+    assert _loop_runner("auto") is uvloop.run
+    assert _loop_runner("uvloop") is uvloop.run
+    assert _loop_runner("asyncio") is asyncio.run
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as where it has no wheel (Windows)
+    assert _loop_runner("auto") is asyncio.run
+    with pytest.raises(typer.Exit) as refused:
+        _loop_runner("uvloop")
+    assert refused.value.exit_code == 2
+
+
 def test_approve_needs_a_shared_store_and_a_key() -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "toolguard.cli", "approve", *args],
@@ -203,6 +225,24 @@ def test_approve_needs_a_shared_store_and_a_key() -> None:
     assert memory.returncode == 2 and "TOOLGUARD_STORE__URL" in memory.stderr
     not_a_key = run("nonsense")
     assert not_a_key.returncode == 2 and "not an idempotency key" in not_a_key.stderr
+
+
+@pytest.mark.parametrize("loop", ["auto", "asyncio"])
+def test_stdin_and_stdout_may_be_regular_files(tmp_path: Path, loop: str) -> None:
+    """Regression: under uvloop (``--loop auto``) a stdout redirected to a file aborted the
+    process (libuv's pipe transport takes no regular file; exit 134)."""
+    requests, answers = tmp_path / "requests.jsonl", tmp_path / "answers.jsonl"
+    requests.write_text(json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "file", "version": "1"}}}) + "\n")
+    with requests.open("rb") as stdin, answers.open("wb") as stdout:
+        done = subprocess.run(proxy_command("--loop", loop, upstream=upstream_command(
+            tmp_path / "counts.json")), stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+            timeout=TEST_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    answer = json.loads(answers.read_text().splitlines()[0])
+    assert answer["id"] == 1 and "(guarded by toolguard)" in answer["result"]["serverInfo"]["title"]
 
 
 def test_upstream_that_cannot_start_exits_non_zero_with_its_stderr(tmp_path: Path) -> None:
@@ -318,6 +358,7 @@ def test_explain_prints_effects_from_annotations_and_policy(tmp_path: Path) -> N
     (["--upstream-url", "ftp://127.0.0.1/mcp"], "'ftp://127.0.0.1/mcp'"),
     (["--upstream-url", "http://127.0.0.1:99999/mcp"], "http:// or https://"),
     (["--upstream-url", "http:///mcp"], "http:// or https://"),
+    (["--loop", "trio", "--", "x"], "auto, asyncio or uvloop (got 'trio')"),
 ])
 def test_bad_options_exit_2(args: list[str], message: str) -> None:
     done = subprocess.run(proxy_command(*args), stdin=subprocess.DEVNULL, capture_output=True,

@@ -195,16 +195,30 @@ class _StdinProtocol(asyncio.Protocol):
             self._done.set_result(None)
 
 
-async def _stdout_writer() -> Callable[[bytes], None]:
-    loop = asyncio.get_running_loop()
+def _is_pipe(stream: Any) -> bool:
+    """Whether ``stream`` is a pipe, socket or terminal: what a loop's pipe transport takes.
+    A regular file (``< requests.jsonl``, ``> answers.jsonl``) is not: asyncio's loop refuses
+    it with ValueError, and uvloop's (libuv) aborts the process, so it is never offered."""
+    import os
+    import stat
+
     try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+async def _stdout_writer() -> Callable[[bytes], None]:
+    if _is_pipe(sys.stdout):
+        loop = asyncio.get_running_loop()
         transport, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout)
-    except ValueError:  # a regular file: plain blocking writes
-        def write(data: bytes) -> None:
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-        return write
-    return transport.write
+        return transport.write
+
+    def write(data: bytes) -> None:  # a regular file: plain blocking writes
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    return write
 
 
 async def serve_stdio(link: Link) -> None:
@@ -223,12 +237,11 @@ async def serve_stdio(link: Link) -> None:
     lines = _Lines(frame)
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
-    try:
-        await loop.connect_read_pipe(lambda: _StdinProtocol(lines, done), sys.stdin)
-    except ValueError:  # a regular file: read it in a thread
+    if not _is_pipe(sys.stdin):  # a regular file: read it in a thread
         while data := await asyncio.to_thread(sys.stdin.buffer.readline):
             lines.feed(data)
         lines.feed(b"\n")
         return
+    await loop.connect_read_pipe(lambda: _StdinProtocol(lines, done), sys.stdin)
     await done
     lines.feed(b"\n")  # a last message without its newline
