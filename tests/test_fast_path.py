@@ -1,11 +1,16 @@
 """The fused in-memory call path (``toolguard._fast``) gives what the general path gives:
 random sequences of calls (repeats, writes, polls, errors, timeouts, invalid and unknown
 calls, approvals, budgets, ladder and stagnation rungs, a moving clock) produce the same
-results, exceptions, executions, history and task state with it on and forced off."""
+results, exceptions, executions, history and task state with it on and forced off; for
+``call`` and for ``acall`` (async tools, sync tools in a worker thread, ``run=`` hooks sync
+and async, an async tool called with ``call``, an ``acall`` cancelled while its tool runs)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,6 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import toolguard as tg
+from toolguard._context import CURRENT_KEY
 from toolguard._policy import (
     BudgetPolicy,
     IdempotencyPolicy,
@@ -40,52 +46,86 @@ _POLICIES = [
     tg.Policy(budget=BudgetPolicy(max_consecutive_failures=3)),
 ]
 
+_TOOL = st.sampled_from(["search", "search", "search", "write", "write", "status", "flaky",
+                         "slow", "deploy", "nope"])
+_ARG = st.one_of(st.integers(0, 3), st.integers(0, 3),
+                 st.sampled_from(["x", "", None, 2.0, [1, 2]]))
 # (tool, argument, the JSON-text spelling) the model sends; "nope" is no tool
-_CALLS = st.tuples(
-    st.sampled_from(["search", "search", "search", "write", "write", "status", "flaky",
-                     "slow", "deploy", "nope"]),
-    st.one_of(st.integers(0, 3), st.integers(0, 3), st.sampled_from(["x", "", None, 2.0, [1, 2]])),
-    st.booleans(),
-)
+_CALLS = st.tuples(_TOOL, _ARG, st.booleans())
 _STEPS = st.one_of(_CALLS, st.sampled_from(["tick", "turn"]))
+# how a call is made (see _one)
+_HOWS = ("call", "call_run", "acall", "acall_run", "acall_arun", "cancel")
+_ASYNC_STEPS = st.one_of(st.tuples(_TOOL, _ARG, st.booleans(), st.sampled_from(_HOWS)),
+                         st.sampled_from(["tick", "turn"]))
 
 
-def _tools(runs: list[tuple[str, Any]]) -> list[Any]:
+def _where() -> tuple[bool, tuple[str, str] | None]:
+    """Where a tool runs: on the main thread or not (a plain tool under ``acall`` runs in a
+    worker thread), and the idempotency key it sees with the execution it belongs to (the
+    call id without its random suffix: a retry of an unknown outcome has the first's)."""
+    current = CURRENT_KEY.get()
+    return (threading.current_thread() is threading.main_thread(),
+            None if current is None else (current[0], current[1].split("@")[0]))
+
+
+def _functions(runs: list[tuple[str, Any, Any]]) -> dict[str, Callable[..., Any]]:
+    """The tools' plain functions by name, each noting its run in ``runs`` (:func:`_where`);
+    ``nope``: what a ``run=`` hook does for the name no tool has."""
     def search(q: Any = 0) -> Any:
-        runs.append(("search", q))
+        runs.append(("search", q, _where()))
         # the same outcome under other arguments: the stagnation rule's runs
         return None if q == 0 else "nothing found" if q in (1, 2, "") else f"found {q}"
 
     def write(q: Any = 0) -> str:
-        runs.append(("write", q))
+        runs.append(("write", q, _where()))
         return f"wrote {q}"
 
     def status(q: Any = 0) -> str:
-        runs.append(("status", q))
+        runs.append(("status", q, _where()))
         return "pending"
 
     def flaky(q: Any = 0) -> str:
-        runs.append(("flaky", q))
+        runs.append(("flaky", q, _where()))
         if q in (1, "x"):
             raise ValueError(f"bad {q}")
         return "ok"
 
     def slow(q: Any = 0) -> str:
-        runs.append(("slow", q))
+        runs.append(("slow", q, _where()))
         if q == 1:
             raise TimeoutError("took too long")
         return "done"
 
     def deploy(q: Any = 0) -> str:
-        runs.append(("deploy", q))
+        runs.append(("deploy", q, _where()))
         return "deployed"
 
-    return [tg.ToolSpec(name="search", func=search, effect=tg.Effect.READONLY),
-            tg.ToolSpec(name="write", func=write, effect=tg.Effect.MUTATING),
-            tg.ToolSpec(name="status", func=status, effect=tg.Effect.POLL),
-            tg.ToolSpec(name="flaky", func=flaky, effect=tg.Effect.MUTATING),
-            tg.ToolSpec(name="slow", func=slow, effect=tg.Effect.MUTATING),
-            tg.ToolSpec(name="deploy", func=deploy, effect=tg.Effect.MUTATING)]
+    def nope(q: Any = 0) -> str:
+        runs.append(("nope", q, _where()))
+        return "ran"
+
+    return {f.__name__: f for f in (search, write, status, flaky, slow, deploy, nope)}
+
+
+_EFFECTS = {"search": tg.Effect.READONLY, "write": tg.Effect.MUTATING,
+            "status": tg.Effect.POLL, "flaky": tg.Effect.MUTATING,
+            "slow": tg.Effect.MUTATING, "deploy": tg.Effect.MUTATING}
+
+
+def _tools(functions: dict[str, Callable[..., Any]], is_async: bool = False) -> list[Any]:
+    """The tools: the plain functions, or with ``is_async`` ``async def`` tools that yield
+    to the event loop once, then run them."""
+    return [tg.ToolSpec(name=name, func=_async(functions[name]) if is_async
+                        else functions[name], effect=effect)
+            for name, effect in _EFFECTS.items()]
+
+
+def _async(func: Callable[..., Any]) -> Callable[..., Any]:
+    async def tool(q: Any = 0) -> Any:
+        await asyncio.sleep(0)
+        return func(q)
+
+    return tool
 
 
 def _view(result: tg.ToolResult) -> dict[str, Any]:
@@ -96,14 +136,62 @@ def _view(result: tg.ToolResult) -> dict[str, Any]:
     return fields
 
 
-def _run(policy: tg.Policy, steps: list[Any], fast: bool) -> list[Any]:
-    runs: list[tuple[str, Any]] = []
+def _one(loop: asyncio.AbstractEventLoop, task: tg.Task, func: Callable[..., Any], tool: str,
+         args: Any, how: str) -> tg.ToolResult | str:
+    """One call of ``tool``, made as ``how`` says: ``call`` or ``acall``, alone or with a
+    ``run=`` hook that calls ``func`` (``acall_arun``: an async hook); ``cancel``: an
+    ``acall`` cancelled while its async hook runs (``"cancelled"``)."""
+    def hook(args: dict[str, Any]) -> Any:
+        return func(**args)
+
+    async def async_hook(args: dict[str, Any]) -> Any:
+        await asyncio.sleep(0)
+        return func(**args)
+
+    if how == "call":
+        return task.call(tool, args)
+    if how == "call_run":
+        return task.call(tool, args, run=hook)
+    if how == "cancel":
+        return loop.run_until_complete(_cancelled(task, tool, args, func))
+    run = {"acall": None, "acall_run": hook, "acall_arun": async_hook}[how]
+    return loop.run_until_complete(task.acall(tool, args, run=run))
+
+
+async def _cancelled(task: tg.Task, tool: str, args: Any, func: Callable[..., Any]
+                     ) -> tg.ToolResult | str:
+    """``acall`` with a hook that calls ``func`` and then never ends, cancelled once it
+    runs; the result of a call that does not run (or whose ``func`` raised)."""
+    started = asyncio.Event()
+
+    async def hook(args: dict[str, Any]) -> Any:
+        func(**args)
+        started.set()
+        await asyncio.Event().wait()
+
+    call = asyncio.ensure_future(task.acall(tool, args, run=hook))
+    running = asyncio.ensure_future(started.wait())
+    await asyncio.wait([call, running], return_when=asyncio.FIRST_COMPLETED)
+    running.cancel()
+    if call.done():
+        return call.result()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    return "cancelled"
+
+
+def _run(policy: tg.Policy, steps: list[Any], fast: bool, is_async: bool = False
+         ) -> list[Any]:
+    runs: list[tuple[str, Any, Any]] = []
+    functions = _functions(runs)
     clock = FakeClock(1000.0)
     store = MemoryStore(max_entries=6, clock=clock)
-    guard = tg.Guard(policy, _tools(runs), clock=clock, store=store)
+    guard = tg.Guard(policy, _tools(functions, is_async), clock=clock, store=store)
     task = guard.task("fast")  # one id for both runs: it is in the keys
     task._fast = fast
     seen: list[Any] = []
+    loop = asyncio.new_event_loop()
     for step in steps:
         if step == "tick":
             clock.advance(7.0)
@@ -111,17 +199,21 @@ def _run(policy: tg.Policy, steps: list[Any], fast: bool) -> list[Any]:
         if step == "turn":
             task.new_turn()
             continue
-        tool, arg, as_text = step
+        tool, arg, as_text, *how = step
         args: Any = {} if arg is None and as_text else {"q": arg}
         if as_text:
             args = f'{{"q": {arg!r}}}'.replace("'", '"') if arg is not None else "{}"
         try:
-            seen.append(_view(task.call(tool, args)))
+            result = _one(loop, task, functions.get(tool, functions["nope"]), tool, args,
+                          how[0] if how else "call")
+            seen.append(result if isinstance(result, str) else _view(result))
         except tg.Halt as halt:
             seen.append(("halt", type(halt).__name__, str(halt)))
             task.resume()
         except tg.ToolGuardError as error:
             seen.append(("error", type(error).__name__, str(error)))
+    loop.run_until_complete(loop.shutdown_default_executor())  # sync tools' worker threads
+    loop.close()
     seen.append(runs)
     seen.append([(r.tool, r.args, _view(r.result)) for r in task.history])
     usage = task.usage
@@ -149,11 +241,31 @@ def test_the_fused_path_equals_the_general_path(policy: int, steps: list[Any]) -
     assert _run(_POLICIES[policy], steps, True) == _run(_POLICIES[policy], steps, False)
 
 
-def test_the_fused_path_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pins that the comparison above compares something: a plain MemoryStore call goes
-    through ``_memory_sync``, a forced-off task and a subclassed store do not."""
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(range(len(_POLICIES))), st.booleans(), st.lists(_ASYNC_STEPS, max_size=40))
+@example(0, True, [("write", 1, False, "cancel"), ("write", 1, False, "acall"),  # to review
+                   ("write", 1, False, "acall"), ("write", 2, True, "acall_arun")])
+@example(1, False, [("write", 1, False, "acall"), ("write", 1, True, "acall"),  # cached
+                    ("flaky", 1, False, "acall_run"), ("flaky", 2, False, "acall_arun"),
+                    ("slow", 1, False, "acall"), ("search", 1, False, "call")])
+@example(0, True, [("search", 1, False, "call"), ("search", 1, False, "acall"),  # async tool
+                   ("search", 1, False, "cancel"), ("nope", 1, False, "acall_run")])
+def test_the_fused_path_equals_the_general_path_under_acall(policy: int, is_async: bool,
+                                                            steps: list[Any]) -> None:
+    """The same for calls made with ``acall`` too (``is_async``: the tools are ``async
+    def``; else a plain tool under ``acall`` runs in a worker thread)."""
+    assert (_run(_POLICIES[policy], steps, True, is_async)
+            == _run(_POLICIES[policy], steps, False, is_async))
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_the_fused_path_is_taken(monkeypatch: pytest.MonkeyPatch, is_async: bool) -> None:
+    """Pins that the comparisons above compare something: a plain MemoryStore call goes
+    through ``_memory_sync`` (``acall``: ``_memory_async``), a forced-off task and a
+    subclassed store do not."""
     taken: list[str] = []
-    original = tg.Task._memory_sync
+    name = "_memory_async" if is_async else "_memory_sync"
+    original = getattr(tg.Task, name)
 
     def spy(task: tg.Task, *args: Any) -> Any:
         taken.append(task.task_id)
@@ -162,11 +274,15 @@ def test_the_fused_path_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     class Store(MemoryStore):
         pass
 
-    monkeypatch.setattr(tg.Task, "_memory_sync", spy)
-    for name, store, fast in (("on", MemoryStore(), True), ("off", MemoryStore(), False),
-                              ("sub", Store(), True)):
-        guard = tg.Guard(tools=_tools([]), store=store)
-        task = guard.task(name)
+    monkeypatch.setattr(tg.Task, name, spy)
+    loop = asyncio.new_event_loop()
+    for task_id, store, fast in (("on", MemoryStore(), True), ("off", MemoryStore(), False),
+                                 ("sub", Store(), True)):
+        guard = tg.Guard(tools=_tools(_functions([]), is_async), store=store)
+        task = guard.task(task_id)
         task._fast = fast
-        assert task.call("search", {"q": 1}).decision is tg.Decision.ALLOW
+        result = (loop.run_until_complete(task.acall("search", {"q": 1})) if is_async
+                  else task.call("search", {"q": 1}))
+        assert result.decision is tg.Decision.ALLOW
+    loop.close()
     assert taken == ["on"]

@@ -7,7 +7,8 @@
   ``_executed_sync`` / ``_executed_async``); a call that needs I/O in the middle (an
   approval, a wait for a twin, a worker thread) goes through the one pipeline for ``call``
   and ``acall``, sans I/O: a generator that yields its I/O requests; :mod:`toolguard._fast`
-  — the same straight path fused into one function for ``call`` on a plain ``MemoryStore``;
+  — the same straight path with fewer layers for ``call`` and ``acall`` on a plain
+  ``MemoryStore``;
 * :mod:`toolguard._prepare` — parse, bind defaults, classify, canonical hash, schema;
 * :mod:`toolguard._admit` — ``store.begin`` and the pure :func:`toolguard._core.decide`:
   budget → approval → idempotency → ladder (the store's failure policy too);

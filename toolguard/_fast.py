@@ -1,20 +1,26 @@
-"""The in-memory call path: ``call`` on a guard whose store is a plain
-:class:`~toolguard.stores.memory.MemoryStore`, in enforce mode with no audit sink, runs
-prepare -> begin -> decide -> execute -> record in one function.
+"""The in-memory call path: ``call`` and ``acall`` on a guard whose store is a plain
+:class:`~toolguard.stores.memory.MemoryStore`, in enforce mode with no audit sink, run
+prepare -> begin -> decide -> execute -> record without the general path's layers:
+:func:`_memory_front` prepares, begins and decides, :func:`_memory_sync` /
+:func:`_memory_async` run the tool (awaiting what ``acall``'s tool or ``run`` returns), and
+:func:`_memory_record` records the outcome for both.
 
 The stages are those of :func:`toolguard._pipeline._front` and the functions it hands over
 to, with what only they need left out: no ``BeginRequest`` / ``FinishRequest`` tuples (the
-store's ``begin_fields`` / ``finish_fields`` take the fields as arguments), one clock read
-for begin and the decision (the store's own clock when it is the guard's, as for the store
-the guard builds), a call that does not run recorded without ``_conclude`` (it holds no
-claim: nothing to release). Whatever is not the plain case is the general path's: a halt,
-a claim to release, a failed or unknown outcome (``_conclude``), an approval, a wait for an
-identical call, the failure budget (the pipeline). ``tests/test_fast_path.py`` checks that
-random call sequences give the same results, history and state with this path on and off.
+store's ``begin_fields`` / ``finish_fields`` take the fields as arguments), no outcome record
+for a success, one clock read for begin and the decision (the store's own clock when it is
+the guard's, as for the store the guard builds), a call that does not run recorded without
+``_conclude`` (it holds no claim: nothing to release). Whatever is not the plain case is the
+general path's: a halt, a claim to release, a failed or unknown outcome (``_conclude``), an
+approval, a wait for an identical call, the failure budget, and under ``acall`` a sync tool
+without ``run`` (it runs in a worker thread, which a cancellation leaves running: the
+pipeline). ``tests/test_fast_path.py`` checks that random call sequences give the same
+results, history and state with this path on and off, for ``call`` and ``acall``.
 """
 
 from __future__ import annotations
 
+from contextvars import Token
 from inspect import isawaitable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -22,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ._admit import _begin_failed
 from ._call import CallRecord, Executor, _Config, _Outcome, _Prepared
 from ._context import CURRENT_KEY as _CURRENT_KEY
-from ._core import CallContext, decide, stagnation_after
+from ._core import CallContext, Verdict, decide, stagnation_after
 from ._execute import _close_awaitable
 from ._limits import UNKNOWN_TOOLS
 from ._pipeline import _failed, _interrupted, _origin
@@ -38,12 +44,60 @@ if TYPE_CHECKING:
 
 Front = tuple[ToolResult, BaseException | None] | tuple[None, tuple[_Prepared, Snapshot]]
 """``(result, the tool's exception)`` of a call this path finished, or ``(None, (p, snap))``:
-the pipeline takes the prepared and begun call over (an approval, a wait, a budget)."""
+the pipeline takes the prepared and begun call over (an approval, a wait, a budget, a
+worker thread)."""
+Begun = tuple[_Prepared, Snapshot, Verdict]
+"""``(p, snap, verdict)`` of a call :func:`_memory_front` lets run now."""
 
 
 def _memory_sync(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: Any,
                  executor: Executor | None) -> Front:
-    """One sync call on ``store`` (see the module docstring)."""
+    """One ``call`` on ``store`` (see the module docstring)."""
+    front = _memory_front(task, cfg, store, tool, raw, executor)
+    if len(front) == 2:  # done, or the pipeline's
+        return front
+    p, snap, verdict = front
+    # _execute._execute_sync, without the outcome record of a success
+    token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
+    start = perf_counter()
+    failed: _Outcome | None = None
+    try:
+        value = executor(p.args) if executor is not None else p.entry.call(**p.args)
+        if p.entry.maybe_async and isawaitable(value):
+            value = _close_awaitable(value, p)
+    except BaseException as exc:  # noqa: BLE001 - _raised re-raises an interruption
+        value, failed = None, _raised(task, cfg, tool, p, snap, exc, token, start)
+    return _memory_record(task, cfg, store, tool, p, snap, verdict, value, failed, token,
+                          start)
+
+
+async def _memory_async(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: Any,
+                        executor: Executor | None) -> Front:
+    """One ``acall`` on ``store`` (see the module docstring); on the event loop's thread."""
+    front = _memory_front(task, cfg, store, tool, raw, executor)
+    if len(front) == 2:  # done, or the pipeline's
+        return front
+    p, snap, verdict = front
+    if executor is None and p.entry.in_thread:  # a worker thread: the pipeline detaches it
+        return None, (p, snap)
+    # _execute._execute_async on the loop's thread, without the outcome record of a success
+    token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
+    start = perf_counter()
+    failed: _Outcome | None = None
+    try:
+        value = executor(p.args) if executor is not None else p.entry.call(**p.args)
+        if isawaitable(value):
+            value = await value
+    except BaseException as exc:  # noqa: BLE001 - e.g. cancelled: _raised re-raises it
+        value, failed = None, _raised(task, cfg, tool, p, snap, exc, token, start)
+    return _memory_record(task, cfg, store, tool, p, snap, verdict, value, failed, token,
+                          start)
+
+
+def _memory_front(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: Any,
+                  executor: Executor | None) -> Front | Begun:
+    """Prepare, begin and decide one call on ``store``: a :data:`Front` (the result of a
+    call that does not run; a halt raises), or the :data:`Begun` call that runs now."""
     claimed: tuple[_Prepared, Snapshot] | None = None
     guard = task.guard
     try:
@@ -89,20 +143,27 @@ def _memory_sync(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: A
     except BaseException as exc:
         _failed(task, cfg, tool, exc, claimed, False)
         raise
-    # _execute._execute_sync, without the outcome record for a success
-    token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
-    start = perf_counter()
-    failed: _Outcome | None = None
-    try:
-        value = executor(p.args) if executor is not None else entry.call(**p.args)
-        if entry.maybe_async and isawaitable(value):
-            value = _close_awaitable(value, p)
-    except Exception as exc:  # noqa: BLE001 - any tool error becomes an error envelope
-        failed = task._failure(cfg, exc, perf_counter() - start)
-    except BaseException as exc:  # interrupted: an unknown outcome (_interrupted)
-        _CURRENT_KEY.reset(token)
-        _interrupted(task, cfg, tool, p, snap, exc)
-        raise
+    return p, snap, verdict
+
+
+def _raised(task: Task, cfg: _Config, tool: str, p: _Prepared, snap: Snapshot,
+            exc: BaseException, token: Token[Any], start: float) -> _Outcome:
+    """The tool raised ``exc``: a tool error's outcome (the error envelope), or, when it was
+    interrupted or cancelled, an unknown outcome recorded (:func:`_interrupted`) and ``exc``
+    re-raised."""
+    if isinstance(exc, Exception):
+        return task._failure(cfg, exc, perf_counter() - start)
+    _CURRENT_KEY.reset(token)
+    _interrupted(task, cfg, tool, p, snap, exc)
+    raise exc
+
+
+def _memory_record(task: Task, cfg: _Config, store: MemoryStore, tool: str, p: _Prepared,
+                   snap: Snapshot, verdict: Verdict, value: Any, failed: _Outcome | None,
+                   token: Token[Any], start: float) -> tuple[ToolResult, BaseException | None]:
+    """Record what the tool of a :data:`Begun` call did (returned ``value``, or ``failed``:
+    its error or unknown outcome, which ``_conclude`` records) and build the result;
+    ``token`` and ``start``: its idempotency key's context and its start time."""
     duration = perf_counter() - start
     _CURRENT_KEY.reset(token)
     try:
@@ -110,14 +171,16 @@ def _memory_sync(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: A
             task._notify(p)
         if failed is not None:  # an error or an unknown outcome: the general record
             return task._conclude(cfg, p, snap, verdict, failed, None), failed.exc
+        settings = p.entry.settings
+        effect = p.effect
         digest, kind = _digest(task._digests, settings.result, value)
         judged = (kind + digest if effect is not POLL and (
             settings.stagnation_warn_at or settings.stagnation_block_at) else "")
         try:
             store.finish_fields(  # _record._finish's request of a success, as arguments
-                task.task_id, entry.spec.name, p.signature, p.key, True, True, False,
+                task.task_id, p.entry.spec.name, p.signature, p.key, True, True, False,
                 effect is MUTATING, digest, p.claim and p.remember, value, snap.claimed,
-                settings.idempotency_ttl_s, clock(), None, p.call_id, judged,
+                settings.idempotency_ttl_s, task.guard._clock(), None, p.call_id, judged,
                 settings.max_progress_resets)
         except Exception as exc:  # noqa: BLE001 - _finish_failed re-raises or falls back
             if _finish_failed(task, cfg, p, exc, True):
@@ -126,5 +189,5 @@ def _memory_sync(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: A
         return _executed_result(task, cfg, p, snap, verdict, None, stagnant, value, value,
                                 True, None, duration), None
     except BaseException as exc:
-        _failed(task, cfg, tool, exc, claimed, True)
+        _failed(task, cfg, tool, exc, (p, snap) if snap.claimed else None, True)
         raise

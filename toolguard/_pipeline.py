@@ -329,15 +329,21 @@ async def _run_async(task: Task, tool: str, raw: Any, executor: Executor | None,
                      ) -> tuple[ToolResult, BaseException | None]:
     cfg = task.guard._config
     start: _Start | None = None
-    if (cfg.policy.mode is ENFORCE and not resumed and not task.guard._sinks
-            and not task.guard._store_blocks):
-        front = _front(task, cfg, tool, raw, executor)
-        if type(front) is ToolResult:
-            return front, None
-        p, snap, verdict = front  # type: ignore[misc]  # not a ToolResult: tested above
-        if verdict is not None and (executor is not None or not p.entry.in_thread):
-            return await _executed_async(task, cfg, tool, p, snap, verdict, executor)
-        start = (cfg, p, snap)  # a sync tool in a worker thread: the pipeline detaches it
+    if cfg.policy.mode is ENFORCE and not resumed and not task.guard._sinks:
+        store = task.guard._store
+        if type(store) is MemoryStore and task._fast:  # the fused path (toolguard._fast)
+            finished, handed = await task._memory_async(cfg, store, tool, raw, executor)
+            if finished is not None:
+                return finished, handed  # type: ignore[return-value]  # the tool's exception
+            start = (cfg, *handed)  # type: ignore[misc]  # (p, snap): tested above
+        elif not task.guard._store_blocks:
+            front = _front(task, cfg, tool, raw, executor)
+            if type(front) is ToolResult:
+                return front, None
+            p, snap, verdict = front  # type: ignore[misc]  # not a ToolResult: tested above
+            if verdict is not None and (executor is not None or not p.entry.in_thread):
+                return await _executed_async(task, cfg, tool, p, snap, verdict, executor)
+            start = (cfg, p, snap)  # a sync tool in a worker thread: the pipeline detaches it
     pipeline = task._pipeline(tool, raw, executor, approver, resumed, start)
     cancelled: BaseException | None = None  # a cancellation whose thread had ended
     done, io = await task._resume(pipeline, None, None)

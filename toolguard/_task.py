@@ -94,6 +94,7 @@ class Task:
     _give_back = _execute_stage._give_back
     _abandon = _execute_stage._abandon
     _memory_sync = _fast_stage._memory_sync
+    _memory_async = _fast_stage._memory_async
     _pipeline = _pipeline_stage._pipeline
     _run_sync = _pipeline_stage._run_sync
     _run_async = _pipeline_stage._run_async
