@@ -26,13 +26,16 @@ upstream server on 127.0.0.1, the proxies listening in front of it) and each rou
 batch per path in a fresh random order, so the machine's noise hits every path alike. A
 path's figure is the median over rounds of its mean per-call time; the ratios are computed
 within each round against the same transport's direct path, then reduced to their median.
-Besides the rounds, ``paired`` runs the calls of a transport's three paths one after another
-(direct, guard off, guarding, in a rotating order) for ``--paired`` iterations, each call
-timed alone: every path sees the same seconds of the machine, so a slow spell of a shared
-host (which moves a whole batch of 200 calls, and a round's ratio by ±0.15 here) falls on
-all three alike. Its figure is the ratio of the mean per-call times, with the spread of that
-ratio over blocks of 100 iterations. This is the verdict's figure; the rounds are kept beside
-it, as are their CPU times.
+Besides the rounds, the paired measurement runs one call on each of a transport's three
+paths in turn (direct, guard off, guarding, in a rotating order), each timed alone, for
+``--paired`` (1,000) iterations: every path sees the same fraction of a second of the
+machine, so a slow spell of a shared host (which moves a whole batch of 200 calls, and a
+round's ratio by ±0.15 here) falls on all three alike. Each process is then as cold at each
+call as it is behind an agent whose model thinks for seconds between two tool calls (the
+proxy most: it idles while the other paths run); ``--burst N`` makes it N calls per path in
+turn, each process warm after the first. Its figure is the ratio of the mean per-call times,
+with the spread of that ratio over ten blocks of iterations. This is the verdict's figure;
+the rounds are kept beside it, as are their CPU times.
 
 The call is ``read_note(title="todo")``, a readonly tool answering from memory, under a policy
 whose ladder and budget never trigger: the allow path of the guard plus two JSON-RPC hops. The
@@ -140,19 +143,21 @@ async def _batch(session: ClientSession, calls: int) -> tuple[float, float]:
 
 
 async def _paired(sessions: dict[tuple[str, str], ClientSession], transport: str,
-                  iterations: int) -> dict[str, Any]:
-    """The paired measurement of one transport (see the module docstring)."""
+                  iterations: int, burst: int) -> dict[str, Any]:
+    """The paired measurement of one transport (see the module docstring): ``iterations``
+    times, ``burst`` calls on each path in turn, in a rotating order."""
     times: dict[str, list[float]] = {path: [] for path in PATHS}
     for i in range(iterations):
         for k in range(len(PATHS)):  # a rotating order: no path always first or last
             path = PATHS[(i + k) % len(PATHS)]
             session = sessions[transport, path]
             start = time.perf_counter()
-            result = await session.call_tool("read_note", {"title": "todo"})
-            times[path].append(time.perf_counter() - start)
-            if result.is_error:
-                raise RuntimeError(f"unexpected error result: {result}")
-    block = 100 if iterations >= 200 else max(iterations // 2, 1)
+            for _ in range(burst):
+                result = await session.call_tool("read_note", {"title": "todo"})
+                if result.is_error:
+                    raise RuntimeError(f"unexpected error result: {result}")
+            times[path].append((time.perf_counter() - start) / burst)
+    block = max(iterations // 10, 1)  # the spread over ten blocks
 
     def ratio(path: str, lo: int = 0, hi: int = iterations) -> float:
         return statistics.fmean(times[path][lo:hi]) / statistics.fmean(times["direct"][lo:hi])
@@ -160,7 +165,7 @@ async def _paired(sessions: dict[tuple[str, str], ClientSession], transport: str
     blocks = sorted(ratio("proxy_guarded", lo, lo + block)
                     for lo in range(0, iterations - block + 1, block))
     x_direct = ratio("proxy_guarded")
-    return {"iterations": iterations,
+    return {"iterations": iterations, "burst": burst,
             "mean_us": {path: statistics.fmean(t) * 1e6 for path, t in times.items()},
             "x_direct": x_direct, "x_direct_guard_off": ratio("proxy_guard_off"),
             "blocks_of": block, "x_direct_blocks": [blocks[0], statistics.median(blocks),
@@ -189,9 +194,10 @@ def _cpu_seconds() -> float:
 
 
 async def measure(calls: int, rounds: int, warmup: int,
-                  transports: tuple[str, ...] = TRANSPORTS, paired: int = 0) -> dict[str, Any]:
+                  transports: tuple[str, ...] = TRANSPORTS, paired: int = 0,
+                  burst: int = 1) -> dict[str, Any]:
     """Run the interleaved rounds, then ``paired`` iterations of the paired measurement per
-    transport; return the report."""
+    transport (``burst`` calls per path each); return the report."""
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         async with AsyncExitStack() as stack:
@@ -206,7 +212,8 @@ async def measure(calls: int, rounds: int, warmup: int,
                 figures = {key: await _batch(sessions[key], calls) for key in order}
                 per_round.append({key: wall for key, (wall, _) in figures.items()})
                 cpu_round.append({key: cpu for key, (_, cpu) in figures.items()})
-            pairs = {t: await _paired(sessions, t, paired) for t in transports} if paired else {}
+            pairs = ({t: await _paired(sessions, t, paired, burst) for t in transports}
+                     if paired else {})
     report: dict[str, Any] = {"calls_per_round": calls, "rounds": rounds,
                               "target_x_direct": TARGET_RATIO,
                               "load_average": {"before": list(load_before),
@@ -304,11 +311,12 @@ def render(report: dict[str, Any]) -> str:
             pr, mean = t["paired"], t["paired"]["mean_us"]
             lo, mid, hi = pr["x_direct_blocks"]
             lines += [
-                f"  {transport}, paired calls ({pr['iterations']} iterations, means):",
+                f"  {transport}, paired ({pr['iterations']} iterations x {pr['burst']} call"
+                f"{'s' if pr['burst'] > 1 else ''} per path, means):",
                 f"    direct {mean['direct']:.0f} us, guard off {mean['proxy_guard_off']:.0f} us "
                 f"(x{pr['x_direct_guard_off']:.3f}), guarded {mean['proxy_guarded']:.0f} us "
-                f"(x{pr['x_direct']:.3f}; blocks of {pr['blocks_of']}: x{lo:.2f} / x{mid:.2f} "
-                f"/ x{hi:.2f})  {pr['status']}",
+                f"(x{pr['x_direct']:.3f}; ten blocks: x{lo:.2f} / x{mid:.2f} / x{hi:.2f})"
+                f"  {pr['status']}",
             ]
     lines.append(f"  guard middleware alone   {report['middleware_us']:7.0f} us per call "
                  "(in-process)")
@@ -408,6 +416,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--paired", type=int, default=1000,
                         help="iterations of the paired measurement per transport (0: none)")
+    parser.add_argument("--burst", type=int, default=1,
+                        help="calls per path in each iteration of the paired measurement")
     parser.add_argument("--smoke", action="store_true", help="a few calls: every path runs")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--only", choices=TRANSPORTS, help="measure one transport")
@@ -428,7 +438,7 @@ def main() -> None:
         return
     calls, rounds, warmup = (3, 2, 2) if args.smoke else (args.calls, args.rounds, 50)
     report = anyio.run(measure, calls, rounds, warmup, transports,
-                       4 if args.smoke else args.paired)
+                       4 if args.smoke else args.paired, args.burst)
     report["middleware_us"] = anyio.run(middleware_us, 20 if args.smoke else 5000)
     report["smoke"] = args.smoke
     print(render(report))
