@@ -143,9 +143,42 @@ _PIECES = st.sampled_from([
 def test_the_prefilters_never_skip_a_pass_that_would_replace_something(text: str) -> None:
     """Each prefilter finds a substring of every match of its pass (Unicode digits and
     whitespace included), so skipping the pass when it finds none changes nothing."""
-    from toolguard._normalize import strip_volatile
+    from toolguard._normalize import _strip_volatile, strip_volatile
 
-    assert strip_volatile(text) == _both_passes(text)
+    assert _strip_volatile(text) == _both_passes(text)
+    assert strip_volatile(text) == _both_passes(text)  # remembered (short) or not
+
+
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=40)), max_size=60).map("".join))
+@settings(max_examples=500, deadline=None)
+def test_a_remembered_text_strips_as_it_did_the_first_time(text: str) -> None:
+    from toolguard._normalize import _strip_volatile, strip_volatile
+
+    first = strip_volatile(text)
+    assert strip_volatile(text) == first == _strip_volatile(text)
+    assert strip_volatile((text + "x")[:-1]) == first  # an equal text, another object
+
+
+def test_only_short_plain_texts_are_remembered_and_the_memo_is_bounded() -> None:
+    from toolguard._normalize import (
+        MEMO_CHARS,
+        MEMO_ENTRIES,
+        _strip_remembered,
+        strip_volatile,
+    )
+
+    class Text(str):
+        pass
+
+    _strip_remembered.cache_clear()
+    assert strip_volatile("took 5 ms") == strip_volatile("took 5 ms") == "took <duration>"
+    assert _strip_remembered.cache_info().hits == 1
+    assert strip_volatile("x" * (MEMO_CHARS + 1) + " 5 ms").endswith("<duration>")
+    assert strip_volatile(Text("took 5 ms")) == "took <duration>"
+    assert _strip_remembered.cache_info().currsize == 1  # neither the long nor the subclass
+    for i in range(MEMO_ENTRIES + 10):
+        strip_volatile(f"note {i}")
+    assert _strip_remembered.cache_info().currsize == MEMO_ENTRIES
 
 
 def test_the_prefilters_agree_with_both_passes_on_every_recorded_text(shared: Path) -> None:
