@@ -255,23 +255,12 @@ async def measure(calls: int, rounds: int, warmup: int,
 async def middleware_us(calls: int) -> float:
     """Mean µs per call of the guard alone as the proxy runs it (``guard_json`` on the
     upstream's answer as JSON, ready-made, in-process): what guarding costs without I/O."""
-    import toolguard as tg
-    from toolguard.adapters.mcp import GuardMiddleware
-
-    policy = tg.load_policy_dict({"budget": {"max_tool_calls": 10**8}, "tools": {"read_note": {
-        "ladder": {"warn_at": 99999997, "block_at": 99999998, "halt_at": 99999999}}}})
-    middleware = GuardMiddleware(tg.Guard(policy, strict_tools=False))
-    middleware.register_tools([{
-        "name": "read_note", "annotations": {"readOnlyHint": True},
-        "inputSchema": {"type": "object", "properties": {"title": {"type": "string"}},
-                        "required": ["title"]}}])
-    answer = {"content": [{"type": "text", "text": "buy milk"}],
-              "structuredContent": {"result": "buy milk"}, "isError": False}
+    from mcp_wakeup import ANSWER, guard_middleware
 
     async def forward(args: dict[str, Any]) -> dict[str, Any]:
-        return answer
+        return ANSWER
 
-    task = middleware.task_of(None)
+    middleware, task = guard_middleware()
     for _ in range(min(calls, 100)):
         await middleware.guard_json(task, "read_note", {"title": "todo"}, forward)
     start = time.perf_counter()

@@ -395,3 +395,17 @@ def test_overhead_benchmark_smoke_run(tmp_path: Path) -> None:
         lo, mid, hi = paired["x_direct_blocks"]
         assert lo <= mid <= hi and figures["status"] == paired["status"]
     assert report["middleware_us"] > 0 and len(report["load_average"]["before"]) == 3
+
+
+def test_wakeup_benchmark_smoke_run(tmp_path: Path) -> None:
+    out = tmp_path / "wakeup.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "mcp_wakeup.py"),
+                           "--smoke", "--json", str(out)], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=TEST_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    guard = report["guard"]
+    assert guard["hot_median_us"] > 0 and guard["after_idle_median_us"] > 0
+    assert guard["x_cold"] == guard["after_idle_median_us"] / guard["hot_median_us"]
+    assert set(report["ping_pong_us"]) == {"free", "same_cpu"}
+    assert all(v is None or v > 0 for v in report["ping_pong_us"].values())
