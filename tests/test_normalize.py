@@ -161,8 +161,8 @@ def test_a_remembered_text_strips_as_it_did_the_first_time(text: str) -> None:
 
 def test_only_short_plain_texts_are_remembered_and_the_memo_is_bounded() -> None:
     from toolguard._normalize import (
-        MEMO_CHARS,
-        MEMO_ENTRIES,
+        STRIP_MEMO_CHARS,
+        STRIP_MEMO_ENTRIES,
         _strip_remembered,
         strip_volatile,
     )
@@ -173,12 +173,12 @@ def test_only_short_plain_texts_are_remembered_and_the_memo_is_bounded() -> None
     _strip_remembered.cache_clear()
     assert strip_volatile("took 5 ms") == strip_volatile("took 5 ms") == "took <duration>"
     assert _strip_remembered.cache_info().hits == 1
-    assert strip_volatile("x" * (MEMO_CHARS + 1) + " 5 ms").endswith("<duration>")
+    assert strip_volatile("x" * (STRIP_MEMO_CHARS + 1) + " 5 ms").endswith("<duration>")
     assert strip_volatile(Text("took 5 ms")) == "took <duration>"
     assert _strip_remembered.cache_info().currsize == 1  # neither the long nor the subclass
-    for i in range(MEMO_ENTRIES + 10):
+    for i in range(STRIP_MEMO_ENTRIES + 10):
         strip_volatile(f"note {i}")
-    assert _strip_remembered.cache_info().currsize == MEMO_ENTRIES
+    assert _strip_remembered.cache_info().currsize == STRIP_MEMO_ENTRIES
 
 
 def test_the_prefilters_agree_with_both_passes_on_every_recorded_text(shared: Path) -> None:

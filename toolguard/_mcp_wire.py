@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shlex
+import stat
 import subprocess
 import sys
 import tempfile
@@ -199,9 +201,6 @@ def _is_pipe(stream: Any) -> bool:
     """Whether ``stream`` is a pipe, socket or terminal: what a loop's pipe transport takes.
     A regular file (``< requests.jsonl``, ``> answers.jsonl``) is not: asyncio's loop refuses
     it with ValueError, and uvloop's (libuv) aborts the process, so it is never offered."""
-    import os
-    import stat
-
     try:
         mode = os.fstat(stream.fileno()).st_mode
     except (OSError, ValueError):
@@ -235,13 +234,13 @@ async def serve_stdio(link: Link) -> None:
             link.from_client(raw, message)
 
     lines = _Lines(frame)
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
     if not _is_pipe(sys.stdin):  # a regular file: read it in a thread
         while data := await asyncio.to_thread(sys.stdin.buffer.readline):
             lines.feed(data)
         lines.feed(b"\n")
         return
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
     await loop.connect_read_pipe(lambda: _StdinProtocol(lines, done), sys.stdin)
     await done
     lines.feed(b"\n")  # a last message without its newline

@@ -111,9 +111,9 @@ def _volatile(match: re.Match[str]) -> str:
     return _PLACEHOLDER[kind]
 
 
-MEMO_CHARS: Final = 256
+STRIP_MEMO_CHARS: Final = 256
 """Texts up to this length are stripped once and remembered (:func:`strip_volatile`)."""
-MEMO_ENTRIES: Final = 4096
+STRIP_MEMO_ENTRIES: Final = 4096
 """How many short texts :func:`strip_volatile` remembers (least recently used go first):
 about 3 MB at most."""
 
@@ -122,14 +122,14 @@ def strip_volatile(text: str) -> str:
     """``text`` with its volatile parts (times, durations, pids, ports, ids) replaced by
     placeholders (``<time>``, ``<duration>``, ...).
 
-    A text of up to :data:`MEMO_CHARS` characters is stripped once and its result
-    remembered (:data:`MEMO_ENTRIES` texts, least recently used first out; thread-safe):
+    A text of up to :data:`STRIP_MEMO_CHARS` characters is stripped once and its result
+    remembered (:data:`STRIP_MEMO_ENTRIES` texts, least recently used first out; thread-safe):
     the short strings of a structured result (``"text"``, a status, a name) come back on
     every call of a tool, and each search costs ~14k instructions through the RE2 binding,
     most of the guard's work on an MCP result. The result is the same either way
     (``tests/test_normalize.py``).
     """
-    if len(text) <= MEMO_CHARS and type(text) is str:
+    if len(text) <= STRIP_MEMO_CHARS and type(text) is str:
         return _strip_remembered(text)
     return _strip_volatile(text)
 
@@ -153,7 +153,7 @@ def _strip_volatile(text: str) -> str:
     return text
 
 
-_strip_remembered = lru_cache(maxsize=MEMO_ENTRIES)(_strip_volatile)
+_strip_remembered = lru_cache(maxsize=STRIP_MEMO_ENTRIES)(_strip_volatile)
 
 
 @lru_cache(maxsize=1)
