@@ -9,9 +9,17 @@ import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolguard as tg
-from toolguard._core import CallContext, decide, outcome_kind, stagnation_after
+from toolguard._core import (
+    CallContext,
+    decide,
+    outcome_kind,
+    stagnation_after,
+    stagnation_possible,
+)
 from toolguard._policy import LadderOverride, LadderPolicy, ResultPolicy, ToolPolicy
 from toolguard._resolve import resolve_tool
 from toolguard.stores import Snapshot, Store
@@ -201,6 +209,24 @@ def test_stagnation_after(run: int, outcome: str, last: str, expected: int | Non
     else:
         assert verdict is not None and verdict.decision is D.WARN
         assert f"{expected} different" in verdict.reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(warn_at=st.integers(0, 6), run=st.integers(0, 8), outcome=st.sampled_from(["", "0x", "ry"]),
+       last=st.sampled_from(["", "t:a", "t:b"]), got=st.sampled_from(["0x", "ry", "eX"]))
+def test_stagnation_possible_covers_every_warn(warn_at: int, run: int, outcome: str, last: str,
+                                               got: str) -> None:
+    """Read before a call runs, stagnation_possible is True wherever stagnation_after can
+    warn once it ran, whatever its outcome (the MCP proxy answers on arrival only where it
+    is False), and it is not always True: a short run cannot reach the rung."""
+    tool = resolve_tool(tg.Policy(ladder=LadderPolicy(stagnation_warn_at=warn_at,
+                                                      stagnation_block_at=0)),
+                        tg.spec_of(tg.readonly(_lookup)))
+    snap = _snap(run, outcome, last)
+    if stagnation_after(tool, "t:a", snap, got) is not None:
+        assert stagnation_possible(tool, "t:a", snap)
+    if warn_at == 0 or (warn_at > 1 and run + 1 < warn_at):
+        assert not stagnation_possible(tool, "t:a", snap)
 
 
 def test_decide_blocks_a_long_run_before_running() -> None:

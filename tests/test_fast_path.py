@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import toolguard as tg
 from toolguard._context import CURRENT_KEY
+from toolguard._fast import Remote, begin_remote, end_remote
 from toolguard._policy import (
     BudgetPolicy,
     IdempotencyPolicy,
@@ -54,7 +55,7 @@ _ARG = st.one_of(st.integers(0, 3), st.integers(0, 3),
 _CALLS = st.tuples(_TOOL, _ARG, st.booleans())
 _STEPS = st.one_of(_CALLS, st.sampled_from(["tick", "turn"]))
 # how a call is made (see _one)
-_HOWS = ("call", "call_run", "acall", "acall_run", "acall_arun", "cancel")
+_HOWS = ("call", "call_run", "acall", "acall_run", "acall_arun", "cancel", "remote")
 _ASYNC_STEPS = st.one_of(st.tuples(_TOOL, _ARG, st.booleans(), st.sampled_from(_HOWS)),
                          st.sampled_from(["tick", "turn"]))
 
@@ -140,7 +141,8 @@ def _one(loop: asyncio.AbstractEventLoop, task: tg.Task, func: Callable[..., Any
          args: Any, how: str) -> tg.ToolResult | str:
     """One call of ``tool``, made as ``how`` says: ``call`` or ``acall``, alone or with a
     ``run=`` hook that calls ``func`` (``acall_arun``: an async hook); ``cancel``: an
-    ``acall`` cancelled while its async hook runs (``"cancelled"``)."""
+    ``acall`` cancelled while its async hook runs (``"cancelled"``); ``remote``: the two
+    halves the MCP proxy uses (:func:`_remote`)."""
     def hook(args: dict[str, Any]) -> Any:
         return func(**args)
 
@@ -154,8 +156,35 @@ def _one(loop: asyncio.AbstractEventLoop, task: tg.Task, func: Callable[..., Any
         return task.call(tool, args, run=hook)
     if how == "cancel":
         return loop.run_until_complete(_cancelled(task, tool, args, func))
+    if how == "remote":
+        return loop.run_until_complete(_remote(task, tool, args, hook))
     run = {"acall": None, "acall_run": hook, "acall_arun": async_hook}[how]
     return loop.run_until_complete(task.acall(tool, args, run=run))
+
+
+async def _remote(task: tg.Task, tool: str, args: Any,
+                  hook: Callable[[dict[str, Any]], Any]) -> tg.ToolResult:
+    """``begin_remote`` / ``end_remote`` as the MCP proxy uses them: the tool runs between
+    the halves (what it raises is the outcome), a call they hand over goes on in the
+    pipeline, and where they do not apply (the general path) it is ``acall(run=hook)``.
+    A remote tool reads no idempotency-key context; the in-process stand-in is given the
+    one ``acall`` sets, so that what it records compares."""
+    front = begin_remote(task, tool, args)
+    if front is None:
+        return await task.acall(tool, args, run=hook)
+    if isinstance(front, Remote):
+        token = CURRENT_KEY.set((front.p.key, front.p.origin or front.p.call_id))
+        try:
+            value = hook(front.args)
+        except Exception as exc:
+            return end_remote(front, None, exc)
+        finally:
+            CURRENT_KEY.reset(token)
+        return end_remote(front, value)
+    result, begun = front
+    if result is not None:
+        return result
+    return (await task._run_async(tool, args, hook, None, False, begun))[0]
 
 
 async def _cancelled(task: tg.Task, tool: str, args: Any, func: Callable[..., Any]
@@ -250,6 +279,11 @@ def test_the_fused_path_equals_the_general_path(policy: int, steps: list[Any]) -
                     ("slow", 1, False, "acall"), ("search", 1, False, "call")])
 @example(0, True, [("search", 1, False, "call"), ("search", 1, False, "acall"),  # async tool
                    ("search", 1, False, "cancel"), ("nope", 1, False, "acall_run")])
+@example(0, False, [("deploy", 1, False, "remote"), ("write", 1, False, "remote"),  # halves
+                    ("write", 1, False, "remote"), ("flaky", 1, False, "remote"),
+                    ("search", 1, False, "remote"), ("search", 1, False, "remote"),
+                    ("search", 1, False, "remote"), ("search", 1, False, "remote"),
+                    ("search", 1, False, "remote"), ("nope", 1, False, "remote")])
 def test_the_fused_path_equals_the_general_path_under_acall(policy: int, is_async: bool,
                                                             steps: list[Any]) -> None:
     """The same for calls made with ``acall`` too (``is_async``: the tools are ``async
@@ -286,3 +320,34 @@ def test_the_fused_path_is_taken(monkeypatch: pytest.MonkeyPatch, is_async: bool
         assert result.decision is tg.Decision.ALLOW
     loop.close()
     assert taken == ["on"]
+
+
+
+def test_begin_remote_says_what_each_call_needs() -> None:
+    """Pins that the ``remote`` steps above go through both halves: a plain allow is a
+    :class:`Remote` whose success goes back unchanged (``final``), a warned call is one
+    whose result the guard adds to, a block is finished at once, an approval is the
+    pipeline's, and a guard with an audit sink (the general path) is not this path's."""
+    policy = tg.Policy(ladder=LadderPolicy(readonly=_ladder(2, 3, 5)),
+                       tools={"deploy": ToolPolicy(requires_approval=True)})
+    guard = tg.Guard(policy, tools=_tools(_functions([])))
+    task = guard.task("remote")
+    first = begin_remote(task, "search", {"q": 1})
+    assert isinstance(first, Remote) and first.final and first.args == {"q": 1}
+    value: dict[str, list[str]] = {"hits": []}
+    result = end_remote(first, value)
+    assert result.decision is tg.Decision.ALLOW and result.content is value  # unchanged
+    second = begin_remote(task, "search", {"q": 1})
+    assert isinstance(second, Remote) and not second.final  # the warn rung adds a notice
+    assert end_remote(second, value).notice
+    blocked = begin_remote(task, "search", {"q": 1})
+    assert isinstance(blocked, tuple) and blocked[0] is not None
+    assert blocked[0].decision is tg.Decision.BLOCK and blocked[1] is None
+    handed = begin_remote(task, "deploy", {"q": 1})
+    assert isinstance(handed, tuple) and handed[0] is None and handed[1] is not None
+    assert begin_remote(tg.Guard(policy, tools=_tools(_functions([])),
+                                 audit=[tg.MemorySink()]).task("sink"), "search", {}) is None
+    stagnating = tg.Guard(tg.Policy(ladder=LadderPolicy(stagnation_warn_at=1)),
+                          tools=_tools(_functions([]))).task("stagnating")
+    maybe = begin_remote(stagnating, "search", {"q": 2})
+    assert isinstance(maybe, Remote) and not maybe.final  # any outcome may earn the warn

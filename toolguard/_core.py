@@ -61,7 +61,8 @@ if TYPE_CHECKING:
     from ._policy import BudgetPolicy
     from ._resolve import ToolSettings
 
-__all__ = ["CallContext", "Verdict", "decide", "outcome_kind", "stagnation_after"]
+__all__ = ["CallContext", "Verdict", "decide", "outcome_kind", "stagnation_after",
+           "stagnation_possible"]
 
 
 class CallContext(NamedTuple):
@@ -319,6 +320,19 @@ def _stagnated(tool: str, run: int, outcome: str) -> str:
             else "returned the same empty result" if kind == EMPTY_RESULT
             else "returned the same result")
     return f"{run} different {tool} calls {what}"
+
+
+def stagnation_possible(settings: ToolSettings, signature: str, snap: Snapshot) -> bool:
+    """Whether :func:`stagnation_after` can give a warn for this call, whatever its outcome:
+    False when even an outcome that repeats the run's cannot make the run ``warn_at`` long.
+    Read before the call runs (the in-memory call path then knows the guard will hand a
+    success back unchanged). Pure; for every outcome, ``stagnation_after(...) is not None``
+    implies it is True.
+    """
+    warn_at = settings.stagnation_warn_at
+    if not warn_at:
+        return False
+    return max(1, snap.stagnation + (snap.stagnation_signature != signature)) >= warn_at
 
 
 def stagnation_after(settings: ToolSettings, signature: str, snap: Snapshot, outcome: str

@@ -16,6 +16,10 @@ approval, a wait for an identical call, the failure budget, and under ``acall`` 
 without ``run`` (it runs in a worker thread, which a cancellation leaves running: the
 pipeline). ``tests/test_fast_path.py`` checks that random call sequences give the same
 results, history and state with this path on and off, for ``call`` and ``acall``.
+
+:func:`begin_remote` and :func:`end_remote` are the same two halves for a caller whose tool
+runs elsewhere and answers in a callback (the MCP proxy's upstream), with nothing awaited
+between a message and what it causes; the same tests run them against ``acall``.
 """
 
 from __future__ import annotations
@@ -28,19 +32,19 @@ from typing import TYPE_CHECKING, Any
 from ._admit import _begin_failed
 from ._call import CallRecord, Executor, _Config, _Outcome, _Prepared
 from ._context import CURRENT_KEY as _CURRENT_KEY
-from ._core import CallContext, Verdict, decide, stagnation_after
+from ._core import CallContext, Verdict, decide, stagnation_after, stagnation_possible
 from ._execute import _close_awaitable
 from ._limits import UNKNOWN_TOOLS
 from ._pipeline import _failed, _interrupted, _origin
 from ._record import _digest, _executed_result, _finish_failed
 from ._results import ToolResult
-from ._types import ALLOW, HALT, MUTATING, POLL, WARN
+from ._types import ALLOW, ENFORCE, HALT, MUTATING, POLL, WARN
 from .stores._base import Snapshot
 from .stores._base import new_tuple as _new
+from .stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from ._engine import Task
-    from .stores.memory import MemoryStore
 
 Front = tuple[ToolResult, BaseException | None] | tuple[None, tuple[_Prepared, Snapshot]]
 """``(result, the tool's exception)`` of a call this path finished, or ``(None, (p, snap))``:
@@ -146,26 +150,38 @@ def _memory_front(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: 
     return p, snap, verdict
 
 
+def _final(p: _Prepared, snap: Snapshot, verdict: Verdict) -> bool:
+    """Whether :func:`_memory_record` will hand a success of this begun call back as the
+    very value the tool returned: a plain allow (no notice) that no stagnation warn can
+    reach."""
+    return verdict.decision is ALLOW and not verdict.notice and (
+        p.effect is POLL or not stagnation_possible(p.entry.settings, p.signature, snap))
+
+
 def _raised(task: Task, cfg: _Config, tool: str, p: _Prepared, snap: Snapshot,
-            exc: BaseException, token: Token[Any], start: float) -> _Outcome:
+            exc: BaseException, token: Token[Any] | None, start: float) -> _Outcome:
     """The tool raised ``exc``: a tool error's outcome (the error envelope), or, when it was
     interrupted or cancelled, an unknown outcome recorded (:func:`_interrupted`) and ``exc``
     re-raised."""
     if isinstance(exc, Exception):
         return task._failure(cfg, exc, perf_counter() - start)
-    _CURRENT_KEY.reset(token)
+    if token is not None:
+        _CURRENT_KEY.reset(token)
     _interrupted(task, cfg, tool, p, snap, exc)
     raise exc
 
 
 def _memory_record(task: Task, cfg: _Config, store: MemoryStore, tool: str, p: _Prepared,
                    snap: Snapshot, verdict: Verdict, value: Any, failed: _Outcome | None,
-                   token: Token[Any], start: float) -> tuple[ToolResult, BaseException | None]:
+                   token: Token[Any] | None, start: float
+                   ) -> tuple[ToolResult, BaseException | None]:
     """Record what the tool of a :data:`Begun` call did (returned ``value``, or ``failed``:
     its error or unknown outcome, which ``_conclude`` records) and build the result;
-    ``token`` and ``start``: its idempotency key's context and its start time."""
+    ``token`` and ``start``: its idempotency key's context (None: none was set, as for a
+    :class:`Remote` call) and its start time."""
     duration = perf_counter() - start
-    _CURRENT_KEY.reset(token)
+    if token is not None:
+        _CURRENT_KEY.reset(token)
     try:
         if p.claim:
             task._notify(p)
@@ -191,3 +207,83 @@ def _memory_record(task: Task, cfg: _Config, store: MemoryStore, tool: str, p: _
     except BaseException as exc:
         _failed(task, cfg, tool, exc, (p, snap) if snap.claimed else None, True)
         raise
+
+
+# -- a tool that runs elsewhere and answers later (the MCP proxy's upstream) -----------------
+class Remote:
+    """A begun call whose tool runs outside this process and answers in a later callback
+    (the MCP proxy's upstream): :func:`begin_remote` made it, :func:`end_remote` records it.
+    No idempotency-key context is set for it (its tool cannot read one) and nothing awaits:
+    both halves run synchronously on the caller's thread.
+
+    Attributes:
+        args: the validated arguments to send to the tool.
+        final: a success will be handed back unchanged (:func:`_final`): the caller may pass
+            it on before :func:`end_remote`, which it calls with no await between.
+    """
+
+    __slots__ = ("args", "cfg", "final", "p", "snap", "start", "store", "task", "tool",
+                 "verdict")
+
+    def __init__(self, task: Task, cfg: _Config, store: MemoryStore, tool: str,
+                 begun: Begun) -> None:
+        self.task, self.cfg, self.store, self.tool = task, cfg, store, tool
+        self.p, self.snap, self.verdict = begun
+        self.args: dict[str, Any] = self.p.args
+        self.final = _final(self.p, self.snap, self.verdict)
+        self.start = perf_counter()
+
+
+def begin_remote(task: Task, tool: str, raw: Any
+                 ) -> Remote | tuple[ToolResult, None] | tuple[None, Any] | None:
+    """Prepare, begin and decide a call that the caller runs itself, elsewhere (as
+    ``acall(tool, raw, run=...)`` would, on this path only).
+
+    Returns:
+        ``None`` where this path does not apply (an audit sink, a mode other than enforce,
+        a store other than a plain :class:`~toolguard.stores.memory.MemoryStore`): use
+        ``acall``. Else a :class:`Remote` to run now, ``(result, None)`` for a call that
+        does not run (blocked, invalid, cached, ...), or ``(None, start)``: the pipeline
+        takes the begun call over (an approval, a wait, a failure budget), as
+        ``task._run_async(tool, raw, run, approver, False, start)``.
+
+    Raises:
+        Halt: the task halted, or halts with this call.
+        ToolGuardError: the store failed closed.
+    """
+    cfg = task.guard._config
+    store = task.guard._store
+    if (cfg.policy.mode is not ENFORCE or task.guard._sinks or type(store) is not MemoryStore
+            or not task._fast):
+        return None
+    front = _memory_front(task, cfg, store, tool, raw, _elsewhere)
+    if len(front) == 2:
+        if front[0] is None:
+            return None, (cfg, *front[1])
+        return front[0], None
+    return Remote(task, cfg, store, tool, front)
+
+
+def end_remote(call: Remote, value: Any, exc: BaseException | None = None
+               ) -> ToolResult:
+    """Record what the tool of ``call`` did: returned ``value``, or raised ``exc`` (an
+    ``Exception``: a tool error, recorded as a failure; anything else, e.g.
+    ``asyncio.CancelledError``: an unknown outcome recorded, then ``exc`` re-raised).
+
+    Returns:
+        The call's result, as ``acall`` gives it.
+
+    Raises:
+        Halt: as for ``acall``. ``exc``, when it is not an ``Exception``.
+    """
+    task, cfg, tool, p, snap = call.task, call.cfg, call.tool, call.p, call.snap
+    failed: _Outcome | None = None
+    if exc is not None:  # as _memory_async's except clause
+        failed = _raised(task, cfg, tool, p, snap, exc, None, call.start)
+        value = None
+    return _memory_record(task, cfg, call.store, tool, p, snap, call.verdict, value, failed,
+                          None, call.start)[0]
+
+
+def _elsewhere(args: dict[str, Any]) -> Any:  # pragma: no cover - a marker, never called
+    raise AssertionError("a Remote call's tool runs elsewhere")

@@ -326,10 +326,13 @@ def _run_sync(task: Task, tool: str, raw: Any, executor: Executor | None,
 
 async def _run_async(task: Task, tool: str, raw: Any, executor: Executor | None,
                      approver: Approver | None = None, resumed: bool = False,
+                     begun: _Start | None = None,
                      ) -> tuple[ToolResult, BaseException | None]:
-    cfg = task.guard._config
-    start: _Start | None = None
-    if cfg.policy.mode is ENFORCE and not resumed and not task.guard._sinks:
+    """``acall``; ``begun``: a call :func:`toolguard._fast.begin_remote` began and handed
+    over, which the pipeline takes on from there."""
+    cfg = task.guard._config if begun is None else begun[0]
+    start: _Start | None = begun
+    if begun is None and cfg.policy.mode is ENFORCE and not resumed and not task.guard._sinks:
         store = task.guard._store
         if type(store) is MemoryStore and task._fast:  # the fused path (toolguard._fast)
             finished, handed = await task._memory_async(cfg, store, tool, raw, executor)
