@@ -13,8 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ._mcp_frames import _PARSE_ERROR, _SESSION, MAX_FRAME_BYTES, _error_frame, _frames
-from ._mcp_link import _hashable
-from ._mcp_ports import INVALID_REQUEST, UpstreamFailed, _note
+from ._mcp_ports import INVALID_REQUEST, UpstreamFailed, _hashable, _note
 
 if TYPE_CHECKING:
     from aiohttp.web import BaseRequest, StreamResponse

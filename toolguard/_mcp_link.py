@@ -8,9 +8,17 @@ only when the proxy changes it. What the link acts on:
   roots so the upstream's own requests of that kind can reach the client); the client's
   capabilities are kept (elicitation). ``notifications/initialized`` is not passed on (the
   proxy sent its own).
-- ``tools/call``: through the guard (:meth:`GuardMiddleware.guard_json`); its ``run`` sends
-  the request upstream (the same bytes unless the guard changed the arguments) and awaits the
-  upstream's answer. An allowed call's answer goes back as the upstream's bytes.
+- ``tools/call``: through the guard. On the in-memory call path the guard's two halves run
+  in the link's own callbacks (:meth:`GuardMiddleware.begin_json` as the request arrives,
+  :meth:`GuardMiddleware.end_json` as the upstream answers), with no task, coroutine or
+  event-loop turn between a message and what it causes; otherwise (the tool not learnt yet,
+  an approval or a wait, an audit sink, a Redis store) a task runs
+  :meth:`GuardMiddleware.guard_json`, whose ``run`` sends the request upstream and awaits the
+  answer. Either way the request goes upstream as the client's bytes unless the guard changed
+  the arguments, and an allowed call's answer goes back as the upstream's bytes. When the
+  guard hands a success back unchanged (``Remote.final``) those bytes go to the client as
+  they arrive, and the guard records the call right after, in the same callback: the record
+  is off the round trip the client waits for, and no later message finds it missing.
 - ``tools/list`` answers: the tools are registered with the guard on their way through.
 - ``notifications/cancelled`` of a call: passed on; a guarded call waiting for the upstream
   stops waiting (recorded as a failure) and gets no answer, as JSON-RPC wants.
@@ -32,7 +40,7 @@ stream of the only request in flight if there is one, else to the session's stan
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._mcp_ports import (
@@ -47,27 +55,26 @@ from ._mcp_ports import (
     UpstreamFailed,
     UpstreamGone,
     UpstreamPort,
+    _CallCancelled,
+    _error,
+    _hashable,
     _id_maker,
+    _LinkAsker,
     _note,
+    _progress_token,
+    _UpstreamCallError,
     dumps,
     handshake,
 )
 
 if TYPE_CHECKING:
+    from ._fast import Remote
     from .adapters.mcp import GuardMiddleware
 
 __all__ = ["PROXY_CAPABILITIES", "ClientPort", "Handler", "Link", "UpstreamFailed",
            "UpstreamGone", "UpstreamPort", "dumps", "handshake"]
 
 _MISSING = object()
-
-
-class _CallCancelled(Exception):
-    """The client cancelled a guarded call while it ran upstream."""
-
-
-class _UpstreamCallError(Exception):
-    """The upstream answered ``tools/call`` with a JSON-RPC error."""
 
 
 class Link:
@@ -94,6 +101,7 @@ class Link:
         self._mine_up: dict[Any, asyncio.Future[Json]] = {}  # the proxy's requests upstream
         self._mine_down: dict[Any, asyncio.Future[Json]] = {}  # the proxy's to the client
         self._calls: dict[Any, asyncio.Future[tuple[bytes, Json]]] = {}  # guarded, forwarded
+        self._remote: dict[Any, Remote] = {}  # the same, begun in a callback (begin_json)
         self._open: dict[Any, Any] = {}  # client requests in flight: id -> progress token
         self._guarding: set[Any] = set()  # of those, the tools/calls the guard holds
         self._progress: dict[Any, Any] = {}  # progress token -> client request id
@@ -168,9 +176,9 @@ class Link:
         if method == "tools/call" and isinstance(params, dict) and isinstance(
                 params.get("name"), str):
             self._guarding.add(rid)
-            task = self._loop.create_task(self._guarded(rid, raw, message, params))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            if not self.middleware.knows(params["name"]) or not self._begin(
+                    rid, raw, message, params):
+                self._spawn(self._guarded(rid, raw, message, params))
             return
         if method == "tools/list":
             self._listing.add(rid)
@@ -195,6 +203,9 @@ class Link:
         waiting = self._calls.pop(target, None)
         if waiting is not None and not waiting.done():
             waiting.set_exception(_CallCancelled("the client cancelled the call"))
+        call = self._remote.pop(target, None)
+        if call is not None:  # recorded as the failure it is; the client wants no answer
+            self._end(target, call, None, _CallCancelled("the client cancelled the call"))
         if self.client is not None:
             self.client.end(target)
 
@@ -207,7 +218,97 @@ class Link:
             self._send(rid, error=_error(CONNECTION_CLOSED, self.up.describe_gone()))
 
     # -- a guarded tools/call -------------------------------------------------------------
-    async def _guarded(self, rid: Any, raw: bytes, message: Json, params: Json) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = self._loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _begin(self, rid: Any, raw: bytes, message: Json, params: Json) -> bool:
+        """The guard's first half, in this callback (see the module docstring): False where
+        it does not apply and a task must guard the call."""
+        from .adapters.mcp import HaltError
+
+        name: str = params["name"]
+        arguments = params.get("arguments")
+        try:
+            kind, begun = self.middleware.begin_json(
+                self.middleware.task_of(self.session_id), name, arguments)
+        except HaltError as halt:
+            self._finish(rid, error=halt.error())
+            return True
+        except Exception as exc:  # noqa: BLE001 - a bug must still answer the call
+            self._internal(rid, name, exc)
+            return True
+        if kind == "acall":
+            return False
+        if kind == "done":
+            self._finish(rid, result=begun)
+        elif kind == "pipeline":
+            self._spawn(self._guarded(rid, raw, message, params, begun))
+        elif self.up.gone is not None:  # as guard_json's run: the tool did not run
+            self._end(rid, begun, None, UpstreamGone(self.up.describe_gone()))
+        else:
+            call: Remote = begun
+            self._remote[rid] = call
+            self.up.send(raw if call.args == arguments else dumps(
+                {**message, "params": {**params, "arguments": call.args}}), message)
+        return True
+
+    def _answered(self, rid: Any, call: Remote, raw: bytes, reply: Json) -> None:
+        """The upstream answered a call :meth:`_begin` sent: pass it on, record it."""
+        result = reply.get("result")
+        if not isinstance(result, dict):
+            error = reply.get("error")
+            text = error.get("message") if isinstance(error, dict) else None
+            self._end(rid, call, None, _UpstreamCallError(
+                str(text or "the upstream gave no result")))
+            return
+        sent = call.final and rid in self._open and result.get("isError") is not True
+        if sent:  # the guard hands it back unchanged: out now, recorded right after
+            self._close_request(rid)
+            self._to_client(raw, rid, True)
+        self._end(rid, call, result, None, raw, sent)
+
+    def _end(self, rid: Any, call: Remote, result: Json | None, exc: BaseException | None,
+             raw: bytes = b"", sent: bool = False) -> None:
+        """The guard's second half for a call :meth:`_begin` sent, and the client's answer."""
+        from .adapters.mcp import HaltError
+
+        try:
+            outcome = self.middleware.end_json(call, result, exc)
+        except HaltError as halt:
+            self._finish(rid, error=halt.error())
+            return
+        except BaseException as error:
+            if error is exc:  # a cancellation, recorded as an unknown outcome: no answer
+                self._guarding.discard(rid)
+                return
+            if not isinstance(error, Exception):
+                raise
+            self._internal(rid, call.tool, error)
+            return
+        self._answer(rid, call.tool, outcome, result, raw, sent)
+
+    def _answer(self, rid: Any, name: str, outcome: Any, result: Any, raw: bytes,
+                sent: bool) -> None:
+        if sent:  # the upstream's answer went out as it arrived
+            self._guarding.discard(rid)
+            if outcome is not result:  # the record failed (a store that failed closed)
+                _note(f"{name}: the guard's record failed after the upstream's answer went "
+                      f"to the client: {str(outcome)[:200]}")
+        elif result is not None and outcome is result:  # the tool ran, the guard added nothing
+            self._finish_raw(rid, raw)
+        else:
+            self._finish(rid, result=outcome)
+
+    def _internal(self, rid: Any, name: str, exc: Exception) -> None:
+        _note(f"internal error guarding {name}: {type(exc).__name__}: {exc}")
+        self._finish(rid, error=_error(INTERNAL_ERROR, f"toolguard: internal error: {exc}"))
+
+    async def _guarded(self, rid: Any, raw: bytes, message: Json, params: Json,
+                       begun: Any = None) -> None:
+        """A call the guard's task guards (see the module docstring); ``begun``: one that
+        :meth:`_begin` began and the pipeline goes on with."""
         from .adapters.mcp import HaltError
 
         name: str = params["name"]
@@ -232,11 +333,13 @@ class Link:
             return result
 
         try:
-            if not self.middleware.knows(name):
+            if begun is None and not self.middleware.knows(name):
                 await self.learn_tools()
+                if self.middleware.knows(name) and self._begin(rid, raw, message, params):
+                    return
             outcome = await self.middleware.guard_json(
                 self.middleware.task_of(self.session_id), name, arguments, run,
-                _LinkAsker(self, rid))
+                _LinkAsker(self, rid), begun=begun)
         except HaltError as halt:
             self._finish(rid, error=halt.error())
             return
@@ -244,13 +347,10 @@ class Link:
             self._finish(rid, error=_error(CONNECTION_CLOSED, str(gone)))
             return
         except Exception as exc:  # noqa: BLE001 - a bug must still answer the call
-            _note(f"internal error guarding {name}: {type(exc).__name__}: {exc}")
-            self._finish(rid, error=_error(INTERNAL_ERROR, f"toolguard: internal error: {exc}"))
+            self._internal(rid, name, exc)
             return
-        if answered and outcome is answered[0][0]:  # the tool ran and the guard added nothing
-            self._finish_raw(rid, answered[0][1])
-        else:
-            self._finish(rid, result=outcome)
+        result, reply_raw = answered[0] if answered else (None, b"")
+        self._answer(rid, name, outcome, result, reply_raw, False)
 
     def _finish(self, rid: Any, *, result: Any = None, error: Json | None = None) -> None:
         self._guarding.discard(rid)
@@ -333,6 +433,10 @@ class Link:
                 if not mine.done():
                     mine.set_result(message)
                 return
+            call = self._remote.pop(rid, None) if self._remote else None
+            if call is not None:
+                self._answered(rid, call, raw, message)
+                return
             waiting = self._calls.pop(rid, None) if self._calls else None
             if waiting is not None:
                 if not waiting.done():
@@ -378,6 +482,9 @@ class Link:
                 waiting.set_exception(gone)
         self._mine_up.clear()
         self._calls.clear()
+        remote, self._remote = self._remote, {}
+        for rid, call in remote.items():
+            self._end(rid, call, None, gone)
         for rid in [r for r in self._open if r not in self._guarding]:
             self._send(rid, error=_error(CONNECTION_CLOSED, str(gone)))
 
@@ -408,48 +515,9 @@ class Link:
         """End the link: stop the guarded calls, close the upstream session."""
         for task in list(self._tasks):
             task.cancel()
+        remote, self._remote = self._remote, {}
+        for rid, call in remote.items():  # an unknown outcome each, as a cancelled task's
+            self._end(rid, call, None, asyncio.CancelledError())
         for waiting in (*self._mine_down.values(), *self._mine_up.values()):
             waiting.cancel()
         await self.up.close()
-
-
-class _LinkAsker:
-    """:class:`toolguard.adapters.mcp.Asker` on a link: an elicitation request of the proxy's
-    own to the client, related to the call."""
-
-    def __init__(self, link: Link, rid: Any) -> None:
-        self._link = link
-        self._rid = rid
-
-    @property
-    def can_elicit(self) -> bool:
-        return isinstance(self._link.client_caps.get("elicitation"), dict)
-
-    async def elicit(self, message: str, schema: Mapping[str, Any]) -> Mapping[str, Any]:
-        from .adapters.mcp import ElicitationFailed
-
-        reply = await self._link.ask_client("elicitation/create", {
-            "mode": "form", "message": message, "requestedSchema": dict(schema)}, self._rid)
-        result = reply.get("result")
-        if isinstance(result, dict):
-            return result
-        error = reply.get("error")
-        raise ElicitationFailed(str(error.get("message") if isinstance(error, dict) else error))
-
-
-def _error(code: int, message: str) -> Json:
-    return {"code": code, "message": message}
-
-
-def _hashable(value: Any) -> bool:
-    """A JSON-RPC id the proxy keys on: a string or an integer (``true`` is no id, and in a
-    dict it would be the same key as ``1``)."""
-    return isinstance(value, (str, int)) and not isinstance(value, bool)
-
-
-def _progress_token(params: Any) -> Any:
-    if not isinstance(params, dict):
-        return None
-    meta = params.get("_meta")
-    token = meta.get("progressToken") if isinstance(meta, dict) else None
-    return token if _hashable(token) else None

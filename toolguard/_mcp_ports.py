@@ -1,8 +1,9 @@
 """What a ``toolguard mcp-proxy`` link joins, and how it starts: the two ports (the
 upstream session, the client session) as protocols, the errors a link raises, the JSON-RPC
 error codes it answers with, and :func:`handshake`, the proxy's own ``initialize`` of the
-upstream. Split from :mod:`toolguard._mcp_link` (issue 18's layout), which re-exports the
-public names.
+upstream; and the link's small helpers (its JSON-RPC ids and errors, the reasons a guarded
+call ends without an answer, its elicitation :class:`_LinkAsker`). Split from
+:mod:`toolguard._mcp_link` (issue 18's layout), which re-exports the public names.
 """
 
 from __future__ import annotations
@@ -13,9 +14,14 @@ import itertools
 import secrets
 import sys
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._mcp_link import Link
 
 __all__ = ["ClientPort", "UpstreamFailed", "UpstreamGone", "UpstreamPort", "dumps",
            "handshake"]
@@ -145,3 +151,54 @@ def _note(text: str) -> None:
     """One line on the proxy's stderr (the client's log of the server)."""
     with contextlib.suppress(OSError, ValueError):
         print(f"toolguard mcp-proxy: {text}", file=sys.stderr, flush=True)
+
+
+# -- the link's own helpers ------------------------------------------------------------------
+class _CallCancelled(Exception):
+    """The client cancelled a guarded call while it ran upstream."""
+
+
+class _UpstreamCallError(Exception):
+    """The upstream answered ``tools/call`` with a JSON-RPC error."""
+
+
+class _LinkAsker:
+    """:class:`toolguard.adapters.mcp.Asker` on a link: an elicitation request of the proxy's
+    own to the client, related to the call."""
+
+    def __init__(self, link: Link, rid: Any) -> None:
+        self._link = link
+        self._rid = rid
+
+    @property
+    def can_elicit(self) -> bool:
+        return isinstance(self._link.client_caps.get("elicitation"), dict)
+
+    async def elicit(self, message: str, schema: Mapping[str, Any]) -> Mapping[str, Any]:
+        from .adapters.mcp import ElicitationFailed
+
+        reply = await self._link.ask_client("elicitation/create", {
+            "mode": "form", "message": message, "requestedSchema": dict(schema)}, self._rid)
+        result = reply.get("result")
+        if isinstance(result, dict):
+            return result
+        error = reply.get("error")
+        raise ElicitationFailed(str(error.get("message") if isinstance(error, dict) else error))
+
+
+def _error(code: int, message: str) -> Json:
+    return {"code": code, "message": message}
+
+
+def _hashable(value: Any) -> bool:
+    """A JSON-RPC id the proxy keys on: a string or an integer (``true`` is no id, and in a
+    dict it would be the same key as ``1``)."""
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def _progress_token(params: Any) -> Any:
+    if not isinstance(params, dict):
+        return None
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if _hashable(token) else None

@@ -52,8 +52,18 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from toolguard._approval import ApprovalDecision, ApprovalRequest, approve, defer, reject
 from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, ToolGuardError
-from toolguard._results import ToolResult
-from toolguard._types import Decision, Effect, IdempotencyScope
+from toolguard._fast import Remote, begin_remote, end_remote
+from toolguard._mcp_results import (
+    HALT_ERROR_CODE,
+    HaltError,
+    ToolEffects,
+    UpstreamToolError,
+    effects_of,
+    error_result,
+    review_hint,
+    to_result,
+    tool_settings,
+)
 
 __all__ = [
     "HALT_ERROR_CODE",
@@ -69,10 +79,6 @@ __all__ = [
     "guard_server",
     "tool_settings",
 ]
-
-HALT_ERROR_CODE = -32001
-"""JSON-RPC error code of a halt (the implementation-defined server-error range, -32000 to
--32099, of JSON-RPC 2.0 §5.1). ``error.data`` holds ``{"kind", "task_id", "tool", "reason"}``."""
 
 SESSION_HEADER = "mcp-session-id"
 
@@ -136,73 +142,6 @@ class _SdkAsker:
         return answer.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ToolEffects:
-    """What the annotations of one MCP tool say to the guard.
-
-    Attributes:
-        effect: readonly or mutating.
-        settings: the settings given to ``guard.register`` (``external``,
-            ``idempotency_scope``), as decorator arguments: a policy's ``[tools.X]`` beats them.
-        hints: the annotations the server gave, by their MCP names (for ``--explain``).
-    """
-
-    effect: Effect
-    settings: Mapping[str, Any]
-    hints: Mapping[str, bool]
-
-
-def tool_settings(tool: mt.Tool) -> ToolEffects:
-    """The effect and settings an MCP tool's annotations imply.
-
-    ``readOnlyHint: true`` → readonly. Otherwise mutating, and when ``destructiveHint`` or
-    ``openWorldHint`` is true (the MCP spec's default for both when absent: a tool with no
-    annotations may destroy and act on the outside world) → idempotency scope ``task``: a
-    completed call is never repeated in the task, whatever the agent does in between.
-    ``openWorldHint`` is toolguard's ``external = true`` (which implies that scope);
-    ``destructiveHint`` alone sets the scope.
-    ``idempotentHint`` is recorded in ``hints`` only: a repeated identical call is still a
-    loop worth stopping.
-
-    Args:
-        tool: an entry of ``tools/list``.
-    """
-    ann = tool.annotations
-    return effects_of(None if ann is None else ann.model_dump(by_alias=True, exclude_none=True))
-
-
-_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
-
-
-def effects_of(annotations: Mapping[str, Any] | None) -> ToolEffects:
-    """:func:`tool_settings` from a tool's ``annotations`` as JSON (camelCase keys, as
-    ``tools/list`` sends them; ``None`` when absent). Hints that are not booleans count as
-    absent."""
-    ann = annotations if isinstance(annotations, Mapping) else {}
-    hints = {name: ann[name] for name in _HINTS if isinstance(ann.get(name), bool)}
-    read_only = hints.get("readOnlyHint") is True
-    destructive = hints.get("destructiveHint", True)
-    open_world = hints.get("openWorldHint", True)
-    if read_only:
-        return ToolEffects(Effect.READONLY, {}, hints)
-    settings: dict[str, Any] = {}
-    if open_world:
-        settings["external"] = True  # toolguard's own name for it: scope task, and says why
-    elif destructive:
-        settings["idempotency_scope"] = IdempotencyScope.TASK
-    return ToolEffects(Effect.MUTATING, settings, hints)
-
-
-class UpstreamToolError(Exception):
-    """The tool ran and answered ``isError: true``: the guard records a failed call, and the
-    client gets the tool's own error result back (``result``)."""
-
-    def __init__(self, result: mt.CallToolResult) -> None:
-        text = " ".join(c.text for c in result.content if isinstance(c, mt.TextContent))
-        super().__init__(text or "the tool reported an error")
-        self.result = result
-
-
 async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
     """An approver that asks the human at the MCP client (form elicitation: approve or not).
 
@@ -217,7 +156,7 @@ async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
     """
     asker = _ASKER.get()
     if asker is None or not asker.can_elicit:
-        return defer(_review_hint(request.idempotency_key))
+        return defer(review_hint(request.idempotency_key))
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {"approve": {
@@ -231,7 +170,7 @@ async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
     try:
         answer = await asker.elicit(message, schema)
     except ElicitationFailed as exc:  # the client refused the request itself
-        return defer(f"elicitation failed ({exc}); {_review_hint(request.idempotency_key)}")
+        return defer(f"elicitation failed ({exc}); {review_hint(request.idempotency_key)}")
     action = answer.get("action")
     content = answer.get("content")
     if action == "accept" and isinstance(content, Mapping) and content.get("approve") is True:
@@ -239,10 +178,6 @@ async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
     if action == "accept":
         return reject("the user refused it")
     return reject(f"the user did not approve it ({action})")
-
-
-def _review_hint(key: str) -> str:
-    return f"approve it with `toolguard approve {key}` (needs a shared Redis store)"
 
 
 class GuardMiddleware:
@@ -374,9 +309,14 @@ class GuardMiddleware:
 
     async def guard_json(self, task: Task, name: str, arguments: Any,
                          run: Callable[[dict[str, Any]], Awaitable[Mapping[str, Any]]],
-                         asker: Asker | None = None) -> Mapping[str, Any]:
+                         asker: Asker | None = None, *, begun: Any = None
+                         ) -> Mapping[str, Any]:
         """One ``tools/call`` through the guard, on JSON: ``run(validated arguments)`` returns
         the tool's ``CallToolResult`` as JSON (camelCase keys, as on the wire).
+
+        Args:
+            begun: the call :meth:`begin_json` began and handed over (``("pipeline",
+                begun)``), to go on with; ``None``: a new call.
 
         Returns:
             The ``CallToolResult`` for the client, as JSON. When the tool ran and the guard
@@ -397,74 +337,86 @@ class GuardMiddleware:
 
         token = _ASKER.set(asker)
         try:
-            outcome = await task.acall(name, arguments, run=guarded_run)
+            if begun is None:
+                outcome = await task.acall(name, arguments, run=guarded_run)
+            else:
+                outcome = (await task._run_async(name, arguments, guarded_run, None, False,
+                                                 begun))[0]
         except Halt as halt:
             raise HaltError(halt) from None
         except ToolGuardError as exc:  # the store failed closed, or an identical call runs on
             return error_result(f"toolguard: {exc}")
         finally:
             _ASKER.reset(token)
-        return _to_result(outcome, errors.get("result"))
+        return to_result(outcome, errors.get("result"))
+
+    def begin_json(self, task: Task, name: str, arguments: Any
+                   ) -> tuple[str, Any]:
+        """:meth:`guard_json`'s first half, synchronously, for a caller that sends the call
+        on itself and is told of its answer in a callback (the MCP proxy): no task, no
+        coroutine, nothing awaited (the in-memory call path, :func:`toolguard._fast.
+        begin_remote`).
+
+        Returns:
+            ``("run", call)``: send ``call.args`` to the tool now, then pass its answer to
+            :meth:`end_json` (``call.final``: a success goes back unchanged, so it may be
+            passed on first, :data:`toolguard._context.RESULT_FINAL`);
+            ``("done", result)``: the call does not run, ``result`` is the client's
+            ``CallToolResult`` (JSON);
+            ``("pipeline", begun)``: the call needs what only the pipeline does (an approval,
+            a wait): ``await guard_json(..., begun=begun)``;
+            ``("acall", None)``: this path does not apply (an audit sink, a Redis store, a
+            mode other than enforce): ``await guard_json(...)``.
+
+        Raises:
+            HaltError: as for :meth:`guard_json`.
+        """
+        try:
+            front = begin_remote(task, name, arguments)
+        except Halt as halt:
+            raise HaltError(halt) from None
+        except ToolGuardError as exc:  # the store failed closed
+            return "done", error_result(f"toolguard: {exc}")
+        if front is None:
+            return "acall", None
+        if isinstance(front, Remote):
+            return "run", front
+        outcome, begun = front
+        if outcome is None:
+            return "pipeline", begun
+        return "done", to_result(outcome)
+
+    def end_json(self, call: Remote, result: Any, exc: BaseException | None = None
+                 ) -> Mapping[str, Any]:
+        """:meth:`guard_json`'s second half for a ``("run", call)`` of :meth:`begin_json`:
+        record what the tool answered (``result``: its ``CallToolResult`` as JSON) or why it
+        did not (``exc``: an ``Exception`` is a failed call; anything else, e.g. a
+        cancellation, an unknown outcome, then re-raised).
+
+        Returns:
+            The ``CallToolResult`` for the client, as :meth:`guard_json` returns it (the
+            very ``result`` object when the guard adds nothing).
+
+        Raises:
+            HaltError: as for :meth:`guard_json`.
+        """
+        tool_error: Mapping[str, Any] | None = None
+        if exc is None and result.get("isError") is True:
+            tool_error = result
+            exc = UpstreamToolError(mt.CallToolResult.model_validate(result))
+        try:
+            outcome = end_remote(call, result, exc)
+        except Halt as halt:
+            raise HaltError(halt) from None
+        except ToolGuardError as error:  # the store failed closed
+            return error_result(f"toolguard: {error}")
+        return to_result(outcome, tool_error)
 
     async def _learn(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:
         # the request's _meta stays: on 2026-07-28 connections it carries the envelope
         meta = {k: v for k, v in (ctx.params or {}).items() if k == "_meta"}
         listed = await call_next(dataclasses.replace(ctx, method="tools/list", params=meta))
         self.register_tools(mt.ListToolsResult.model_validate(listed).tools)
-
-
-class HaltError(Exception):
-    """A halt as the JSON-RPC error the client gets.
-
-    Attributes:
-        code: :data:`HALT_ERROR_CODE`. message: says why, and that a new session starts a new
-            task. data: ``{"kind", "task_id", "tool", "reason"}``.
-    """
-
-    def __init__(self, halt: Halt) -> None:
-        self.code = HALT_ERROR_CODE
-        self.message = (f"toolguard halted this task: {halt}. The agent must stop here; a new "
-                        "session starts a new task.")
-        self.data = {"kind": type(halt).__name__, "task_id": halt.task_id, "tool": halt.tool,
-                     "reason": str(halt)}
-        super().__init__(self.message)
-
-    def error(self) -> dict[str, Any]:
-        """The JSON-RPC ``error`` object."""
-        return {"code": self.code, "message": self.message, "data": self.data}
-
-
-def _to_result(outcome: ToolResult,
-               tool_error: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
-    """The ``CallToolResult`` (JSON) for the client from the guard's
-    :class:`~toolguard.ToolResult`.
-
-    Args:
-        outcome: what the guard returned.
-        tool_error: the tool's own error result, when it ran and answered ``isError``.
-    """
-    if outcome.executed and tool_error is not None:
-        return _with_notice(tool_error, outcome.notice)
-    if isinstance(outcome.value, Mapping) and outcome.decision in (
-            Decision.ALLOW, Decision.WARN, Decision.CACHED):
-        return _with_notice(outcome.value, outcome.notice)
-    text = outcome.content if isinstance(outcome.content, str) else str(outcome.content)
-    if outcome.decision is Decision.REVIEW and "toolguard approve" not in text:
-        text = f"{text}\n\n[toolguard] {_review_hint(outcome.idempotency_key)}"
-    return error_result(text)
-
-
-def _with_notice(result: Mapping[str, Any], notice: str | None) -> Mapping[str, Any]:
-    if not notice:
-        return result
-    content = result.get("content")
-    blocks = list(content) if isinstance(content, list) else []
-    return {**result, "content": [*blocks, {"type": "text", "text": f"[toolguard] {notice}"}]}
-
-
-def error_result(text: str) -> dict[str, Any]:
-    """A ``CallToolResult`` (JSON) with ``isError: true`` and one text block."""
-    return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
 def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
