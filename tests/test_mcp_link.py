@@ -58,9 +58,9 @@ class _Client:
         """Nothing to close."""
 
     def _io(self) -> None:
-        self._reader.recv(64)
-        self.at_next_io.append(len(self.task.history))
-        self.answers.put_nowait(self.finals[len(self.at_next_io) - 1])
+        for _ in self._reader.recv(64):  # one byte per answer; several may come at once
+            self.at_next_io.append(len(self.task.history))
+            self.answers.put_nowait(self.finals[len(self.at_next_io) - 1])
 
     def close(self) -> None:
         self.closed = True
@@ -167,3 +167,22 @@ async def test_a_cancelled_call_is_recorded_as_failed_and_gets_no_answer(
         await asyncio.sleep(0.3)
         assert [m.get("id") for m in client.sent if "result" in m or "error" in m] == [1]
         assert type(link.middleware.guard._store) is MemoryStore  # the path under test
+
+
+async def test_identical_writes_in_flight_at_once_run_once(tmp_path: Path) -> None:
+    """Three identical writes sent before any answer: the first is begun in the link's
+    callback and runs upstream, the others wait for it in the guard's task (the pipeline's
+    wait) and get its stored result; the upstream runs it once."""
+    async with _linked(tmp_path) as (link, client, count_file):
+        await _request(link, client, 1, "tools/list", {})
+        for rid in (2, 3, 4):
+            message = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {
+                "name": "write_note", "arguments": {"title": "log", "body": "x"}}}
+            link.from_client(orjson.dumps(message), message)
+        answers = [await asyncio.wait_for(client.answers.get(), TEST_TIMEOUT_S)
+                   for _ in range(3)]
+    assert sorted(a["id"] for a in answers) == [2, 3, 4]
+    texts = {a["id"]: _text(a["result"]) for a in answers}
+    assert "[toolguard]" not in texts[2]
+    assert all("already" in texts[rid] for rid in (3, 4))
+    assert counts(count_file) == {"write_note": 1}
