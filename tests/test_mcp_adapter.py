@@ -160,3 +160,29 @@ async def test_guard_json_hands_back_the_upstreams_own_answer_when_it_adds_nothi
     assert second is not answer and second["content"][0] == answer["content"][0]
     assert second["content"][-1]["text"].startswith("[toolguard] ")
     assert answer["content"] == [{"type": "text", "text": "buy milk"}]  # left untouched
+
+
+async def test_an_error_result_that_is_no_call_tool_result_still_ends_the_call() -> None:
+    """An upstream that answers ``isError`` with a body the SDK's ``CallToolResult`` refuses
+    (content not a list): the client gets the upstream's own answer, the guard records a
+    failed call, and an identical retry runs again at once instead of waiting for a call
+    still 'in progress' (on both the task path and the proxy's two halves)."""
+    bad: dict[str, Any] = {"isError": True, "content": "not a list"}
+    middleware = GuardMiddleware(tg.Guard(tg.Policy(), strict_tools=False))
+    middleware.register_tools([{"name": "w", "inputSchema": {"type": "object"}, "annotations": {
+        "destructiveHint": False, "openWorldHint": False}}])
+
+    async def run(args: dict[str, Any]) -> dict[str, Any]:
+        return bad
+
+    task = middleware.task_of("task path")
+    assert await middleware.guard_json(task, "w", {"x": "1"}, run) is bad
+    halves = middleware.task_of("halves")
+    kind, call = middleware.begin_json(halves, "w", {"x": "1"})
+    assert kind == "run"
+    assert middleware.end_json(call, bad) is bad
+    for each in (task, halves):
+        assert each.history[-1].result.is_error
+    kind, again = middleware.begin_json(halves, "w", {"x": "1"})
+    assert kind == "run"  # not handed over to wait for the first, which has ended
+    middleware.end_json(again, bad)

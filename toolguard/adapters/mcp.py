@@ -403,7 +403,10 @@ class GuardMiddleware:
         tool_error: Mapping[str, Any] | None = None
         if exc is None and result.get("isError") is True:
             tool_error = result
-            exc = UpstreamToolError(mt.CallToolResult.model_validate(result))
+            try:
+                exc = UpstreamToolError(mt.CallToolResult.model_validate(result))
+            except ValueError as invalid:  # not a CallToolResult: still the tool's failure
+                exc = invalid
         try:
             outcome = end_remote(call, result, exc)
         except Halt as halt:
