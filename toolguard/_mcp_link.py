@@ -256,12 +256,9 @@ class Link:
 
     def _answered(self, rid: Any, call: Remote, raw: bytes, reply: Json) -> None:
         """The upstream answered a call :meth:`_begin` sent: pass it on, record it."""
-        result = reply.get("result")
-        if not isinstance(result, dict):
-            error = reply.get("error")
-            text = error.get("message") if isinstance(error, dict) else None
-            self._end(rid, call, None, _UpstreamCallError(
-                str(text or "the upstream gave no result")))
+        result = _call_result(reply)
+        if isinstance(result, _UpstreamCallError):
+            self._end(rid, call, None, result)
             return
         sent = call.final and rid in self._open and result.get("isError") is not True
         if sent:  # the guard hands it back unchanged: out now, recorded right after
@@ -324,11 +321,9 @@ class Link:
             self._calls[rid] = waiting
             self.up.send(out, message)
             reply_raw, reply = await waiting
-            result = reply.get("result")
-            if not isinstance(result, dict):
-                error = reply.get("error")
-                text = error.get("message") if isinstance(error, dict) else None
-                raise _UpstreamCallError(str(text or "the upstream gave no result"))
+            result = _call_result(reply)
+            if isinstance(result, _UpstreamCallError):
+                raise result
             answered.append((result, reply_raw))
             return result
 
@@ -521,3 +516,14 @@ class Link:
         for waiting in (*self._mine_down.values(), *self._mine_up.values()):
             waiting.cancel()
         await self.up.close()
+
+
+def _call_result(reply: Json) -> Json | _UpstreamCallError:
+    """The ``CallToolResult`` of the upstream's answer to a ``tools/call``, or the error a
+    JSON-RPC error answer (or one without a result) is for the guard."""
+    result = reply.get("result")
+    if isinstance(result, dict):
+        return result
+    error = reply.get("error")
+    text = error.get("message") if isinstance(error, dict) else None
+    return _UpstreamCallError(str(text or "the upstream gave no result"))

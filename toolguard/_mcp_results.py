@@ -88,6 +88,18 @@ class UpstreamToolError(Exception):
         self.result = result
 
 
+def tool_failure(result: Mapping[str, Any]) -> Exception | None:
+    """What the guard records for a tool's ``CallToolResult`` (JSON): ``None`` for a success;
+    for ``isError: true`` an :class:`UpstreamToolError`, or, when the body is no valid
+    ``CallToolResult`` (content not a list), the validation error: a failure all the same."""
+    if result.get("isError") is not True:
+        return None
+    try:
+        return UpstreamToolError(mt.CallToolResult.model_validate(result))
+    except ValueError as invalid:  # pydantic's ValidationError
+        return invalid
+
+
 def review_hint(key: str) -> str:
     return f"approve it with `toolguard approve {key}` (needs a shared Redis store)"
 

@@ -62,6 +62,7 @@ from toolguard._mcp_results import (
     error_result,
     review_hint,
     to_result,
+    tool_failure,
     tool_settings,
 )
 
@@ -330,9 +331,10 @@ class GuardMiddleware:
 
         async def guarded_run(args: dict[str, Any]) -> Mapping[str, Any]:
             result = await run(args)
-            if result.get("isError") is True:
+            failure = tool_failure(result)
+            if failure is not None:
                 errors["result"] = result
-                raise UpstreamToolError(mt.CallToolResult.model_validate(result))
+                raise failure
             return result
 
         token = _ASKER.set(asker)
@@ -401,12 +403,9 @@ class GuardMiddleware:
             HaltError: as for :meth:`guard_json`.
         """
         tool_error: Mapping[str, Any] | None = None
-        if exc is None and result.get("isError") is True:
-            tool_error = result
-            try:
-                exc = UpstreamToolError(mt.CallToolResult.model_validate(result))
-            except ValueError as invalid:  # not a CallToolResult: still the tool's failure
-                exc = invalid
+        if exc is None:
+            exc = tool_failure(result)
+            tool_error = None if exc is None else result
         try:
             outcome = end_remote(call, result, exc)
         except Halt as halt:
