@@ -10,7 +10,7 @@ import itertools
 import os
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from . import _admit as _admit_stage
@@ -32,6 +32,7 @@ from ._direct import direct_call, direct_call_async
 from ._errors import (
     BudgetExceeded,
     Halt,
+    StoreError,
 )
 from ._integration import sync_runner
 from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
@@ -144,9 +145,13 @@ class Task:
         _CURRENT_TASK.reset(self._tokens.pop())
         if self.guard._sinks:
             failed = exc_type is not None and issubclass(exc_type, Halt)
+            try:
+                usage: dict[str, Any] = {"usage": asdict(self.usage)}
+            except StoreError:  # the end is still audited, without the figures
+                usage = {}
             self._event("planning->failed" if failed else "planning->completed", "",
                         HALT if failed else ALLOW,
-                        "the turn ended in a halt" if failed else "")
+                        "the turn ended in a halt" if failed else "", extra=usage)
 
     async def __aenter__(self) -> Task:
         return self.__enter__()
@@ -204,7 +209,8 @@ class Task:
             self.guard._store.set_halted(self.task_id, {
                 "kind": "BudgetExceeded", "reason": reason, "budget": "max_tokens",
                 "limit": limit, "usage": total})
-            self._event("planning->failed", "", HALT, reason)  # no call: the tokens halted it
+            self._event("planning->failed", "", HALT, reason,  # no call: the tokens halted it
+                        extra={"halt": "BudgetExceeded", "budget": "max_tokens"})
             raise BudgetExceeded(reason, budget="max_tokens", limit=limit, usage=total,
                                  task_id=self.task_id, tool="")
 
