@@ -3,8 +3,10 @@ a task reports, priced by genai-prices (the real table) or the host's price func
 
 from __future__ import annotations
 
+import json
 import sys
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -208,3 +210,37 @@ def test_tasks_on_redis_share_one_dollar_budget() -> None:
 def test_a_cost_in_nano_dollars_never_undercounts(usd: Decimal) -> None:
     nusd = to_nusd(usd)
     assert nusd >= usd * NUSD_PER_USD > nusd - 1
+
+
+def test_replay_reports_the_cost_and_a_dollar_budget_halts_a_run(tmp_path: Path) -> None:
+    from toolguard.replay import read_runs, replay_runs
+    from toolguard.replay._report import to_json
+
+    trace = tmp_path / "run.jsonl"
+    lines = [{"run": "priced"},
+             {"tool": "lookup", "args": {"q": "a"}, "result": "x", "model": "gpt-4o",
+              "usage": {"input_tokens": 1000, "output_tokens": 500}},
+             {"tool": "lookup", "args": {"q": "b"}, "result": "y",
+              "usage": {"input_tokens": 1000, "output_tokens": 500, "model": "gpt-4o"}},
+             {"tool": "lookup", "args": {"q": "c"}, "result": "z"},
+             {"run": "unnamed"},
+             {"tool": "lookup", "args": {"q": "a"}, "result": "x",
+              "usage": {"input_tokens": 7, "output_tokens": 3}}]
+    trace.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    runs, problems = read_runs([trace])
+    assert problems == []
+    report = to_json(replay_runs(runs))
+    priced, unnamed = (r["summary"] for r in report["runs"])
+    assert (priced["tokens"], priced["cost_usd"], priced["unpriced_tokens"]) == (
+        3000, pytest.approx(2 * GPT4O_1000_500), 0)
+    assert (unnamed["tokens"], unnamed["cost_usd"], unnamed["unpriced_tokens"]) == (10, 0, 10)
+    assert report["totals"]["cost_usd"] == pytest.approx(2 * GPT4O_1000_500)
+    # under a dollar budget the priced run halts at its second call's usage
+    policy = tg.load_policy_dict({"budget": {"max_cost_usd": 0.01, "unknown_cost": "ignore"}})
+    runs, _ = read_runs([trace])
+    report = to_json(replay_runs(runs, policy))
+    priced, unnamed = (r["summary"] for r in report["runs"])
+    assert priced["halt"] is True
+    assert priced["halted_at"] == 1
+    assert "budget max_cost_usd exceeded" in priced["halt_reason"]
+    assert unnamed["halt"] is False

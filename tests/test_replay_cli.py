@@ -19,7 +19,8 @@ POLICIES = ROOT / "examples" / "policies"
 GREP_LOOP = str(TRACES / "grep-loop.jsonl")  # warn, block, then halt
 STEP_KEYS = {"index", "tool", "args_hash", "effect", "decision", "reason", "count", "executed"}
 SUMMARY_KEYS = {"calls", "replayed", "not_replayed", "executed", "allow", "warn", "cached",
-                "block", "review", "invalid", "halt", "halted_at", "halt_reason", "error", "meta"}
+                "block", "review", "invalid", "halt", "halted_at", "halt_reason", "error", "meta",
+                "tokens", "cost_usd", "unpriced_tokens"}
 
 
 @pytest.fixture(autouse=True)

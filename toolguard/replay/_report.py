@@ -1,7 +1,8 @@
 """Render a :class:`~toolguard.replay.ReplayReport`: a rich table, JSON, or JSON lines.
 
 * table: one row per run (calls, executed, warn, cached, block, review, invalid, and where and
-  why it halted), a totals row, and one line with the number of runs per decision; with
+  why it halted; the cost of the recorded model usage when some run reported tokens), a
+  totals row, and one line with the number of runs per decision; with
   ``verbose`` also every step that was not a plain allow (tool, an argument excerpt, reason).
 * json: ``{"runs": [{"id", "file", "format", "steps": [...], "summary": {...}}],
   "totals": {...}, "problems": [...], "notes": [...]}`` (``format``: the input format the run
@@ -119,12 +120,15 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
         verbose: also list every step whose decision is not ``allow``.
     """
     show_meta = any(_meta_text(run) for run in report.runs)
+    show_cost = any(run.tokens for run in report.runs)
     table = Table(title="toolguard replay", title_justify="left")
     table.add_column("run", overflow="fold")
     if show_meta:
         table.add_column("meta", overflow="fold")
     for name in ("calls", "executed", *(str(d) for d in _COUNTS)):
         table.add_column(name, justify="right", no_wrap=True)
+    if show_cost:
+        table.add_column("cost", justify="right", no_wrap=True)
     table.add_column("halted", overflow="fold")
     for run in report.runs:
         cells: list[str | Text] = [printable(run.id)]
@@ -132,6 +136,8 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
             cells.append(_meta_text(run))
         cells += [str(run.calls), str(run.executed)]
         cells += [_count(run.count(d), d) for d in _COUNTS]
+        if show_cost:
+            cells.append(_cost_text(run.cost_usd, run.unpriced_tokens))
         cells.append(_halt_text(run))
         table.add_row(*cells)
     totals = report.totals()
@@ -143,6 +149,8 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
             cells.append("")
         cells += [str(totals["calls"]), str(totals["executed"])]
         cells += [_count(decisions[str(d)], d) for d in _COUNTS]
+        if show_cost:
+            cells.append(_cost_text(totals["cost_usd"], totals["unpriced_tokens"]))
         cells.append(_count(decisions["halt"], Decision.HALT, " halted"))
         table.add_row(*cells)
     console.print(table)
@@ -182,6 +190,15 @@ def _count(n: int, decision: Decision, suffix: str = "") -> Text:
     if not n:
         return Text("0" if not suffix else "", style="dim")
     return Text(f"{n}{suffix}", style=_STYLE.get(decision, ""))
+
+
+def cost_text(usd: float, unpriced_tokens: int) -> str:
+    """``$0.2393``, with ``+?`` when some tokens had no known price."""
+    return f"${usd:.4f}" + ("+?" if unpriced_tokens else "")
+
+
+def _cost_text(usd: float, unpriced_tokens: int) -> Text:
+    return Text(cost_text(usd, unpriced_tokens), style="" if usd or unpriced_tokens else "dim")
 
 
 def _halt_text(run: RunReport) -> Text:

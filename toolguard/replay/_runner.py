@@ -118,6 +118,10 @@ class RunReport:
         halted_at: index of the call at which the run halted, or ``None``.
         halt_reason: why it halted, or ``None``.
         error: a guard failure that stopped the run early (a bug or a store error), or ``None``.
+        tokens: model tokens the recording reported (up to the halt).
+        cost_usd: what those of a known model cost (``genai-prices``), in US dollars.
+        unpriced_tokens: those whose model the recording does not name or the price table
+            does not know.
     """
 
     id: str
@@ -130,6 +134,9 @@ class RunReport:
     halted_at: int | None = None
     halt_reason: str | None = None
     error: str | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_tokens: int = 0
 
     @property
     def halted(self) -> bool:
@@ -156,7 +163,9 @@ class RunReport:
                                "executed": self.executed}
         out.update({str(d): self.count(d) for d in COUNTED})
         out.update({"halt": self.halted, "halted_at": self.halted_at,
-                    "halt_reason": self.halt_reason, "error": self.error, "meta": self.meta})
+                    "halt_reason": self.halt_reason, "error": self.error,
+                    "tokens": self.tokens, "cost_usd": self.cost_usd,
+                    "unpriced_tokens": self.unpriced_tokens, "meta": self.meta})
         return out
 
 
@@ -195,6 +204,9 @@ class ReplayReport:
             "executed": sum(r.executed for r in self.runs),
             "decisions": decisions,
             "runs_with": {str(d): len(self.runs_with(d)) for d in (*COUNTED[1:], Decision.HALT)},
+            "tokens": sum(r.tokens for r in self.runs),
+            "cost_usd": round(sum(r.cost_usd for r in self.runs), 9),  # whole nano-dollars
+            "unpriced_tokens": sum(r.unpriced_tokens for r in self.runs),
             "errors": sum(1 for r in self.runs if r.error is not None),
             "problems": len(self.problems),
         }
@@ -323,7 +335,8 @@ class _Replayer:
                 elif isinstance(item, TokenUsage):
                     if item.elapsed_s is not None:
                         self._advance_to(start + item.elapsed_s)
-                    task.record_usage(item.input_tokens, item.output_tokens)
+                    task.record_usage(item.input_tokens, item.output_tokens,
+                                      model=item.model)
                 elif len(item) == 1:  # one call: nothing to merge
                     call = current = item[0]
                     if call.elapsed_s is not None:
@@ -354,6 +367,9 @@ class _Replayer:
                 report.replayed += 1
         except ToolGuardError as exc:
             report.error = f"{type(exc).__name__}: {exc}"
+        usage = task.usage
+        report.tokens, report.cost_usd = usage.total_tokens, usage.cost_usd
+        report.unpriced_tokens = usage.unpriced_tokens
         return report
 
     def _call(self, task: Task, call: RecordedCall) -> ToolResult:
