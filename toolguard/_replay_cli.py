@@ -5,6 +5,7 @@
     toolguard replay PATH... [--policy FILE | --env NAME] [--tools TOOLS.json]
                      [--input-format NAME] [--allow-empty]
                      [--format table|json|jsonl] [--verbose] [--fail-on halt|block|never]
+                     [--html REPORT.html]
     toolguard replay --list-formats
 
 No tool is executed: for each call the guard lets run, the recorded result is fed back (see
@@ -128,6 +129,12 @@ def replay(
     list_formats: Annotated[
         bool, typer.Option("--list-formats", help="List the input formats and exit.")
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", metavar="REPORT.html", dir_okay=False,
+                     help="Also write the report as one self-contained HTML page (a "
+                          "timeline of each run's calls; click a call for its details)."),
+    ] = None,
 ) -> None:
     """Replay recorded agent runs through a policy, executing no tool.
 
@@ -150,7 +157,8 @@ def replay(
               f"{', '.join(r.name for r in readers())}")
     guard_policy = _load_policy(policy, env)
     specs = _load_tools(tools)
-    report = _replay(paths, guard_policy, specs, input_format, allow_empty)
+    report = _replay(paths, guard_policy, specs, input_format, allow_empty,
+                     details=html is not None)
     for note in _after_notes(report, guard_policy, tools, specs):
         _note(note)
         report.notes.append(note)
@@ -163,6 +171,8 @@ def replay(
             typer.echo(line)
     else:
         render_table(report, _stdout(), verbose=verbose)
+    if html is not None:
+        _write_html(report, html)
 
     if report.problems:
         raise typer.Exit(BAD_INPUT)
@@ -170,8 +180,27 @@ def replay(
         raise typer.Exit(FAILED)
 
 
+def _write_html(report: ReplayReport, path: Path) -> None:
+    """Write the HTML report to ``path`` (through a temporary file beside it, so a failed
+    write leaves no half page); exits 2 if it cannot be written."""
+    from .replay._html import write_html
+
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        try:
+            with temporary.open("w", encoding="utf-8") as out:
+                write_html(report, out)
+            temporary.replace(path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        _fail(f"cannot write {path}: {exc.strerror or exc}")
+
+
 def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
-            input_format: str | None, allow_empty: bool) -> ReplayReport:
+            input_format: str | None, allow_empty: bool, *, details: bool = False
+            ) -> ReplayReport:
     """Read and replay file by file; each file's problems and notes go to stderr as soon as
     it is done, and into the report, reading problems before replay ones."""
     from .replay import ReplayReport, UniqueIds, iter_files, open_file, replay_runs
@@ -188,7 +217,8 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
         for path in files:
             opened = open_file(path, input_format=input_format, allow_empty=allow_empty)
             runs = progress.track(path, unique(opened.runs))
-            part = replay_runs(runs, policy, tools=specs, on_run=progress.advance)
+            part = replay_runs(runs, policy, tools=specs, on_run=progress.advance,
+                               details=details)
             progress.done(path)
             report.runs.extend(part.runs)
             for problem in (*opened.problems, *part.problems):

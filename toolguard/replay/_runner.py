@@ -33,7 +33,7 @@ from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, PolicyError, ToolGuardError
 from toolguard._policy import AuditPolicy, Policy, ToolPolicy
 from toolguard._policy_loader import load_policy_dict
-from toolguard._redact import redact, redact_json_text
+from toolguard._redact import redact, redact_json_text, redact_text
 from toolguard._results import ToolResult, _fast_constructor
 from toolguard._types import Decision, Effect, Mode
 from toolguard.stores.memory import MemoryStore
@@ -67,6 +67,11 @@ class StepReport:
         line: the 1-based line of the call in a JSONL file, or ``None``.
         arguments: the call's recorded arguments (``RecordedCall.arguments``), or ``None``.
         audit: the ``[audit]`` policy that redacts the excerpt.
+        details: with ``replay_runs(details=True)`` only (``None`` otherwise), what a person
+            looking at the call wants to see, redacted and cut short: ``{"args"`` (up to 400
+            characters), ``"result"`` (the recorded result, up to 400), ``"notice"`` (what the
+            guard gave the model instead of or after the result: a warn's notice, a
+            synthetic result, the halt; ``""`` for a plain allow)``}``.
     """
 
     index: int
@@ -79,6 +84,7 @@ class StepReport:
     arguments: Mapping[str, Any] | str | None = field(default=None, repr=False, compare=False)
     line: int | None = None
     audit: AuditPolicy | None = field(default=None, repr=False, compare=False)
+    details: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def args(self) -> str:
@@ -243,6 +249,7 @@ def replay_runs(
     *,
     tools: Sequence[ToolSpec] = (),
     on_run: Callable[[RunReport], None] | None = None,
+    details: bool = False,
 ) -> ReplayReport:
     """Replay recorded runs through the guard (see the module docstring).
 
@@ -254,13 +261,14 @@ def replay_runs(
             recorded call of any other tool is ``invalid`` (unknown tool), as at run time.
             Without them every recorded tool name is registered without a schema.
         on_run: called after each run (e.g. to advance a progress bar).
+        details: keep each step's :attr:`StepReport.details` (the HTML report shows them).
 
     Returns:
         The :class:`ReplayReport`. A run whose header ``effects`` are invalid is not replayed
         but listed in ``problems``; a guard failure inside a run stops that run only
         (``RunReport.error``) and is listed in ``problems`` too.
     """
-    replayer = _Replayer(policy or Policy(), tools)
+    replayer = _Replayer(policy or Policy(), tools, details)
     report = ReplayReport()
     for number, run in enumerate(runs):
         try:
@@ -295,8 +303,10 @@ def replay_runs(
 class _Replayer:
     """The guards and the clock of one replay."""
 
-    def __init__(self, policy: Policy, tools: Sequence[ToolSpec]) -> None:
+    def __init__(self, policy: Policy, tools: Sequence[ToolSpec], details: bool = False
+                 ) -> None:
         self.policy = policy.model_copy(update={"mode": Mode.ENFORCE})
+        self.details = details
         given = {spec.name: spec for spec in tools}
         self.known: set[str] | None = set(given) if given else None
         # Without definitions, recorded tools need no registration: the guard takes an
@@ -342,7 +352,7 @@ class _Replayer:
                     if call.elapsed_s is not None:
                         self._advance_to(start + call.elapsed_s)
                     report.steps.append(_step(report.replayed, call, self._call(task, call),
-                                              audit))
+                                              audit, self.details))
                     report.replayed += 1
                     current = None
                 else:
@@ -357,11 +367,12 @@ class _Replayer:
                         else:
                             result = self._call(task, call)
                             first.append(result)
-                        report.steps.append(_step(report.replayed, call, result, audit))
+                        report.steps.append(_step(report.replayed, call, result, audit,
+                                                  self.details))
                         report.replayed += 1
                         current = None
         except Halt as exc:
-            report.steps.append(_halt_step(report.replayed, current, exc, task))
+            report.steps.append(_halt_step(report.replayed, current, exc, task, self.details))
             report.halted_at, report.halt_reason = report.replayed, exc.reason
             if current is not None:
                 report.replayed += 1
@@ -404,18 +415,50 @@ def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[Rec
         yield batch
 
 
-def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy
-          ) -> StepReport:
+def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy,
+          details: bool) -> StepReport:
+    shown = None
+    if details:
+        notice = result.notice or "" if result.decision.executed else _text(result.content)
+        shown = _details(call, audit, notice)
     return _new_step(index, call.tool, result.args_hash, result.effect, result.decision,
-                     result.reason, result.count, call.arguments, call.line, audit)
+                     result.reason, result.count, call.arguments, call.line, audit, shown)
 
 
 _new_step: Final[Callable[..., StepReport]] = _fast_constructor(StepReport)
 """``StepReport(...)`` (its fields in order) without the frozen dataclass's per-field
 ``object.__setattr__``: one per replayed call."""
 
+_DETAIL_CHARS: Final = 400
 
-def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> StepReport:
+
+def _details(call: RecordedCall | None, audit: AuditPolicy, notice: str) -> dict[str, str]:
+    """:attr:`StepReport.details` of a step (redacted as the audit redacts)."""
+    result: Any = None if call is None else call.result
+    if isinstance(result, dict):
+        result = redact(result, audit.redact_pattern, _DETAIL_CHARS)
+    return {"args": "" if call is None else excerpt(
+                {} if call.arguments is None else call.arguments, audit, _DETAIL_CHARS),
+            "result": _shown(_text(result)), "notice": _shown(notice)}
+
+
+def _text(value: Any) -> str:
+    """A result as text: a string as is, anything else as JSON."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, default=repr,
+                                                           ensure_ascii=False)
+
+
+def _shown(text: str) -> str:
+    """``text`` redacted (credentials of a known shape) and cut to ``_DETAIL_CHARS``; a long
+    text is cut before it is redacted too (a recorded result may be megabytes)."""
+    text = redact_text(text[: 4 * _DETAIL_CHARS])
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+
+
+def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task, details: bool
+               ) -> StepReport:
     effect: Effect | None = None
     last = task.history[-1].result if task.history else None
     if call is not None and last is not None and last.decision is Decision.HALT:
@@ -423,7 +466,9 @@ def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> 
     return StepReport(index, call.tool if call else None, exc.args_hash, effect, Decision.HALT,
                       exc.reason, exc.count, call.arguments if call else None,
                       call.line if call else None,
-                      task.guard.policy.audit)
+                      task.guard.policy.audit,
+                      _details(call, task.guard.policy.audit, f"[toolguard] Halted: {exc}")
+                      if details else None)
 
 
 def excerpt(arguments: Mapping[str, Any] | str, audit: AuditPolicy,
