@@ -192,7 +192,7 @@ def test_a_token_budget_halt_and_the_task_end_are_metrics(otel: Telemetry) -> No
     with guard.task("t1") as task:
         task.call("lookup", {"path": "a"})
         with pytest.raises(tg.BudgetExceeded):
-            task.record_usage(80, 40)
+            task.record_usage(80, 40, model="gpt-4o")
     metrics = otel.metrics()
     assert metrics["toolguard.halts"] == [
         ({"toolguard.halt.kind": "BudgetExceeded", "toolguard.budget": "max_tokens"}, 1)]
@@ -200,6 +200,8 @@ def test_a_token_budget_halt_and_the_task_end_are_metrics(otel: Telemetry) -> No
     assert (count, total) == (1, 120)
     ((_, (count, total)),) = metrics["toolguard.task.tool_calls"]
     assert (count, total) == (1, 1)
+    ((_, (count, total)),) = metrics["toolguard.task.cost"]  # gpt-4o: $2.50 and $10 a million
+    assert (count, total) == (1, pytest.approx(80 * 2.5e-6 + 40 * 10e-6))
 
 
 def test_the_hosts_own_tool_span_gets_the_attributes_and_events(otel: Telemetry) -> None:

@@ -246,11 +246,11 @@ class OtelSink:
             self._halt(event)
         usage = event.extra.get("usage")
         if isinstance(usage, dict):
+            tokens = int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
             self._task_calls.record(int(usage.get("tool_calls", 0)))
-            self._task_tokens.record(int(usage.get("input_tokens", 0))
-                                     + int(usage.get("output_tokens", 0)))
-            if usage.get("cost_usd") is not None:
-                self._task_cost.record(float(usage["cost_usd"]))
+            self._task_tokens.record(tokens)
+            if tokens > int(usage.get("unpriced_tokens", 0)):  # some tokens had a price
+                self._task_cost.record(float(usage.get("cost_usd", 0.0)))
         current = trace.get_current_span()
         if current.is_recording():
             current.add_event(f"toolguard.task.{_target(event.transition)}", {
