@@ -6,6 +6,7 @@ request, its counts are the JSON report's, filtering to flagged runs and opening
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import struct
@@ -16,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from toolguard.replay import ReplayReport, read_runs, replay_runs
+from toolguard._types import Decision
+from toolguard.replay import ReplayReport, RunReport, StepReport, read_runs, replay_runs
 from toolguard.replay._html import write_html
 
 from .conftest import SHARED
@@ -234,3 +238,26 @@ def test_recorded_text_is_shown_as_text_never_as_markup(browser_page: Page,
     assert page.title() == "toolguard replay"
     assert page.locator("img").count() == 0
     assert browser_page.errors == []
+
+
+@given(texts=st.lists(st.text(), min_size=4, max_size=4))
+def test_the_embedded_data_holds_any_text_and_never_closes_its_element(
+        texts: list[str]) -> None:
+    run_id, tool, reason, notice = texts
+    step = StepReport(0, tool, "0" * 32, None, Decision.BLOCK, reason, 3,
+                      details={"args": notice, "result": reason, "notice": notice})
+    report = ReplayReport([RunReport(run_id, "f.jsonl", {}, 1, "trace", 1, [step])])
+    out = io.StringIO()
+    write_html(report, out)
+    page = out.getvalue()
+    start = page.index('id="report-data">') + len('id="report-data">')
+    data = page[start:page.index("</script>", start)]
+    assert "</" not in data
+    decoded = json.loads(data)
+    strings = decoded["strings"]
+    (run,) = decoded["runs"]
+    assert run["id"] == run_id
+    assert [strings[i] for i in (run["steps"][0][0], run["steps"][0][3], run["steps"][0][6])] \
+        == [tool, reason, notice]
+    assert decoded["decisions"][run["steps"][0][1]] == "block"
+    assert decoded["totals"] == report.totals()

@@ -18,7 +18,6 @@ never as markup.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
 from typing import IO, Any, Final
 
 import orjson
@@ -74,7 +73,8 @@ class HtmlWriter:
 
     def _step(self, step: StepReport) -> list[Any]:
         details = step.details or {}
-        return [self._string(step.tool or "(token usage)"), DECISIONS.index(str(step.decision)),
+        tool = "(token usage)" if step.tool is None else step.tool
+        return [self._string(tool), DECISIONS.index(str(step.decision)),
                 step.count, self._string(step.reason), self._string(details.get("args", "")),
                 self._string(details.get("result", "")),
                 self._string(details.get("notice", ""))]
@@ -93,8 +93,7 @@ class HtmlWriter:
 def write_html(report: ReplayReport, out: IO[str], title: str = "toolguard replay") -> None:
     """Write the whole report as one HTML page to ``out`` (see the module docstring)."""
     writer = HtmlWriter(out, title)
-    runs: Iterable[RunReport] = report.runs
-    for run in runs:
+    for run in report.runs:
         writer.run(run)
     writer.close(report.totals())
 
