@@ -1,5 +1,5 @@
 """Redaction catches the usual key names in any spelling and credentials by their shape, in
-every output channel (issue 17, item 8). The shapes are checked against detect-secrets' own
+every output channel. The shapes are checked against detect-secrets' own
 plugins: whatever their patterns generate, no plugin finds anything in what we show."""
 
 from __future__ import annotations
