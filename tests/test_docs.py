@@ -1,6 +1,7 @@
 """The documentation: the site builds with ``mkdocs build --strict`` (a broken link, a missing
-page or an unresolvable API reference fails it), every page is in its navigation, and the
-README stays a page long, without development history."""
+page or an unresolvable API reference fails it), every page is in its navigation, every block
+marked runnable runs as written from an empty directory, and the README stays a page long,
+without development history."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from .conftest import ROOT
+from .docs_blocks import runnable_blocks
 
 DOCS = ROOT / "docs"
 
@@ -28,6 +31,24 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     assert "tools.NAME.rules[].match" in policies  # the keys generated from the schema
     reference = (tmp_path / "site" / "reference" / "index.html").read_text()
     assert 'id="toolguard.Guard"' in reference  # the API reference from the docstrings
+
+
+BLOCKS = runnable_blocks()
+
+
+@pytest.mark.parametrize("where", sorted(BLOCKS))
+def test_a_runnable_block_runs_as_written(where: str, tmp_path: Path) -> None:
+    script = tmp_path / "block.py"
+    script.write_text(BLOCKS[where])
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{where}:\n{done.stdout}\n{done.stderr}"
+    assert done.stderr == ""
+
+
+def test_the_docs_have_runnable_blocks() -> None:
+    pages = {where.split(":")[0] for where in BLOCKS}
+    assert {"README.md", "docs/concepts/ladder.md", "docs/concepts/idempotency.md"} <= pages
 
 
 def _nav_pages(entries: object) -> list[str]:
