@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ import orjson
 if TYPE_CHECKING:
     from pathlib import Path
 
-from ._redact import REDACTED, KeyPattern, redact, redact_text, secrets_in
+from ._redact import REDACTED, KeyPattern, _secret_key, redact, redact_text, secrets_in
 
 __all__ = [
     "AuditEvent",
@@ -71,13 +71,20 @@ class AuditEvent:
 AuditSink = Callable[[AuditEvent], None]
 
 
-def scrub(message: str, args: Mapping[str, Any], pattern: KeyPattern | None) -> str:
-    """``message`` with the value of every key matching ``pattern``, at any depth of
-    ``args``, replaced by ``"[REDACTED]"`` (validation messages quote the offending value,
-    which may be a container holding a secret: ``[{'token': '…'}] is not of type 'object'``),
-    and credentials of a known shape too (:func:`toolguard._redact.redact_text`)."""
+def scrub(message: str, path: Sequence[str | int] | None, quoted: Any,
+          pattern: KeyPattern | None) -> str:
+    """``message``, a validation problem at ``path`` (``["flights", 1]``) that may quote the
+    offending value ``quoted``, without the secrets it could show: all of ``quoted`` when a key
+    on ``path`` matches ``pattern``, else the value of every key matching ``pattern`` at any
+    depth of ``quoted`` (``[{'token': '…'}] is not of type 'object'``), each replaced by
+    ``"[REDACTED]"``; and credentials of a known shape too
+    (:func:`toolguard._redact.redact_text`). A message quotes nothing but ``quoted`` and
+    schema values, so the search is bounded by the failing value, not the arguments."""
     if pattern is not None:
-        for value in secrets_in(args, pattern):
+        inside = any(isinstance(key, str) and _secret_key(key, pattern) for key in path or ())
+        for value in [quoted] if inside else secrets_in(quoted, pattern):
+            if value is None or value == "":
+                continue
             text = value if isinstance(value, str) else _safe_repr(value)
             message = message.replace(_safe_repr(value), REDACTED).replace(text, REDACTED)
     return redact_text(message)
