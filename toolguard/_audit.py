@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -64,9 +64,12 @@ class AuditEvent:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the event."""
-        return asdict(self)
+        """The event's fields as a dict. Shallow: ``args`` and ``extra`` are the event's own
+        (redacted) objects, not copies, so a sink must not change them."""
+        return {name: getattr(self, name) for name in _EVENT_FIELDS}
 
+
+_EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
 
 AuditSink = Callable[[AuditEvent], None]
 
@@ -151,12 +154,12 @@ class JsonlSink:
         Raises:
             OSError: the file cannot be written (the guard logs that the event was lost).
         """
-        record = event.to_dict()
-        try:
-            line = orjson.dumps(record, default=_safe_repr) + b"\n"
+        try:  # orjson writes the dataclass itself: no dict is built, nothing copied
+            line = orjson.dumps(event, default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
         except (TypeError, orjson.JSONEncodeError) as exc:
             note = {"$unserializable": f"{type(exc).__name__}: {exc}"}
-            line = orjson.dumps({**record, "args": note, "extra": note}, default=_safe_repr) + b"\n"
+            line = orjson.dumps({**event.to_dict(), "args": note, "extra": note},
+                                default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
         with self._lock:
             self._file.write(line)
             self._file.flush()
