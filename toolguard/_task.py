@@ -186,12 +186,13 @@ class Task:
         the model's name, toward the dollar budgets (``max_cost_usd``).
 
         Args:
-            input_tokens / output_tokens: token counts of one model call (integers ≥ 0).
-                Or, as the only argument, an SDK response or its ``usage``: OpenAI Chat
-                (``prompt_tokens`` / ``completion_tokens``), OpenAI Responses and Anthropic
-                (``input_tokens`` / ``output_tokens``; Anthropic's cache creation and cache
-                read tokens are added to the input, and priced as input: an upper bound),
-                SDK objects or dicts. A response's ``model`` names the model.
+            input_tokens: input tokens of one model call (an integer ≥ 0). Or, as the only
+                argument, an SDK response or its ``usage``: OpenAI Chat (``prompt_tokens`` /
+                ``completion_tokens``), OpenAI Responses and Anthropic (``input_tokens`` /
+                ``output_tokens``; Anthropic's cache creation and cache read tokens are added
+                to the input, and priced as input: an upper bound), SDK objects or dicts. A
+                response's ``model`` names the model.
+            output_tokens: output tokens of the same call (an integer ≥ 0).
             model: the model that spent the tokens (``"gpt-4o"``, or ``"provider:model"``),
                 priced by the guard's price function; without one (and no ``model`` in the
                 response) the tokens are ``unpriced_tokens``.
