@@ -122,14 +122,14 @@ header { background: #1d2330; color: #fff; padding: 18px 28px; display: flex;
 header h1 { margin: 0; font-size: 20px; font-weight: 650; letter-spacing: .2px; }
 header .sub { color: #b8bfcc; font-size: 13px; }
 main { padding: 20px 28px 40px; max-width: 1400px; margin: 0 auto; }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(92px, 1fr));
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(86px, 1fr));
   gap: 8px; margin-bottom: 12px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 10px;
-  padding: 9px 12px; border-top: 4px solid var(--line); }
+  padding: 9px 10px; border-top: 4px solid var(--line); }
 .card .n { font-size: 22px; font-weight: 700; font-variant-numeric: tabular-nums;
   white-space: nowrap; }
-.card .k { color: var(--mute); font-size: 11.5px; text-transform: uppercase;
-  letter-spacing: .5px; white-space: nowrap; }
+.card .k { color: var(--mute); font-size: 11px; text-transform: uppercase;
+  letter-spacing: .3px; white-space: nowrap; }
 .card .x { color: var(--mute); font-size: 11.5px; }
 .bar { display: flex; height: 12px; border-radius: 6px; overflow: hidden;
   background: var(--line); margin: 2px 0 8px; }
@@ -184,11 +184,12 @@ input[type=search] { min-width: 220px; }
 .legend i { display: inline-block; width: 10px; height: 14px; border-radius: 2px;
   vertical-align: -2px; margin-right: 5px; }
 .empty { color: var(--mute); padding: 30px; text-align: center; }
-aside { position: fixed; top: 0; right: 0; bottom: 0; width: min(560px, 92vw);
+aside { position: fixed; top: 0; right: 0; bottom: 0; width: min(500px, 92vw);
   background: #fff; border-left: 1px solid var(--line); box-shadow: -8px 0 24px #0002;
   padding: 18px 22px; overflow: auto; transform: translateX(105%);
   transition: transform .15s ease; z-index: 5; }
 aside.open { transform: none; }
+@media (min-width: 1100px) { body.panel main { margin-right: 500px; } }
 aside h2 { margin: 0 0 4px; font-size: 18px; word-break: break-all; }
 aside .close { position: absolute; top: 12px; right: 14px; border: 0; background: none;
   font-size: 22px; cursor: pointer; color: var(--mute); }
@@ -267,7 +268,8 @@ _SCRIPT: Final = r"""
   for (const d of D) card("decision-" + d, d === "halt" ? "halted" : d,
                           T.decisions[d], d);
   if (T.tokens) card("cost", "cost", "$" + T.cost_usd.toFixed(4), "wide",
-                     T.unpriced_tokens ? compact(T.unpriced_tokens) + " tokens unpriced" : "");
+                     T.unpriced_tokens ? "+ " + compact(T.unpriced_tokens) + " tokens unpriced"
+                                       : "");
   const bar = document.getElementById("bar");
   for (const d of COUNTED) {
     if (!T.decisions[d]) continue;
@@ -384,10 +386,12 @@ _SCRIPT: Final = r"""
     body.append(dl);
     panel.classList.add("open");
     panel.setAttribute("aria-hidden", "false");
+    document.body.classList.add("panel");
   }
   const close = () => {
     panel.classList.remove("open");
     panel.setAttribute("aria-hidden", "true");
+    document.body.classList.remove("panel");
     if (selected) selected.classList.remove("sel");
     selected = null;
   };
