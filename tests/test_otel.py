@@ -322,3 +322,29 @@ def test_spans_and_metrics_reach_an_otlp_receiver_over_http() -> None:
              for resource in request.resource_metrics for scope in resource.scope_metrics
              for metric in scope.metrics}
     assert {"toolguard.calls", "gen_ai.execute_tool.duration"} <= names
+
+
+def test_concurrent_calls_each_end_their_own_span(otel: Telemetry) -> None:
+    guard = guard_with(otel.sink())
+
+    def work(n: int) -> None:
+        task = guard.task(f"t{n}")
+        for i in range(25):
+            task.call("lookup", {"path": f"{n}/{i}"})
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    spans = otel.spans()
+    assert len(spans) == 200
+    assert len({(s.attributes or {})["gen_ai.tool.call.id"] for s in spans}) == 200
+    assert all((s.attributes or {})["toolguard.decision"] == "allow" for s in spans)
+
+
+async def test_async_calls_are_spans_too(otel: Telemetry) -> None:
+    task = guard_with(otel.sink()).task("t-async")
+    await task.acall("lookup", {"path": "a"})
+    await task.acall("lookup", {"path": "a"})
+    assert [(s.attributes or {})["toolguard.repeat_count"] for s in otel.spans()] == [1, 2]
