@@ -419,8 +419,10 @@ def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy
           details: bool) -> StepReport:
     shown = None
     if details:
-        notice = result.notice or "" if result.decision.executed else _text(result.content)
-        shown = _details(call, audit, notice)
+        # an executed call's notice is the guard's own text; what a call that did not run
+        # got instead may quote a recorded result (a cached one), so it is redacted
+        shown = _details(call, audit, result.notice or "" if result.decision.executed
+                         else _redacted(_text(result.content)))
     return _new_step(index, call.tool, result.args_hash, result.effect, result.decision,
                      result.reason, result.count, call.arguments, call.line, audit, shown)
 
@@ -433,13 +435,16 @@ _DETAIL_CHARS: Final = 400
 
 
 def _details(call: RecordedCall | None, audit: AuditPolicy, notice: str) -> dict[str, str]:
-    """:attr:`StepReport.details` of a step (redacted as the audit redacts)."""
-    result: Any = None if call is None else call.result
-    if isinstance(result, dict):
-        result = redact(result, audit.redact_pattern, _DETAIL_CHARS)
-    return {"args": "" if call is None else excerpt(
-                {} if call.arguments is None else call.arguments, audit, _DETAIL_CHARS),
-            "result": _shown(_text(result)), "notice": _shown(notice)}
+    """:attr:`StepReport.details` of a step, ``notice`` already safe to show."""
+    if call is None:
+        return {"args": "", "result": "", "notice": _cut(notice)}
+    result = call.result
+    if isinstance(result, dict):  # redacted as arguments are: by key, and inside strings
+        shown = _cut(_text(redact(result, audit.redact_pattern, _DETAIL_CHARS)))
+    else:
+        shown = _redacted(_text(result))
+    args = excerpt({} if call.arguments is None else call.arguments, audit, _DETAIL_CHARS)
+    return {"args": args, "result": shown, "notice": _cut(notice)}
 
 
 def _text(value: Any) -> str:
@@ -450,10 +455,15 @@ def _text(value: Any) -> str:
                                                            ensure_ascii=False)
 
 
-def _shown(text: str) -> str:
-    """``text`` redacted (credentials of a known shape) and cut to ``_DETAIL_CHARS``; a long
-    text is cut before it is redacted too (a recorded result may be megabytes)."""
-    text = redact_text(text[: 4 * _DETAIL_CHARS])
+def _redacted(text: str) -> str:
+    """``text`` redacted (credentials of a known shape) and cut to ``_DETAIL_CHARS``. A long
+    text (a recorded result may be megabytes) is cut first to twice that: room for any
+    shape of ``redact_text`` that starts before the cut to match whole (a URL's password
+    is at most 200 characters; a PEM block matches to the end of the text)."""
+    return _cut(redact_text(text[: 2 * _DETAIL_CHARS]))
+
+
+def _cut(text: str) -> str:
     return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
 
 
@@ -467,7 +477,8 @@ def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task, det
                       exc.reason, exc.count, call.arguments if call else None,
                       call.line if call else None,
                       task.guard.policy.audit,
-                      _details(call, task.guard.policy.audit, f"[toolguard] Halted: {exc}")
+                      _details(call, task.guard.policy.audit,
+                               _redacted(f"[toolguard] Halted: {exc}"))
                       if details else None)
 
 
