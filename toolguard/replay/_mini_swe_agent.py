@@ -4,8 +4,9 @@
 message of role ``exit`` (the run's end and its submission, not a problem). Token usage is in
 each assistant message's ``extra.response.usage``. Runs recorded before tool calling
 (``mini-swe-agent-1.0``) hold each command in a ```` ```bash ```` block of the assistant's
-text; each is one call of the tool ``bash`` (``{"command": ...}``), answered by the next user
-message.
+text; a message with exactly one such block is one call of the tool ``bash``
+(``{"command": ...}``), answered by the next user message. A message with none or several is
+the harness's format error: it runs nothing (mini-swe-agent 1.x ``DefaultAgent.parse_action``).
 """
 
 from __future__ import annotations
@@ -76,9 +77,13 @@ def _text_steps(source: Source, messages: list[Any]) -> list[Step]:
             if spent is not None:
                 steps.append(spent)
             found = _BASH.findall(content) if isinstance(content, str) else []
-            if found:
+            # The harness runs a message's block only when it holds exactly one; none or
+            # several is a format error, answered by a user message, and nothing runs.
+            if len(found) == 1:
                 pending = len(steps)
                 steps.append(RecordedCall("bash", {"command": found[0]}))
+            else:
+                pending = None
         elif role == "user" and pending is not None:  # the output of the command just run
             # (other user messages are the harness's format errors, not a person)
             call = steps[pending]
