@@ -189,7 +189,7 @@ def _memory_record(task: Task, cfg: _Config, store: MemoryStore, tool: str, p: _
             return task._conclude(cfg, p, snap, verdict, failed, None), failed.exc
         settings = p.entry.settings
         effect = p.effect
-        digest, kind = _digest(task._digests, settings.result, value)
+        digest, kind, progress = _digest(task._digests, settings.result, value)
         judged = (kind + digest if effect is not POLL and (
             settings.stagnation_warn_at or settings.stagnation_block_at) else "")
         try:
@@ -197,7 +197,7 @@ def _memory_record(task: Task, cfg: _Config, store: MemoryStore, tool: str, p: _
                 task.task_id, p.entry.spec.name, p.signature, p.key, True, True, False,
                 effect is MUTATING, digest, p.claim and p.remember, value, snap.claimed,
                 settings.idempotency_ttl_s, task.guard._clock(), None, p.call_id, judged,
-                settings.max_progress_resets)
+                settings.max_progress_resets, False, progress)
         except Exception as exc:  # noqa: BLE001 - _finish_failed re-raises or falls back
             if _finish_failed(task, cfg, p, exc, True):
                 judged = ""  # not recorded: no stagnation warn either

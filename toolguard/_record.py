@@ -17,6 +17,8 @@ from ._errors import (
     Halt,
     StoreError,
 )
+from ._normalize import progress_marks
+from ._outcomes import is_transient
 from ._results import ToolResult, new_result
 from ._types import (
     ALLOW,
@@ -54,13 +56,15 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
     content = outcome.content if outcome is not None and success else None
     mutating = p.effect is MUTATING
     settings = p.entry.settings
-    result_digest, judged = "", ""
+    result_digest, judged, progress, transient = "", "", "", False
     if outcome is not None and not outcome.unknown:
         # compared without its volatile parts (the model still gets it whole)
-        digest, kind = _digest(task._digests, settings.result, outcome.content)
+        digest, kind, progress = _digest(task._digests, settings.result, outcome.content)
         result_digest = digest if success else ""
-        if p.effect is not POLL and (settings.stagnation_warn_at
-                                     or settings.stagnation_block_at):
+        transient = (not success and settings.transient_retries > 0
+                     and is_transient(outcome.content, outcome.exc, settings.result.transient))
+        if p.effect is not POLL and not transient and (settings.stagnation_warn_at
+                                                       or settings.stagnation_block_at):
             judged = (kind if success else ERROR_RESULT) + digest
     req: FinishRequest = _new(FinishRequest, (  # every field, in order (hot path)
         p.entry.spec.name, p.signature, p.key, executed, success,
@@ -68,7 +72,8 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
         mutating, result_digest,
         success and p.claim and p.remember,  # store_result
         content, snap.claimed, settings.idempotency_ttl_s, task.guard._clock(),
-        halt, p.call_id, judged, settings.max_progress_resets,
+        halt, p.call_id, judged, settings.max_progress_resets, transient,
+        progress if success else "",
     ))
     try:
         task.guard._store.finish(task.task_id, req)
@@ -113,19 +118,22 @@ MEMO_ENTRIES: Final = 16
 """Distinct texts a task's memo keeps (then it starts again, empty)."""
 
 
-def digest_of(normalizer: ResultNormalizer, content: Any) -> tuple[str, str]:
-    """``(digest, kind)`` of a successful result ``content``: the :func:`value_digest` of its
-    normalized form (progress and stagnation compare it) and its :func:`outcome_kind`
-    character. Raises what the normalizer raises (nothing for plain JSON values)."""
+def digest_of(normalizer: ResultNormalizer, content: Any) -> tuple[str, str, str]:
+    """``(digest, kind, progress)`` of a result ``content``: the :func:`value_digest` of its
+    normalized form (progress and stagnation compare it), its :func:`outcome_kind` character,
+    and the digest of its explicit progress fields (:func:`progress_marks`; "" when it has
+    none). Raises what the normalizer raises (nothing for plain JSON values)."""
     normalized = normalizer(content)
-    return value_digest(normalized), outcome_kind(True, normalized)
+    marks = progress_marks(normalized)
+    return (value_digest(normalized), outcome_kind(True, normalized),
+            value_digest(marks) if marks else "")
 
 
-_NONE_DIGEST: Final = (value_digest(None), outcome_kind(True, None))
+_NONE_DIGEST: Final = (value_digest(None), outcome_kind(True, None), "")
 
 
-def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: ResultNormalizer,
-            content: Any) -> tuple[str, str]:
+def _digest(memo: dict[str, tuple[ResultNormalizer, str, str, str]],
+            normalizer: ResultNormalizer, content: Any) -> tuple[str, str, str]:
     """:func:`digest_of`, memoized in ``memo`` for plain ``str`` results of at most
     :data:`MEMO_CHARS` characters: normalizing a short text costs ~2k instructions per
     character (the volatile patterns), and a result that repeats (a poll, the same error, a
@@ -137,12 +145,12 @@ def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: Resu
         return digest_of(normalizer, content)
     hit = memo.get(content)
     if hit is not None and hit[0] is normalizer:
-        return hit[1], hit[2]
-    digest, kind = digest_of(normalizer, content)
+        return hit[1], hit[2], hit[3]
+    digest, kind, progress = digest_of(normalizer, content)
     if hit is None and len(memo) >= MEMO_ENTRIES:
         memo.clear()  # one atomic step: threads may share the task
-    memo[content] = (normalizer, digest, kind)
-    return digest, kind
+    memo[content] = (normalizer, digest, kind, progress)
+    return digest, kind, progress
 
 
 def _halt_exc(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
@@ -201,7 +209,7 @@ def _executed_result(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, ver
         if observed is not None:
             observed = decision
     notice = verdict.notice if observed is None else None
-    if notice and (success or verdict is stagnant):
+    if notice and (success or verdict is stagnant or verdict.retry):
         content = _with_notice(content, notice)
     elif success is False:
         notice = None
