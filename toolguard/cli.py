@@ -192,9 +192,11 @@ def explain(
 def _register_commands() -> None:
     from ._mcp_proxy import register as register_mcp_proxy
     from ._replay_cli import register
+    from ._tune import register as register_tune
 
     register(app)
     register_mcp_proxy(app)
+    register_tune(app)
 
 
 _register_commands()

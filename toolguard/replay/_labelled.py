@@ -53,8 +53,9 @@ class LabelledRun:
     calls_native: int | None = None
 
 
-def read_index(path: Path) -> list[LabelledRun]:
-    """The runs an index names (see the module docstring).
+def read_index(path: Path, select: Mapping[str, str] | None = None) -> list[LabelledRun]:
+    """The runs an index names (see the module docstring); with ``select``, only the lines
+    whose fields have those values (compared as text: ``{"policy": "airline.toml"}``).
 
     Raises:
         ReplayInputError: the index cannot be read, or a line lacks ``file`` or a ``label`` of
@@ -75,6 +76,8 @@ def read_index(path: Path) -> list[LabelledRun]:
             raise ReplayInputError(str(path), number, f"not valid JSON: {exc.msg}") from None
         if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
             raise ReplayInputError(str(path), number, "expected an object with a 'file'")
+        if select and any(str(entry.get(k)) != v for k, v in select.items()):
+            continue
         label = entry.get("label")
         if label not in LABELS:
             raise ReplayInputError(str(path), number,
@@ -85,7 +88,8 @@ def read_index(path: Path) -> list[LabelledRun]:
             policy if isinstance(policy, str) else None,
             calls if isinstance(calls, int) and not isinstance(calls, bool) else None))
     if not runs:
-        raise ReplayInputError(str(path), None, "the index names no run")
+        raise ReplayInputError(str(path), None, "the index names no run"
+                               + (" with those --select values" if select else ""))
     return runs
 
 
