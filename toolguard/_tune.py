@@ -239,12 +239,17 @@ def leave_one_out(observed: Sequence[Observed]) -> tuple[int, int]:
 
 
 def policy_text(result: Fit, base: Path | None, out: Path, note: str) -> str:
-    """The fitted policy as TOML (``extends`` the base file, relative to ``out``)."""
+    """The fitted policy as TOML (``extends`` the base: a shipped policy by its name, a file
+    by its path relative to ``out``)."""
+    from ._shipped import is_policy_name
+
     lines = ["# A policy fitted by `toolguard tune`.", *(f"# {n}" for n in note.splitlines()),
              ""]
     if base is not None:
-        relative = os.path.relpath(base.resolve(), out.resolve().parent)
-        lines += [f"extends = {json.dumps(relative)}", ""]
+        named = is_policy_name(str(base)) and not base.is_file()
+        reference = str(base) if named else os.path.relpath(base.resolve(),
+                                                           out.resolve().parent)
+        lines += [f"extends = {json.dumps(reference)}", ""]
     lines += ["[budget]", f"max_tool_calls = {result.max_tool_calls}", "",
               "[ladder]", f"stagnation_block_at = {result.stagnation_block_at}",
               f"stagnation_warn_at = {result.stagnation_block_at - 1}", ""]
@@ -310,8 +315,9 @@ def tune_command(
     ] = None,
     policy: Annotated[
         Path | None,
-        typer.Option("--policy", help="The base policy: its effects and classification are "
-                                      "kept, its thresholds fitted (default: built-ins).",
+        typer.Option("--policy", help="The base policy (a file, or the name of a shipped "
+                                      "policy): its effects and classification are kept, its "
+                                      "thresholds fitted (default: built-ins).",
                      dir_okay=False),
     ] = None,
     out: Annotated[
