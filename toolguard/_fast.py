@@ -36,7 +36,7 @@ from ._core import CallContext, Verdict, decide, stagnation_after, stagnation_po
 from ._execute import _close_awaitable
 from ._limits import UNKNOWN_TOOLS
 from ._pipeline import _failed, _interrupted, _origin
-from ._record import _digest, _executed_result, _finish_failed
+from ._record import _digest, _executed_result, _finish_failed, progress_of
 from ._results import ToolResult
 from ._types import ALLOW, ENFORCE, HALT, MUTATING, POLL, WARN
 from .stores._base import Snapshot
@@ -189,7 +189,8 @@ def _memory_record(task: Task, cfg: _Config, store: MemoryStore, tool: str, p: _
             return task._conclude(cfg, p, snap, verdict, failed, None), failed.exc
         settings = p.entry.settings
         effect = p.effect
-        digest, kind, progress = _digest(task._digests, settings.result, value)
+        digest, kind = _digest(task._digests, settings.result, value)
+        progress = progress_of(task, p.signature, settings.result, value, digest)
         judged = (kind + digest if effect is not POLL and (
             settings.stagnation_warn_at or settings.stagnation_block_at) else "")
         try:

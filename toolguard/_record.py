@@ -59,8 +59,10 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
     result_digest, judged, progress, transient = "", "", "", False
     if outcome is not None and not outcome.unknown:
         # compared without its volatile parts (the model still gets it whole)
-        digest, kind, progress = _digest(task._digests, settings.result, outcome.content)
+        digest, kind = _digest(task._digests, settings.result, outcome.content)
         result_digest = digest if success else ""
+        if success:
+            progress = progress_of(task, p.signature, settings.result, outcome.content, digest)
         transient = (not success and settings.transient_retries > 0
                      and is_transient(outcome.content, outcome.exc, settings.result.transient))
         if p.effect is not POLL and not transient and (settings.stagnation_warn_at
@@ -72,8 +74,7 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
         mutating, result_digest,
         success and p.claim and p.remember,  # store_result
         content, snap.claimed, settings.idempotency_ttl_s, task.guard._clock(),
-        halt, p.call_id, judged, settings.max_progress_resets, transient,
-        progress if success else "",
+        halt, p.call_id, judged, settings.max_progress_resets, transient, progress,
     ))
     try:
         task.guard._store.finish(task.task_id, req)
@@ -118,22 +119,19 @@ MEMO_ENTRIES: Final = 16
 """Distinct texts a task's memo keeps (then it starts again, empty)."""
 
 
-def digest_of(normalizer: ResultNormalizer, content: Any) -> tuple[str, str, str]:
-    """``(digest, kind, progress)`` of a result ``content``: the :func:`value_digest` of its
-    normalized form (progress and stagnation compare it), its :func:`outcome_kind` character,
-    and the digest of its explicit progress fields (:func:`progress_marks`; "" when it has
-    none). Raises what the normalizer raises (nothing for plain JSON values)."""
+def digest_of(normalizer: ResultNormalizer, content: Any) -> tuple[str, str]:
+    """``(digest, kind)`` of a successful result ``content``: the :func:`value_digest` of its
+    normalized form (progress and stagnation compare it) and its :func:`outcome_kind`
+    character. Raises what the normalizer raises (nothing for plain JSON values)."""
     normalized = normalizer(content)
-    marks = progress_marks(normalized)
-    return (value_digest(normalized), outcome_kind(True, normalized),
-            value_digest(marks) if marks else "")
+    return value_digest(normalized), outcome_kind(True, normalized)
 
 
-_NONE_DIGEST: Final = (value_digest(None), outcome_kind(True, None), "")
+_NONE_DIGEST: Final = (value_digest(None), outcome_kind(True, None))
 
 
-def _digest(memo: dict[str, tuple[ResultNormalizer, str, str, str]],
-            normalizer: ResultNormalizer, content: Any) -> tuple[str, str, str]:
+def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: ResultNormalizer,
+            content: Any) -> tuple[str, str]:
     """:func:`digest_of`, memoized in ``memo`` for plain ``str`` results of at most
     :data:`MEMO_CHARS` characters: normalizing a short text costs ~2k instructions per
     character (the volatile patterns), and a result that repeats (a poll, the same error, a
@@ -145,12 +143,31 @@ def _digest(memo: dict[str, tuple[ResultNormalizer, str, str, str]],
         return digest_of(normalizer, content)
     hit = memo.get(content)
     if hit is not None and hit[0] is normalizer:
-        return hit[1], hit[2], hit[3]
-    digest, kind, progress = digest_of(normalizer, content)
+        return hit[1], hit[2]
+    digest, kind = digest_of(normalizer, content)
     if hit is None and len(memo) >= MEMO_ENTRIES:
         memo.clear()  # one atomic step: threads may share the task
-    memo[content] = (normalizer, digest, kind, progress)
-    return digest, kind, progress
+    memo[content] = (normalizer, digest, kind)
+    return digest, kind
+
+
+def progress_of(task: Task, signature: str, normalizer: ResultNormalizer, content: Any,
+                digest: str) -> str:
+    """The digest of the explicit progress fields (:func:`progress_marks`) of a successful
+    result whose output moved, "" otherwise (:class:`~toolguard.stores.FinishRequest`'s
+    ``progress``). Searched only when this task handle saw another output of the signature
+    last: a result that repeats, or a first one, costs nothing (a first output's fields are
+    then new at the next change, one reset beyond ``max_progress_resets`` at most)."""
+    last = task._last_digest
+    before = last.get(signature)
+    last[signature] = digest
+    last.move_to_end(signature)
+    if len(last) > task._limit:
+        last.popitem(last=False)
+    if before is None or before == digest:
+        return ""
+    marks = progress_marks(normalizer(content))
+    return value_digest(marks) if marks else ""
 
 
 def _halt_exc(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:

@@ -130,7 +130,9 @@ class Task:
         self._last_content: OrderedDict[str, Any] = OrderedDict()
         self._tokens: list[contextvars.Token[Task | None]] = []
         # short text result -> (its normalizer, digest, kind); bounded (_record._digest)
-        self._digests: dict[str, tuple[ResultNormalizer, str, str, str]] = {}
+        self._digests: dict[str, tuple[ResultNormalizer, str, str]] = {}
+        # signature -> digest of its last successful result here (_record.progress_of)
+        self._last_digest: OrderedDict[str, str] = OrderedDict()
         # the fused in-memory path (toolguard._fast) is taken; tests turn it off to
         # compare it with the general path
         self._fast = True
