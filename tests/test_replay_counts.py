@@ -100,3 +100,29 @@ def test_every_swe_trajectory_is_read_with_the_count_its_readme_gives() -> None:
 ])
 def test_transcripts_are_read_with_the_count_their_source_states(path: str, calls: int) -> None:
     assert sum(len(r.calls) for r in runs_of(TRANSCRIPTS / path).values()) == calls
+
+
+def _mini(tmp_path: Path, action_regex: str | None, *replies: str) -> Path:
+    agent = {} if action_regex is None else {"action_regex": action_regex}
+    messages: list[dict[str, str]] = [{"role": "system", "content": "s"},
+                                      {"role": "user", "content": "task"}]
+    for reply in replies:
+        messages += [{"role": "assistant", "content": reply},
+                     {"role": "user", "content": "output"}]
+    path = tmp_path / "run.traj.json"
+    path.write_text(json.dumps({"info": {"config": {"agent": agent}}, "messages": messages,
+                                "trajectory_format": "mini-swe-agent-1"}))
+    return path
+
+
+def test_a_mini_swe_agent_1_run_is_read_with_its_own_action_regex(tmp_path: Path) -> None:
+    one, two = "```sh\nls\n```", "```bash\npwd\n```\n```bash\nid\n```"
+    [run] = runs_of(_mini(tmp_path, r"```sh\s*\n(.*?)\n```", one, two, one)).values()
+    assert [c.arguments for c in run.calls] == [{"command": "ls"}] * 2
+    (tmp_path / "default").mkdir()
+    runs, problems = read_runs([_mini(tmp_path / "default", None, one, two,
+                                      "```bash\nls\n```")])
+    # the default regex: no bash block, then two (a format error), then one that ran
+    assert problems == [] and [c.arguments for c in runs[0].calls] == [{"command": "ls"}]
+    runs, problems = read_runs([_mini(tmp_path, "(unclosed", one)])
+    assert runs == [] and "action_regex does not compile" in str(problems[0])
