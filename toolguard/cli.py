@@ -190,11 +190,13 @@ def explain(
 
 
 def _register_commands() -> None:
+    from ._hook_cli import register as register_hooks
     from ._mcp_proxy import register as register_mcp_proxy
     from ._replay_cli import register
 
     register(app)
     register_mcp_proxy(app)
+    register_hooks(app)
 
 
 _register_commands()

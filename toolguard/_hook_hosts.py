@@ -1,0 +1,158 @@
+"""The hook protocols of the hosts ``toolguard hook`` serves: how each host's event JSON reads
+(:meth:`Host.parse`) and how an answer is written (:meth:`Host.render`), its exit codes, and
+where ``toolguard install`` writes its configuration.
+
+- Claude Code (the hooks reference, code.claude.com/docs/en/hooks): events ``PreToolUse``,
+  ``PostToolUse``, ``PostToolUseFailure``, ``UserPromptSubmit``, ``SessionStart``, ``Stop``,
+  ``SessionEnd``, with ``session_id``, ``cwd``, ``tool_name``, ``tool_input``,
+  ``tool_use_id``, ``tool_response`` / ``error``. A tool call is denied, asked or given
+  context through ``hookSpecificOutput`` (``permissionDecision`` ``deny`` / ``ask``,
+  ``permissionDecisionReason``, ``additionalContext``); ``continue: false`` with
+  ``stopReason`` stops the agent. Exit 2 blocks (stderr goes to the model), any other
+  non-zero exit is an error that does not block. Settings: ``.claude/settings.json``
+  (project) or ``~/.claude/settings.json`` (user).
+- Codex CLI (its hooks follow Claude Code's event names and output; configuration in
+  ``hooks.json`` beside ``config.toml``): the same events and answers, ``apply_patch`` and
+  ``shell`` tools.
+- Gemini CLI (docs/hooks in the gemini-cli repository): events ``BeforeTool``,
+  ``AfterTool``, ``BeforeAgent``, ``SessionStart``, ``AfterAgent``, ``SessionEnd``; a
+  tool call is denied with ``decision: "deny"`` and ``reason``; ``hookSpecificOutput.
+  additionalContext`` adds context; ``continue: false`` with ``stopReason`` stops the
+  agent; exit 2 blocks. Settings: ``.gemini/settings.json`` or ``~/.gemini/settings.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._hooks import Answer, Event, HookError
+
+__all__ = ["HOSTS", "Host"]
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host's hook protocol.
+
+    Attributes:
+        name: the command's name for it (``toolguard hook NAME``).
+        title: how people call it.
+        events: the host's event name -> the neutral kind (:class:`~toolguard._hooks.Event`).
+        tool_events: the host's events that take a tool matcher.
+        settings: the settings file, relative to the project (``--project``) or the home
+            directory (``--user``).
+        exit_block / exit_error: the exit codes for "block" and "error, do not block".
+        deny_style: ``claude`` (``hookSpecificOutput.permissionDecision``) or ``gemini``
+            (a top-level ``decision``).
+    """
+
+    name: str
+    title: str
+    events: dict[str, str]
+    tool_events: frozenset[str]
+    settings: str
+    exit_block: int = 2
+    exit_error: int = 1
+    deny_style: str = "claude"
+    failure_fields: tuple[str, ...] = ("error", "error_message")
+
+    def parse(self, data: bytes | str) -> Event:
+        """The event in ``data`` (the JSON on stdin).
+
+        Raises:
+            HookError: not JSON, not an object, an unknown event, or a field missing.
+        """
+        try:
+            payload = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HookError(f"the {self.title} hook event on stdin is not JSON ({exc})") \
+                from None
+        if not isinstance(payload, dict):
+            raise HookError(f"the {self.title} hook event on stdin is not a JSON object")
+        name = payload.get("hook_event_name")
+        kind = self.events.get(name) if isinstance(name, str) else None
+        if kind is None:
+            known = ", ".join(self.events)
+            raise HookError(f"unknown {self.title} hook event {name!r} (known: {known})")
+        session = payload.get("session_id")
+        if not isinstance(session, str) or not session:
+            raise HookError(f"the {name} event has no session_id")
+        cwd = payload.get("cwd")
+        if kind not in ("pre", "post", "failed"):
+            return Event(kind, session, cwd if isinstance(cwd, str) else "", name=str(name))
+        tool = payload.get("tool_name")
+        if not isinstance(tool, str) or not tool:
+            raise HookError(f"the {name} event has no tool_name")
+        args = payload.get("tool_input")
+        call_id = payload.get("tool_use_id") or payload.get("tool_call_id") or ""
+        result: Any = None
+        if kind == "post":
+            result = payload.get("tool_response")
+            if isinstance(result, dict) and self.deny_style == "gemini":
+                error = result.get("error")
+                if error:
+                    kind, result = "failed", error
+        elif kind == "failed":
+            result = next((payload[f] for f in self.failure_fields if payload.get(f)),
+                          "the tool failed")
+        return Event(kind, session, cwd if isinstance(cwd, str) else "", tool,
+                     args if args is not None else {}, str(call_id), result, str(name))
+
+    def render(self, event: Event | None, answer: Answer) -> dict[str, Any] | None:
+        """The JSON to print for ``answer`` to ``event`` (None: print nothing)."""
+        name = event.name if event is not None else ""
+        out: dict[str, Any] = {}
+        specific: dict[str, Any] = {}
+        if answer.halt:
+            out.update({"continue": False, "stopReason": answer.halt,
+                        "systemMessage": answer.halt})
+            if event is not None and event.kind == "pre":
+                answer.deny = answer.deny or answer.halt  # the call itself does not run
+        if answer.deny is not None or answer.ask is not None:
+            if self.deny_style == "gemini":
+                out["decision"] = "deny" if answer.deny is not None else "ask"
+                out["reason"] = answer.deny if answer.deny is not None else answer.ask
+            else:
+                specific["permissionDecision"] = "deny" if answer.deny is not None else "ask"
+                specific["permissionDecisionReason"] = (
+                    answer.deny if answer.deny is not None else answer.ask)
+        if answer.context:
+            specific["additionalContext"] = answer.context
+        if answer.note and not answer.halt:
+            out["systemMessage"] = answer.note
+        if specific:
+            out["hookSpecificOutput"] = {"hookEventName": name, **specific}
+        return out or None
+
+    def settings_path(self, scope: str, project: Path, home: Path) -> Path:
+        """The settings file ``toolguard install`` edits for ``scope`` (``user`` or
+        ``project``)."""
+        return (home if scope == "user" else project) / self.settings
+
+
+_CLAUDE_EVENTS = {
+    "PreToolUse": "pre", "PostToolUse": "post", "PostToolUseFailure": "failed",
+    "UserPromptSubmit": "prompt", "SessionStart": "start", "Stop": "stop",
+    "SessionEnd": "end",
+}
+
+HOSTS: dict[str, Host] = {
+    "claude-code": Host(
+        "claude-code", "Claude Code", _CLAUDE_EVENTS,
+        frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"}),
+        ".claude/settings.json"),
+    "codex": Host(
+        "codex", "Codex CLI",
+        {k: v for k, v in _CLAUDE_EVENTS.items() if k not in ("PostToolUseFailure",
+                                                               "SessionEnd")},
+        frozenset({"PreToolUse", "PostToolUse"}), ".codex/hooks.json"),
+    "gemini": Host(
+        "gemini", "Gemini CLI",
+        {"BeforeTool": "pre", "AfterTool": "post", "BeforeAgent": "prompt",
+         "SessionStart": "start", "AfterAgent": "stop", "SessionEnd": "end"},
+        frozenset({"BeforeTool", "AfterTool"}), ".gemini/settings.json",
+        deny_style="gemini"),
+}
