@@ -1,11 +1,11 @@
 """A scripted Anthropic Messages API on 127.0.0.1 for the real Claude Code CLI (and the Claude
 Agent SDK, which runs it): ``POST /v1/messages`` answers the next step of a script, as a
 stream of server-sent events when the request asks for one (Claude Code does), else as one
-JSON message. Every request is kept, so a test reads what the model was told (the
-``tool_result`` blocks Claude Code sent back).
+JSON message. Every request is kept, so a test reads what the model was told.
 
 A step is a tool call ``(name, input)`` or a final text ``str``; the step of a request is the
-number of assistant tool calls already in its conversation. A request without tools (a title,
+number of assistant tool calls already in its conversation (so a resumed session goes on
+where it stopped). A request without tools (a title,
 a summary) is answered with a short text and does not count.
 """
 
@@ -133,19 +133,6 @@ class FakeAnthropic:
                 ("message_stop", {"type": "message_stop"})]
         return out
 
-    def tool_results(self) -> list[tuple[str, str, bool]]:
-        """``(tool_use_id, text, is_error)`` of every tool result Claude Code sent, in
-        order, from the longest conversation seen."""
-        longest = max((r for r in self.requests if r.get("tools")),
-                      key=lambda r: len(r.get("messages", [])), default={})
-        out = []
-        for message in longest.get("messages", []):
-            for block in _blocks(message):
-                if block.get("type") == "tool_result":
-                    out.append((block.get("tool_use_id", ""), _text(block.get("content")),
-                                bool(block.get("is_error"))))
-        return out
-
     def texts_to_model(self) -> str:
         """Everything the last conversation holds as text (tool results, system reminders)."""
         longest = max((r for r in self.requests if r.get("tools")),
@@ -158,11 +145,3 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     return [b for b in content or [] if isinstance(b, dict)]
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
-    return json.dumps(content)

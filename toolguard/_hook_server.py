@@ -2,7 +2,8 @@
 host session on this machine, so that an event costs a socket round trip instead of loading
 the guard (``python -m toolguard._hook_server``; :mod:`toolguard._hook_client` starts it).
 
-It listens on ``hook.sock`` in the per-user state directory (created ``0700``), answers each
+It listens on ``hook.sock`` in the per-user state directory (created ``0700``; its process id
+in ``hook.pid``), answers each
 connection in a thread with :func:`toolguard._hooks.main` (the guards it builds are kept
 under the policy file and its modification time: an edited policy is read again), and exits
 after ``TOOLGUARD_HOOK_SERVER_IDLE_S`` seconds without an event (default 1800). All state is
@@ -78,6 +79,8 @@ def serve(path: str, idle_s: float) -> None:
     finally:
         os.umask(old)
     server.touched = time.monotonic()
+    pid_file = Path(path).with_suffix(".pid")
+    pid_file.write_text(f"{os.getpid()}\n", "utf-8")
 
     def watch() -> None:
         while time.monotonic() - server.touched < idle_s:
@@ -92,6 +95,7 @@ def serve(path: str, idle_s: float) -> None:
         if not _taken(path):  # not a newer server's socket
             with contextlib.suppress(OSError):
                 Path(path).unlink(missing_ok=True)
+                pid_file.unlink(missing_ok=True)
 
 
 def main() -> None:

@@ -162,8 +162,10 @@ def build_guard(host: Host, given: str | None, env: Mapping[str, str]) -> Guard:
         policy = load_policy(path, env=env)
     except PolicyError as exc:
         first = exc.problems[0] if exc.problems else None
-        where = f"{first.source}: {first.path}: {first.message}" if first else str(exc)
-        raise HookError(f"the policy {path} is invalid ({where})") from None
+        where = (f"{first.path}: {first.message}" if first and first.path
+                 else first.message if first else str(exc))
+        more = f", and {len(exc.problems) - 1} more" if len(exc.problems) > 1 else ""
+        raise HookError(f"the policy {path} cannot be used ({where}{more})") from None
     except OSError as exc:
         raise HookError(f"cannot read the policy {path}: {exc.strerror or exc}") from None
     closed = policy.store.on_error == "fail_closed"
