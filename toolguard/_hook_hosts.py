@@ -28,9 +28,63 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._hooks import Answer, Event, HookError
+__all__ = ["HOSTS", "Answer", "Event", "HookError", "Host"]
 
-__all__ = ["HOSTS", "Host"]
+
+class HookError(Exception):
+    """What the hook cannot do, in one line for stderr; ``closed``: block (the failure mode
+    is fail closed) rather than let the host go on."""
+
+    def __init__(self, message: str, closed: bool = True) -> None:
+        super().__init__(message)
+        self.closed = closed
+
+
+@dataclass(frozen=True)
+class Event:
+    """One hook event, in the host-neutral shape the host's parser gives.
+
+    Attributes:
+        kind: ``pre`` (a tool call is about to run), ``post`` (it ran), ``failed`` (it ran
+            and failed), ``prompt`` (a user message), ``start`` (a session starts),
+            ``stop`` (the agent finished its turn), ``end`` (the session ends).
+        session: the host's session id (the task id).
+        cwd: the working directory of the session.
+        tool: the tool name (tool events). args: its arguments. call_id: the host's id of
+            the tool call ("" when the host gives none: the arguments' hash stands in).
+        result: what the tool returned (``post``), or its error text (``failed``).
+        name: the host's own name of the event, for messages.
+    """
+
+    kind: str
+    session: str
+    cwd: str = ""
+    tool: str = ""
+    args: Any = None
+    call_id: str = ""
+    result: Any = None
+    name: str = ""
+
+
+@dataclass
+class Answer:
+    """What the hook answers, in the host-neutral shape the host's renderer turns into its
+    protocol.
+
+    Attributes:
+        deny: the call must not run: the text the model reads. ask: the host's permission
+            prompt asks the user: the text it shows. context: a notice for the model, the
+            call runs (or ran). halt: stop the agent: the reason shown to the user.
+        note: a line for the user only (stderr).
+        halted: the :class:`~toolguard.Halt` behind ``halt`` (an in-process host raises it).
+    """
+
+    deny: str | None = None
+    ask: str | None = None
+    context: str | None = None
+    halt: str | None = None
+    note: str | None = None
+    halted: BaseException | None = None
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,10 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ._hook_hosts import Answer, Event, HookError
 
 if TYPE_CHECKING:
     from ._engine import Guard, Task
@@ -46,61 +47,6 @@ if TYPE_CHECKING:
 __all__ = ["Answer", "Event", "HookError", "main", "state_dir"]
 
 STATE_DIR_VARIABLE = "TOOLGUARD_STATE_DIR"
-
-
-class HookError(Exception):
-    """What the hook cannot do, in one line for stderr; ``closed``: block (the failure mode
-    is fail closed) rather than let the host go on."""
-
-    def __init__(self, message: str, closed: bool = True) -> None:
-        super().__init__(message)
-        self.closed = closed
-
-
-@dataclass(frozen=True)
-class Event:
-    """One hook event, in the host-neutral shape the host's parser gives.
-
-    Attributes:
-        kind: ``pre`` (a tool call is about to run), ``post`` (it ran), ``failed`` (it ran
-            and failed), ``prompt`` (a user message), ``start`` (a session starts),
-            ``stop`` (the agent finished its turn), ``end`` (the session ends).
-        session: the host's session id (the task id).
-        cwd: the working directory of the session.
-        tool: the tool name (tool events). args: its arguments. call_id: the host's id of
-            the tool call ("" when the host gives none: the arguments' hash stands in).
-        result: what the tool returned (``post``), or its error text (``failed``).
-        name: the host's own name of the event, for messages.
-    """
-
-    kind: str
-    session: str
-    cwd: str = ""
-    tool: str = ""
-    args: Any = None
-    call_id: str = ""
-    result: Any = None
-    name: str = ""
-
-
-@dataclass
-class Answer:
-    """What the hook answers, in the host-neutral shape the host's renderer turns into its
-    protocol.
-
-    Attributes:
-        deny: the call must not run: the text the model reads. ask: the host's permission
-            prompt asks the user: the text it shows. context: a notice for the model, the
-            call runs (or ran). halt: stop the agent: the reason shown to the user.
-        note: a line for the user only (stderr).
-    """
-
-    deny: str | None = None
-    ask: str | None = None
-    context: str | None = None
-    halt: str | None = None
-    note: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # -- where state lives --------------------------------------------------------------------
@@ -216,45 +162,101 @@ def _default_store(policy: Any, env: Mapping[str, str]) -> Any:
 
 # -- one event -----------------------------------------------------------------------------
 class Session:
-    """The guard's task for one host session, and the files kept beside the store: the
-    pending calls (``pending/SESSION/CALL.json``) and the halted flag's note for ``toolguard
-    status`` (``halted/SESSION.json``)."""
+    """The guard's task for one host session and where its begun calls wait for their
+    outcome: in ``kept`` (a dict of :class:`PendingCall` by call id, for a host that runs in
+    this process: the Claude Agent SDK), else as JSON files beside the store
+    (``pending/SESSION/CALL.json``, for hosts that run a process per event). The halted
+    flag's note for ``toolguard status`` is ``halted/SESSION.json``."""
 
-    def __init__(self, guard: Guard, host: Host, event: Event, root: Path) -> None:
+    def __init__(self, guard: Guard, host: Host, event: Event, root: Path | None,
+                 kept: dict[str, PendingCall] | None = None) -> None:
         self.guard = guard
         self.host = host
         self.event = event
         self.task_id = f"{host.name}:{event.session}"
         self.task: Task = guard.task(self.task_id)
-        self.root = root
-        self.pending_dir = root / "pending" / _slug(self.task_id)
+        self.root = root  # None: no files (a host in this process keeps ``kept``)
+        self.kept = kept
+        self.pending_dir = (root or Path()) / "pending" / _slug(self.task_id)
 
-    def pending_file(self, call_id: str, tool: str, args: Any) -> Path:
-        if not call_id:  # the host gives no id: the call's arguments stand in
-            from ._canonical import args_hash
+    def _call_key(self, event: Event) -> str:
+        if event.call_id:
+            return event.call_id
+        from ._canonical import args_hash  # the host gives no id: the arguments stand in
 
-            try:
-                call_id = f"{tool}-{args_hash(args if isinstance(args, dict) else {})}"
-            except Exception:  # noqa: BLE001 - arguments with no canonical form
-                call_id = f"{tool}-{hashlib.sha256(repr(args).encode()).hexdigest()[:32]}"
-        return self.pending_dir / f"{_slug(call_id)}.json"
+        try:
+            return f"{event.tool}-{args_hash(event.args if isinstance(event.args, dict) else {})}"
+        except Exception:  # noqa: BLE001 - arguments with no canonical form
+            return f"{event.tool}-{hashlib.sha256(repr(event.args).encode()).hexdigest()[:32]}"
+
+    def keep(self, event: Event, pending: PendingCall) -> None:
+        """Keep a begun call until the host reports its outcome.
+
+        Raises:
+            HookError: the state directory cannot be written.
+        """
+        key = self._call_key(event)
+        if self.kept is not None:
+            self.kept[f"{self.task_id}\n{key}"] = pending
+            return
+        state = pending.detach()
+        path = self.pending_dir / f"{_slug(key)}.json"
+        try:
+            _write_json(path, state)
+        except OSError as exc:
+            raise HookError(f"cannot keep the pending call in {self.pending_dir}: "
+                            f"{exc.strerror or exc}") from None
+
+    def take(self, event: Event) -> PendingCall | None:
+        """The begun call this event reports on (None: none was kept, e.g. the hook was
+        installed after it began).
+
+        Raises:
+            HookError: its file cannot be read.
+        """
+        key = self._call_key(event)
+        if self.kept is not None:
+            return self.kept.pop(f"{self.task_id}\n{key}", None)
+        from ._pending import attach
+
+        path = self.pending_dir / f"{_slug(key)}.json"
+        try:
+            state = json.loads(path.read_text("utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise HookError(f"cannot read the pending call {path}: {exc}",
+                            closed=False) from None
+        path.unlink(missing_ok=True)
+        return attach(self.task, state)  # None: the policy changed; the claim lapses
 
     def halted_note(self) -> Path:
-        return self.root / "halted" / f"{_slug(self.task_id)}.json"
+        return (self.root or Path()) / "halted" / f"{_slug(self.task_id)}.json"
 
     def note_halt(self, reason: str) -> None:
+        if self.root is None:
+            return
         with contextlib.suppress(OSError):
             _write_json(self.halted_note(), {
                 "host": self.host.name, "session": self.event.session, "task": self.task_id,
                 "cwd": self.event.cwd, "reason": reason, "at": time.time()})
 
     def clear_halt(self) -> None:
+        if self.root is None:
+            return
         with contextlib.suppress(OSError):
             self.halted_note().unlink(missing_ok=True)
 
     def sweep(self, older_than_s: float | None) -> None:
-        """Record the pending calls of this session that the host never reported (older
-        than ``older_than_s`` seconds; ``None``: all) as unknown outcomes."""
+        """Record the begun calls of this session that the host never reported (older than
+        ``older_than_s`` seconds; ``None``: all) as unknown outcomes."""
+        if self.kept is not None:
+            prefix = f"{self.task_id}\n"
+            for key in [k for k in self.kept if k.startswith(prefix)]:
+                if older_than_s is None or self.kept[key].age_s >= older_than_s:
+                    with contextlib.suppress(Exception):
+                        self.kept.pop(key).unknown("the host never reported how it ended")
+            return
         from ._pending import attach
 
         try:
@@ -294,7 +296,7 @@ def handle(session: Session, event: Event) -> Answer:
         first = session.guard._store.usage(session.task_id).halted
         reason = halt_reason(halt, first if halt.reason.startswith("task is halted (") else None)
         session.note_halt(reason)
-        return Answer(halt=reason)
+        return Answer(halt=reason, halted=halt)
 
 
 def halt_reason(halt: Any, first: Mapping[str, Any] | None = None) -> str:
@@ -329,13 +331,7 @@ def _before(session: Session, event: Event) -> Answer:
     result = pending.result
     if result is not None:
         return Answer(deny=_text(result.content))
-    with contextlib.suppress(RuntimeError):  # reported already: nothing to keep
-        state = pending.detach()
-        try:
-            _write_json(session.pending_file(event.call_id, event.tool, event.args), state)
-        except OSError as exc:
-            raise HookError(f"cannot keep the pending call in {session.pending_dir}: "
-                            f"{exc.strerror or exc}") from None
+    session.keep(event, pending)
     if asked:
         return Answer(ask=f"toolguard: {pending.tool} needs approval: {asked[0]}",
                       context=pending.notice)
@@ -343,18 +339,8 @@ def _before(session: Session, event: Event) -> Answer:
 
 
 def _after(session: Session, event: Event) -> Answer:
-    from ._pending import attach
-
-    path = session.pending_file(event.call_id, event.tool, event.args)
-    try:
-        state = json.loads(path.read_text("utf-8"))
-    except FileNotFoundError:  # begun before the hook was installed, or denied
-        return Answer()
-    except (OSError, ValueError) as exc:
-        raise HookError(f"cannot read the pending call {path}: {exc}", closed=False) from None
-    path.unlink(missing_ok=True)
-    pending = attach(session.task, state)
-    if pending is None:  # the policy changed meanwhile: the claim lapses on its own
+    pending = session.take(event)
+    if pending is None:
         return Answer()
     if event.kind == "failed":
         result = pending.fail(ToolFailed(_text(event.result)))

@@ -94,6 +94,11 @@ class PendingCall:
         self.decision, self.notice = verdict.decision, verdict.notice
         self._start = time.perf_counter()
 
+    @property
+    def age_s(self) -> float:
+        """Seconds since the call began (or was attached in this process)."""
+        return time.perf_counter() - self._start
+
     def __repr__(self) -> str:
         state = "reported" if self._reported else "pending"
         return f"<PendingCall {self.tool} {self.decision} {state}>"
