@@ -46,7 +46,7 @@ def _env(project: Path, state: Path, url: str) -> dict[str, str]:
         PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[1]),
                                     os.environ.get("PYTHONPATH", "")]))
     for key in [k for k in env if k.startswith("TOOLGUARD_") and k not in (
-            "TOOLGUARD_STATE_DIR", "TOOLGUARD_HOOK_SERVER_IDLE_S", "TOOLGUARD_STORE__URL")]:
+            "TOOLGUARD_STATE_DIR", "TOOLGUARD_HOOK_SERVER_IDLE_S")]:
         del env[key]
     return env
 

@@ -25,11 +25,10 @@ from .redis_support import REDIS_URL
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    """A fresh state directory and store for one test (the Redis test database: the
-    processes of a session share it)."""
+    """A fresh state directory for one test: the default store is the SQLite file in it,
+    which the processes of a session share."""
     _hooks._GUARDS.clear()
-    return {"TOOLGUARD_STATE_DIR": str(tmp_path / "state"), "TOOLGUARD_STORE__URL": REDIS_URL,
-            "TOOLGUARD_STORE__KEY_PREFIX": f"hooks-{os.urandom(6).hex()}"}
+    return {"TOOLGUARD_STATE_DIR": str(tmp_path / "state")}
 
 
 def _event(env: dict[str, str], payload: Any, host: str = "claude-code",
@@ -168,6 +167,27 @@ def test_an_unreadable_policy_blocks_a_tool_call_and_not_a_prompt(
     assert code == 1 and "cannot read policy file" in err and err.count("\n") == 1
 
 
+def test_the_session_is_shared_through_redis_too(env: dict[str, str]) -> None:
+    """A policy's ``[store]`` (here the environment's) replaces the per-user file."""
+    redis_env = {**env, "TOOLGUARD_STORE__URL": REDIS_URL,
+                 "TOOLGUARD_STORE__KEY_PREFIX": f"hooks-{os.urandom(6).hex()}"}
+    write = {"file_path": "/w/a.txt", "content": "x"}
+    _event(redis_env, _pre("Write", write, "t1"))
+    _event(redis_env, _post("Write", write, "t1", {"type": "create"}))
+    assert _decision(_event(redis_env, _pre("Write", write, "t2"))[1]) == "deny"
+    assert _event(env, _pre("Write", write, "t3")) == (0, None, "")  # the file: another state
+
+
+def test_a_corrupt_state_file_blocks_the_call_and_names_it(env: dict[str, str]) -> None:
+    state = Path(env["TOOLGUARD_STATE_DIR"])
+    state.mkdir()
+    (state / "state.db").write_bytes(b"not a database" * 100)
+    code, answer, err = _event(env, _pre("Bash", {"command": "ls"}, "b1"))
+    assert (code, answer) == (2, None)
+    assert err.count("\n") == 1 and "state.db" in err and "the call is blocked" in err
+    assert "Traceback" not in err
+
+
 def test_a_store_that_is_down_blocks_the_call(env: dict[str, str]) -> None:
     down = {**env, "TOOLGUARD_STORE__URL": "redis://127.0.0.1:1/0",
             "TOOLGUARD_STORE__TIMEOUT_S": "0.2"}
@@ -287,3 +307,14 @@ def test_the_hook_command_answers_through_the_server_and_without_it(
         pid = Path(env["TOOLGUARD_STATE_DIR"]) / "hook.pid"
         if pid.exists():
             os.kill(int(pid.read_text()), 15)
+
+
+@pytest.mark.parametrize("environ", [{"TOOLGUARD_STATE_DIR": "~/x"}, {"XDG_STATE_HOME": "/s"},
+                                     {"XDG_STATE_HOME": "relative"}, {}])
+def test_the_hook_command_finds_the_state_directory_as_the_store_does(
+        environ: dict[str, str]) -> None:
+    """The hook command computes the server's socket without importing the library: the
+    same rule as the store's default file."""
+    from toolguard._hook_client import socket_path
+
+    assert Path(socket_path(environ)) == _hooks.state_dir(environ) / "hook.sock"

@@ -43,24 +43,19 @@ if TYPE_CHECKING:
     from ._engine import Guard, Task
     from ._hook_hosts import Host
     from ._pending import PendingCall
+    from ._policy import Policy
+    from .stores import Store
 
 __all__ = ["Answer", "Event", "HookError", "main", "state_dir"]
 
-STATE_DIR_VARIABLE = "TOOLGUARD_STATE_DIR"
-
-
 # -- where state lives --------------------------------------------------------------------
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The per-user state directory: ``$TOOLGUARD_STATE_DIR``, else
-    ``$XDG_STATE_HOME/toolguard`` (an absolute ``XDG_STATE_HOME`` only, as the XDG Base
-    Directory Specification says), else ``~/.local/state/toolguard``."""
-    environ = os.environ if env is None else env
-    given = environ.get(STATE_DIR_VARIABLE, "")
-    if given:
-        return Path(given).expanduser()
-    xdg = environ.get("XDG_STATE_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
-    return base / "toolguard"
+    """The per-user state directory: the directory of the SQLite store's default file
+    (:func:`toolguard.stores.sqlite.default_path`: ``$TOOLGUARD_STATE_DIR``, else
+    ``$XDG_STATE_HOME/toolguard``, else ``~/.local/state/toolguard``)."""
+    from .stores.sqlite import default_path
+
+    return default_path(None if env is None else dict(env)).parent
 
 
 def _slug(text: str) -> str:
@@ -115,10 +110,9 @@ def build_guard(host: Host, given: str | None, env: Mapping[str, str]) -> Guard:
     except OSError as exc:
         raise HookError(f"cannot read the policy {path}: {exc.strerror or exc}") from None
     closed = policy.store.on_error == "fail_closed"
-    store = None
-    if policy.source_of("store.backend") == "built-in" and not policy.store.url:
-        store = _default_store(policy, env)
     try:
+        store = (_default_store(policy, env) if policy.source_of("store.backend") == "built-in"
+                 and not policy.store.url else None)
         return Guard(policy, store=store, strict_tools=False)
     except Exception as exc:  # noqa: BLE001 - a store URL, a Redis that is down: one line
         raise HookError(f"cannot open the store ({type(exc).__name__}: {exc}); the store "
@@ -150,13 +144,11 @@ def cached_guard(host: Host, given: str | None, env: Mapping[str, str]) -> Guard
     return guard
 
 
-def _default_store(policy: Any, env: Mapping[str, str]) -> Any:
-    """The per-user SQLite store, or (where it is not available) None: the memory store."""
-    try:
-        from .stores.sqlite import SQLiteStore
-    except ImportError:  # pragma: no cover - the SQLite store ships with the package
-        return None
-    return SQLiteStore(state_dir(env) / "state.db", timeout_s=policy.store.timeout_s,
+def _default_store(policy: Policy, env: Mapping[str, str]) -> Store:
+    """The per-user SQLite store (the processes of one machine share it)."""
+    from .stores.sqlite import SQLiteStore, default_path
+
+    return SQLiteStore(default_path(dict(env)), timeout_s=policy.store.timeout_s,
                        state_ttl_s=policy.store.state_ttl_s, on_error=policy.store.on_error)
 
 
