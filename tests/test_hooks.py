@@ -318,3 +318,80 @@ def test_the_hook_command_finds_the_state_directory_as_the_store_does(
     from toolguard._hook_client import socket_path
 
     assert Path(socket_path(environ)) == _hooks.state_dir(environ) / "hook.sock"
+
+
+# -- Codex CLI and Gemini CLI, with the event payloads their hook documentation gives ---------
+def _codex(event: str, call: str, **fields: Any) -> dict[str, Any]:
+    return {"session_id": "c1", "transcript_path": "/h/.codex/s.jsonl", "cwd": "/w",
+            "hook_event_name": event, "model": "gpt-5-codex", "tool_name": "Bash",
+            "tool_use_id": call, "tool_input": {"command": "cat notes.txt"}, **fields}
+
+
+def test_codex_events_in_claude_codes_shape(env: dict[str, str]) -> None:
+    answers = []
+    for i in range(4):
+        _code, answer, _ = _event(env, _codex("PreToolUse", f"c{i}"), "codex")
+        answers.append(answer)
+        if _decision(answer) is None:
+            post = _codex("PostToolUse", f"c{i}", tool_response="same text")
+            assert _event(env, post, "codex")[0] == 0
+    assert answers[:2] == [None, None]
+    assert "3 times" in answers[2]["hookSpecificOutput"]["additionalContext"]
+    assert _decision(answers[3]) == "deny"
+
+
+def _gemini(event: str, tool: str, args: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {"session_id": "g1", "transcript_path": "/h/.gemini/t.json", "cwd": "/w",
+            "hook_event_name": event, "timestamp": "2026-01-01T00:00:00Z",
+            "tool_name": tool, "tool_input": args, **fields}
+
+
+def test_gemini_events_deny_at_the_top_level_and_warn_with_the_result(
+        env: dict[str, str]) -> None:
+    """Gemini CLI denies with a top-level ``decision``, reads additional context only with
+    a tool's result (so a warn's notice goes there), has no tool call id (the arguments
+    stand in) and reports a failure in ``tool_response.error``."""
+    shell = {"command": "cat notes.txt"}
+    told = []
+    for _ in range(4):
+        code, answer, _ = _event(env, _gemini("BeforeTool", "run_shell_command", shell),
+                                 "gemini")
+        if answer is not None:
+            told.append(answer)
+            break
+        response = {"llmContent": "same text", "returnDisplay": "same text"}
+        _, after, _ = _event(env, _gemini("AfterTool", "run_shell_command", shell,
+                                          tool_response=response), "gemini")
+        told.append(after)
+    assert told[:2] == [None, None]
+    assert "3 times" in told[2]["hookSpecificOutput"]["additionalContext"]
+    assert told[3] == {"decision": "deny", "reason": told[3]["reason"]}
+    assert "Blocked, not executed" in told[3]["reason"]
+    write = {"file_path": "/w/a.txt", "content": "x"}
+    assert _event(env, _gemini("BeforeTool", "write_file", write), "gemini")[1] is None
+    failed = {"llmContent": "", "error": {"message": "disk full"}}
+    _event(env, _gemini("AfterTool", "write_file", write, tool_response=failed), "gemini")
+    code, retry, _ = _event(env, _gemini("BeforeTool", "write_file", write), "gemini")
+    assert code == 0 and retry is None  # a failed write is retried, not answered as done
+
+
+def test_install_writes_each_hosts_own_settings(tmp_path: Path) -> None:
+    from toolguard._hook_cli import install_toml_hooks, uninstall_toml_hooks
+
+    gemini = HOSTS["gemini"]
+    _, after = install_hooks(gemini, tmp_path / "settings.json", None)
+    groups = json.loads(after)["hooks"]
+    assert set(groups) == set(gemini.events)
+    assert groups["BeforeTool"][0]["matcher"] == ".*"  # a regular expression
+    assert groups["BeforeTool"][0]["hooks"][0]["timeout"] == 60_000  # milliseconds
+    config = tmp_path / "config.toml"
+    config.write_text('model = "gpt-5-codex"\n')
+    before, after = install_toml_hooks(HOSTS["codex"], config, None)
+    import tomllib
+
+    hooks = tomllib.loads(after)["hooks"]
+    assert set(hooks) == set(HOSTS["codex"].events)
+    assert "_hook_client.py" in hooks["PreToolUse"][0]["hooks"][0]["command"]
+    config.write_text(after)
+    assert install_toml_hooks(HOSTS["codex"], config, None)[1] == after
+    assert uninstall_toml_hooks(config)[1] == before

@@ -25,11 +25,11 @@ from ._cli_common import fail
 from ._hook_hosts import HOSTS, Host
 from ._hooks import state_dir
 
-__all__ = ["install_hooks", "register", "uninstall_hooks"]
+__all__ = ["install_hooks", "install_toml_hooks", "register", "uninstall_hooks",
+           "uninstall_toml_hooks"]
 
 CLIENT = Path(__file__).with_name("_hook_client.py")
 MARK = "_hook_client.py"  # how install recognises its own hook commands
-TIMEOUT_S = 60
 
 
 def hook_command(host: Host, policy: Path | None) -> str:
@@ -77,9 +77,9 @@ def install_hooks(host: Host, path: Path, policy: Path | None) -> tuple[str, str
                 f"{path}: hooks.{event} is not a list; it was left as it is")
         groups[:] = [g for g in groups if not _ours(g)]  # an older command: replaced
         group: dict[str, Any] = {"hooks": [{"type": "command", "command": command,
-                                            "timeout": TIMEOUT_S}]}
-        if event in host.tool_events:
-            group = {"matcher": "*", **group}
+                                            "timeout": host.timeout}]}
+        if event in host.tool_events and host.matcher is not None:
+            group = {"matcher": host.matcher, **group}
         groups.append(group)
     return before, json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
@@ -103,6 +103,65 @@ def uninstall_hooks(path: Path) -> tuple[str, str]:
         if not hooks:
             del data["hooks"]
     return before, json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+BEGIN = "# >>> toolguard hooks (toolguard install; toolguard uninstall removes this block)"
+END = "# <<< toolguard hooks"
+
+
+def install_toml_hooks(host: Host, path: Path, policy: Path | None) -> tuple[str, str]:
+    """A TOML settings file's text (Codex CLI's ``config.toml``) before and after adding
+    the hook tables, as one block between two marker comments (the same text when the
+    block is there already).
+
+    Raises:
+        ValueError: the file is not valid TOML, or would not be with the block.
+    """
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+
+    before = path.read_text("utf-8") if path.exists() else ""
+    kept, _ = _without_block(before)
+    command = json.dumps(hook_command(host, policy))  # a TOML basic string is JSON's
+    lines = [BEGIN]
+    for event in host.events:
+        lines += [f"[[hooks.{event}]]"]
+        if event in host.tool_events and host.matcher is not None:
+            lines += [f"matcher = {json.dumps(host.matcher)}"]
+        lines += [f"[[hooks.{event}.hooks]]", 'type = "command"', f"command = {command}",
+                  f"timeout = {host.timeout}", ""]
+    lines[-1] = END
+    after = (kept.rstrip("\n") + "\n\n" if kept.strip() else "") + "\n".join(lines) + "\n"
+    try:
+        tomllib.loads(before)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"cannot read {path}: {exc}; it was left as it is") from None
+    try:
+        tomllib.loads(after)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path} defines its hooks in a way the hook tables cannot be added "
+                         f"to ({exc}); it was left as it is") from None
+    return before, after
+
+
+def _without_block(text: str) -> tuple[str, bool]:
+    """``text`` without the block install added, and whether it had one."""
+    start = text.find(BEGIN)
+    end = text.find(END, start)
+    if start < 0 or end < 0:
+        return text, False
+    rest = text[end + len(END):].lstrip("\n")
+    head = text[:start].rstrip("\n")
+    return (head + "\n" + (("\n" + rest) if rest else "") if head else rest), True
+
+
+def uninstall_toml_hooks(path: Path) -> tuple[str, str]:
+    """A TOML settings file's text before and after removing the block install added."""
+    before = path.read_text("utf-8")
+    after, _ = _without_block(before)
+    return before, after
 
 
 def _apply(path: Path, before: str, after: str, dry_run: bool) -> None:
@@ -163,7 +222,10 @@ def register(app: typer.Typer) -> None:
             fail(f"no policy file {policy}")
         path = chosen.settings_path("user" if user else "project", directory, Path.home())
         try:
-            before, after = install_hooks(chosen, path, policy)
+            if path.suffix == ".toml":
+                before, after = install_toml_hooks(chosen, path, policy)
+            else:
+                before, after = install_hooks(chosen, path, policy)
         except ValueError as exc:
             fail(str(exc))
         _apply(path, before, after, dry_run)
@@ -188,7 +250,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"{path}: unchanged")
             return
         try:
-            before, after = uninstall_hooks(path)
+            before, after = (uninstall_toml_hooks(path) if path.suffix == ".toml"
+                             else uninstall_hooks(path))
         except ValueError as exc:
             fail(str(exc))
         _apply(path, before, after, dry_run)

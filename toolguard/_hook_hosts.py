@@ -11,9 +11,9 @@ where ``toolguard install`` writes its configuration.
   ``stopReason`` stops the agent. Exit 2 blocks (stderr goes to the model), any other
   non-zero exit is an error that does not block. Settings: ``.claude/settings.json``
   (project) or ``~/.claude/settings.json`` (user).
-- Codex CLI (its hooks follow Claude Code's event names and output; configuration in
-  ``hooks.json`` beside ``config.toml``): the same events and answers, ``apply_patch`` and
-  ``shell`` tools.
+- Codex CLI (its hooks follow Claude Code's event names, input and output; configured as
+  ``[[hooks.EVENT]]`` tables in ``.codex/config.toml`` or ``~/.codex/config.toml``): the same
+  events and answers.
 - Gemini CLI (docs/hooks in the gemini-cli repository): events ``BeforeTool``,
   ``AfterTool``, ``BeforeAgent``, ``SessionStart``, ``AfterAgent``, ``SessionEnd``; a
   tool call is denied with ``decision: "deny"`` and ``reason``; ``hookSpecificOutput.
@@ -100,7 +100,15 @@ class Host:
             directory (``--user``).
         exit_block / exit_error: the exit codes for "block" and "error, do not block".
         deny_style: ``claude`` (``hookSpecificOutput.permissionDecision``) or ``gemini``
-            (a top-level ``decision``).
+            (a top-level ``decision``, ``deny`` only: a call to ask about gets no
+            decision, so the host's own confirmation applies).
+        failure_fields: where a failed tool's error text is.
+        matcher: the tool matcher ``install`` writes (Gemini CLI's is a regular
+            expression; None: no matcher, every tool).
+        timeout: the hook timeout ``install`` writes, in the host's unit (Gemini CLI:
+            milliseconds).
+        context_before: the host reads additional context before a tool runs (else a
+            warn's notice goes with the tool's result).
     """
 
     name: str
@@ -112,6 +120,9 @@ class Host:
     exit_error: int = 1
     deny_style: str = "claude"
     failure_fields: tuple[str, ...] = ("error", "error_message")
+    matcher: str | None = "*"  # the tool matcher of every tool event (None: none given)
+    timeout: int = 60  # the hook's timeout, in the host's unit
+    context_before: bool = True  # a notice can go to the model before the tool runs
 
     def parse(self, data: bytes | str) -> Event:
         """The event in ``data`` (the JSON on stdin).
@@ -167,8 +178,10 @@ class Host:
                 answer.deny = answer.deny or answer.halt  # the call itself does not run
         if answer.deny is not None or answer.ask is not None:
             if self.deny_style == "gemini":
-                out["decision"] = "deny" if answer.deny is not None else "ask"
-                out["reason"] = answer.deny if answer.deny is not None else answer.ask
+                if answer.deny is not None:
+                    out.update(decision="deny", reason=answer.deny)
+                else:  # no "ask" in its protocol: its own confirmation asks
+                    out["systemMessage"] = answer.ask
             else:
                 specific["permissionDecision"] = "deny" if answer.deny is not None else "ask"
                 specific["permissionDecisionReason"] = (
@@ -202,11 +215,11 @@ HOSTS: dict[str, Host] = {
         "codex", "Codex CLI",
         {k: v for k, v in _CLAUDE_EVENTS.items() if k not in ("PostToolUseFailure",
                                                                "SessionEnd")},
-        frozenset({"PreToolUse", "PostToolUse"}), ".codex/hooks.json"),
+        frozenset({"PreToolUse", "PostToolUse"}), ".codex/config.toml", matcher=None),
     "gemini": Host(
         "gemini", "Gemini CLI",
         {"BeforeTool": "pre", "AfterTool": "post", "BeforeAgent": "prompt",
          "SessionStart": "start", "AfterAgent": "stop", "SessionEnd": "end"},
         frozenset({"BeforeTool", "AfterTool"}), ".gemini/settings.json",
-        deny_style="gemini"),
+        deny_style="gemini", matcher=".*", timeout=60_000, context_before=False),
 }

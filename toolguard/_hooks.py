@@ -324,10 +324,11 @@ def _before(session: Session, event: Event) -> Answer:
     if result is not None:
         return Answer(deny=_text(result.content))
     session.keep(event, pending)
+    context = pending.notice if session.host.context_before else None
     if asked:
         return Answer(ask=f"toolguard: {pending.tool} needs approval: {asked[0]}",
-                      context=pending.notice)
-    return Answer(context=pending.notice)
+                      context=context)
+    return Answer(context=context)
 
 
 def _after(session: Session, event: Event) -> Answer:
@@ -338,7 +339,8 @@ def _after(session: Session, event: Event) -> Answer:
         result = pending.fail(ToolFailed(_text(event.result)))
     else:
         result = pending.finish(event.result)
-    if result.notice and result.notice != pending.notice:  # earned by this result
+    if result.notice and (result.notice != pending.notice  # earned by this result
+                          or not session.host.context_before):
         return Answer(context=result.notice)
     return Answer()
 
