@@ -20,6 +20,7 @@ hook event within 4x a bare interpreter start.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -89,10 +90,8 @@ def measure(rounds: int) -> dict[str, Any]:
     finally:
         pid = state / "hook.pid"
         if pid.exists():
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 os.kill(int(pid.read_text()), signal.SIGTERM)
-            except (OSError, ValueError):
-                pass
         shutil.rmtree(state, ignore_errors=True)
     base = statistics.median(times["python -c pass"])
     return {"rounds": rounds, "target_ratio": TARGET,

@@ -4,6 +4,7 @@ model on a loopback fake Gemini API, with the guard installed by ``toolguard ins
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -37,10 +38,8 @@ def project(tmp_path: Path) -> Any:
     yield project
     pid_file = tmp_path / "state" / "hook.pid"
     if pid_file.exists():  # the hook server this test started
-        try:
+        with contextlib.suppress(OSError, ValueError):
             os.kill(int(pid_file.read_text()), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
 
 
 def test_a_looping_gemini_cli_session_is_stopped(project: Path) -> None:
