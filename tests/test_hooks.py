@@ -395,3 +395,38 @@ def test_install_writes_each_hosts_own_settings(tmp_path: Path) -> None:
     config.write_text(after)
     assert install_toml_hooks(HOSTS["codex"], config, None)[1] == after
     assert uninstall_toml_hooks(config)[1] == before
+
+
+def test_resume_from_the_shell_lifts_a_halt(env: dict[str, str]) -> None:
+    bash = {"command": "cat notes.txt"}
+    for i in range(5):
+        _, answer, _ = _event(env, _pre("Bash", bash, f"b{i}"))
+        if _decision(answer) is None:
+            _event(env, _post("Bash", bash, f"b{i}", {"stdout": "same"}))
+    assert answer["continue"] is False
+    run = [sys.executable, "-m", "toolguard"]
+    environ = {**os.environ, **env, "PYTHONPATH": str(Path(__file__).parents[1])}
+    status = subprocess.run([*run, "status"], env=environ, capture_output=True, text=True,
+                            check=True)
+    assert "halted  claude-code  session s1" in status.stdout
+    done = subprocess.run([*run, "resume", "s1"], env=environ, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "session s1 resumed"
+    assert _event(env, _pre("Bash", bash, "b9")) == (0, None, "")
+    status = subprocess.run([*run, "status"], env=environ, capture_output=True, text=True,
+                            check=True)
+    assert "no halted session" in status.stdout
+
+
+def test_the_toolguard_command_answers_hook_events(env: dict[str, str]) -> None:
+    """``toolguard hook claude-code`` (the console script's command) is the same handler."""
+    environ = {**os.environ, **env, "PYTHONPATH": str(Path(__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-m", "toolguard.cli", "hook", "claude-code"],
+                          input="{not json", env=environ, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "is not JSON" in done.stderr
+    ok = subprocess.run([sys.executable, "-m", "toolguard.cli", "hook", "claude-code"],
+                        input=json.dumps(_pre("Read", {"file_path": "/a"}, "r1")),
+                        env=environ, capture_output=True, text=True, check=False)
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "", "")
