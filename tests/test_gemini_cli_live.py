@@ -18,8 +18,7 @@ import pytest
 
 from .fake_gemini import FakeGemini
 
-GEMINI = shutil.which("gemini", path=os.pathsep.join(
-    [os.environ.get("PATH", ""), str(Path(__file__).parents[1] / "node_modules" / ".bin")]))
+GEMINI = shutil.which("gemini")
 pytestmark = pytest.mark.skipif(
     GEMINI is None and os.environ.get("CI") != "true",
     reason="needs the Gemini CLI: npm install -g @google/gemini-cli")

@@ -100,8 +100,7 @@ class Host:
             directory (``--user``).
         exit_block / exit_error: the exit codes for "block" and "error, do not block".
         deny_style: ``claude`` (``hookSpecificOutput.permissionDecision``) or ``gemini``
-            (a top-level ``decision``, ``deny`` only: a call to ask about gets no
-            decision, so the host's own confirmation applies).
+            (a top-level ``decision``).
         failure_fields: where a failed tool's error text is.
         matcher: the tool matcher ``install`` writes (Gemini CLI's is a regular
             expression; None: no matcher, every tool).
@@ -109,6 +108,12 @@ class Host:
             milliseconds).
         context_before: the host reads additional context before a tool runs (else a
             warn's notice goes with the tool's result).
+        stops: a tool event can stop the agent (``continue: false``, ``stopReason``,
+            ``systemMessage``). Codex CLI refuses those fields in a tool event, and a hook
+            whose answer it refuses counts as failed, and the call runs: there a halt is a
+            denial (every later call of the halted session is denied too).
+        asks: ``permissionDecision: "ask"`` exists (else the host's own approval policy
+            decides a call that needs approval).
     """
 
     name: str
@@ -123,6 +128,8 @@ class Host:
     matcher: str | None = "*"  # the tool matcher of every tool event (None: none given)
     timeout: int = 60  # the hook's timeout, in the host's unit
     context_before: bool = True  # a notice can go to the model before the tool runs
+    stops: bool = True  # ``continue: false`` stops the agent from a tool event
+    asks: bool = True  # ``permissionDecision: "ask"`` hands the call to the user
 
     def parse(self, data: bytes | str) -> Event:
         """The event in ``data`` (the JSON on stdin).
@@ -171,24 +178,27 @@ class Host:
         name = event.name if event is not None else ""
         out: dict[str, Any] = {}
         specific: dict[str, Any] = {}
+        tool_event = event is not None and event.kind in ("pre", "post", "failed")
         if answer.halt:
-            out.update({"continue": False, "stopReason": answer.halt,
-                        "systemMessage": answer.halt})
+            if self.stops or not tool_event:
+                out.update({"continue": False, "stopReason": answer.halt,
+                            "systemMessage": answer.halt})
+            elif event is not None and event.kind != "pre":
+                answer.context = answer.halt  # the model reads why nothing more runs
             if event is not None and event.kind == "pre":
                 answer.deny = answer.deny or answer.halt  # the call itself does not run
+        if answer.ask is not None and not self.asks:
+            answer.ask = None  # the host's own approval policy decides
         if answer.deny is not None or answer.ask is not None:
             if self.deny_style == "gemini":
-                if answer.deny is not None:
-                    out.update(decision="deny", reason=answer.deny)
-                else:  # no "ask" in its protocol: its own confirmation asks
-                    out["systemMessage"] = answer.ask
+                out.update(decision="deny", reason=answer.deny)
             else:
                 specific["permissionDecision"] = "deny" if answer.deny is not None else "ask"
                 specific["permissionDecisionReason"] = (
                     answer.deny if answer.deny is not None else answer.ask)
         if answer.context:
             specific["additionalContext"] = answer.context
-        if answer.note and not answer.halt:
+        if answer.note and not answer.halt and (self.stops or not tool_event):
             out["systemMessage"] = answer.note
         if specific:
             out["hookSpecificOutput"] = {"hookEventName": name, **specific}
@@ -215,11 +225,13 @@ HOSTS: dict[str, Host] = {
         "codex", "Codex CLI",
         {k: v for k, v in _CLAUDE_EVENTS.items() if k not in ("PostToolUseFailure",
                                                                "SessionEnd")},
-        frozenset({"PreToolUse", "PostToolUse"}), ".codex/config.toml", matcher=None),
+        frozenset({"PreToolUse", "PostToolUse"}), ".codex/config.toml", matcher=None,
+        stops=False, asks=False),
     "gemini": Host(
         "gemini", "Gemini CLI",
         {"BeforeTool": "pre", "AfterTool": "post", "BeforeAgent": "prompt",
          "SessionStart": "start", "AfterAgent": "stop", "SessionEnd": "end"},
         frozenset({"BeforeTool", "AfterTool"}), ".gemini/settings.json",
-        deny_style="gemini", matcher=".*", timeout=60_000, context_before=False),
+        deny_style="gemini", matcher=".*", timeout=60_000, context_before=False,
+        asks=False),
 }
