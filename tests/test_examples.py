@@ -26,8 +26,8 @@ def test_every_example_is_exercised() -> None:
         "grep-loop.jsonl", "duplicate-payment.jsonl", "test-rerun-after-edit.jsonl",
         "openai-airline.json", "anthropic-coding.json"}
     assert [p.name for p in POLICIES] == ["airline.toml", "claude-code.toml", "codex.toml",
-                                          "coding-agent.toml", "openhands.toml",
-                                          "swe-agent.toml"]
+                                          "coding-agent.toml", "gemini.toml",
+                                          "openhands.toml", "swe-agent.toml"]
 
 
 def test_quickstart_prints_allow_warn_block_halt() -> None:

@@ -210,7 +210,7 @@ def register(app: typer.Typer) -> None:
         directory: Annotated[Path, typer.Option(
             "--dir", help="the project directory")] = Path(),
         policy: Annotated[Path | None, typer.Option(
-            help="a policy file (default: the host's packaged policy)")] = None,
+            help="a policy file (default: the shipped policy named after the host)")] = None,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="print the change only")
                            ] = False,
     ) -> None:

@@ -77,13 +77,14 @@ def _write_json(path: Path, data: Any) -> None:
 
 # -- the guard of one hook process -----------------------------------------------------------
 def policy_path(host: Host, given: str | None, env: Mapping[str, str]) -> Path:
-    """The policy file: ``--policy``, else ``TOOLGUARD_POLICY``, else the host's packaged
-    policy (``toolguard/hosts/HOST.toml``)."""
-    if given:
-        return Path(given)
-    if env.get("TOOLGUARD_POLICY"):
-        return Path(env["TOOLGUARD_POLICY"])
-    return Path(__file__).with_name("hosts") / f"{host.name}.toml"
+    """The policy file: ``--policy`` (a file, or the name of a shipped policy), else
+    ``TOOLGUARD_POLICY``, else the shipped policy named after the host (``claude-code``,
+    ``codex``, ``gemini``: :mod:`toolguard._shipped`)."""
+    from ._shipped import is_policy_name, shipped_policy
+
+    chosen = given or env.get("TOOLGUARD_POLICY") or host.name
+    shipped = shipped_policy(chosen) if is_policy_name(chosen) else None
+    return shipped if shipped is not None else Path(chosen)
 
 
 def build_guard(host: Host, given: str | None, env: Mapping[str, str]) -> Guard:

@@ -3,7 +3,7 @@
 
 ::
 
-    agent = ToolGuard(tg.Guard(policy))   # or ToolGuard(): Claude Code's packaged policy
+    agent = ToolGuard(tg.Guard(policy))   # or ToolGuard(): Claude Code's shipped policy
     async for message in agent.query("...", options=ClaudeAgentOptions(...)):
         ...                               # raises tg.Halt if the guard halted the agent
 
@@ -64,7 +64,7 @@ class ToolGuard:
 
     Args:
         guard: the guard (its policy, store, audit sinks). Default: one with Claude Code's
-            packaged policy (``toolguard/hosts/claude-code.toml``) and a memory store.
+            shipped policy (``claude-code``) and a memory store.
 
     Attributes:
         guard: the guard. halt: the last halt not yet raised (None when there is none).
