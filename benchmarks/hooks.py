@@ -5,7 +5,7 @@ to a bare interpreter start (``python -c pass``) measured in the same run, inter
 Usage::
 
     python benchmarks/hooks.py              # 31 rounds
-    python benchmarks/hooks.py --smoke      # 3 rounds (CI: every path runs)
+    python benchmarks/hooks.py --smoke      # 1 round (CI: every path runs)
     python benchmarks/hooks.py --json out.json
 
 Each round runs, as separate processes: ``python -c pass``; a PreToolUse and a PostToolUse
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=31)
     parser.add_argument("--json", type=Path)
     options = parser.parse_args()
-    report = measure(3 if options.smoke else options.rounds)
+    report = measure(1 if options.smoke else options.rounds)
     for name, seconds in report["median_s"].items():
         print(f"{name:20} {seconds * 1000:8.1f} ms  x{report['ratio'][name]:.2f}")
     if options.json:

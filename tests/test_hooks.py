@@ -428,3 +428,15 @@ def test_the_toolguard_command_answers_hook_events(env: dict[str, str]) -> None:
                         input=json.dumps(_pre("Read", {"file_path": "/a"}, "r1")),
                         env=environ, capture_output=True, text=True, check=False)
     assert (ok.returncode, ok.stdout, ok.stderr) == (0, "", "")
+
+
+def test_the_hook_benchmark_runs(tmp_path: Path) -> None:
+    """``benchmarks/hooks.py --smoke`` takes every path (no timing is asserted)."""
+    out = tmp_path / "hooks.json"
+    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    subprocess.run([sys.executable, str(Path(__file__).parents[1] / "benchmarks" / "hooks.py"),
+                    "--smoke", "--json", str(out)], env=environ, check=True,
+                   capture_output=True, timeout=600)
+    report = json.loads(out.read_text())
+    assert set(report["ratio"]) == {"python -c pass", "pre (server)", "post (server)",
+                                    "pre (in process)", "post (in process)"}
