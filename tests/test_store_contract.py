@@ -1,17 +1,18 @@
 """The store contract: every back-end passes these tests unchanged (``store`` is parametrized
-over :class:`MemoryStore` and :class:`RedisStore`).
+over :class:`MemoryStore`, :class:`SQLiteStore` on a real file, and :class:`RedisStore`).
 
-Time is a :class:`FakeClock`: the memory store reads it, and every request carries
-``now=clock()``, which is what the Redis store compares record expiry against. A differential
-property test at the end runs random operation histories through both back-ends and
-requires identical answers.
+Time is a :class:`FakeClock`: the memory and SQLite stores read it, and every request carries
+``now=clock()``, which is what the Redis store compares record expiry against. Differential
+property tests at the end run random operation histories through Redis and SQLite beside
+memory and require identical answers (``test_matches_memory``).
 """
-# ruff: noqa: F811  (fixtures are imported from redis_support, then taken as parameters)
+
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from toolguard.stores import (
     Snapshot,
     Store,
 )
+from toolguard.stores.sqlite import SQLiteStore
 from toolguard.testing import FakeClock
 
 from .redis_support import (  # noqa: F401
@@ -42,11 +44,15 @@ TASK = "task-1"
 KEY = f"{TASK}:pay:s1"
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis),
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis),
                         pytest.param("redis-cluster", marks=pytest.mark.redis)])
-def store(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Store]:
+def store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> Iterator[Store]:
     if request.param == "memory":
         yield MemoryStore(clock=clock)
+    elif request.param == "sqlite":
+        sqlite = SQLiteStore(tmp_path / "state.db", clock=clock)
+        yield sqlite
+        sqlite.close()
     elif request.param == "redis":
         yield request.getfixturevalue("redis_store")
     else:
@@ -681,19 +687,27 @@ def _apply(store: Store, clock: FakeClock, op: tuple[Any, ...]) -> Any:
     return store.add_usage(TASK, op[1], 1, clock()), store.usage(TASK)
 
 
-@pytest.mark.redis
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def other(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[FakeClock], Any]:
+    """Makes a back-end to run beside memory on a clock of its own: SQLite on a file, or
+    Redis (each Hypothesis example makes one, clears its task and closes it)."""
+    if request.param == "sqlite":
+        return lambda clock: SQLiteStore(tmp_path / "state.db", clock=clock)
+    from toolguard.stores.redis import RedisStore
+
+    prefix = request.getfixturevalue("redis_prefix")
+    return lambda clock: RedisStore(url=REDIS_URL, key_prefix=prefix, timeout_s=5.0)
+
+
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(_OPS, min_size=5, max_size=30))
-def test_redis_matches_memory(redis_prefix: str, ops: list[tuple[Any, ...]]) -> None:
-    from toolguard.stores.redis import RedisStore
-
-    memory_clock, redis_clock = FakeClock(1_000_000.0), FakeClock(1_000_000.0)
-    memory = MemoryStore(clock=memory_clock)
-    redis = RedisStore(url=REDIS_URL, key_prefix=f"{redis_prefix}:{len(ops)}", timeout_s=5.0)
+def test_matches_memory(other: Callable[[FakeClock], Any], ops: list[tuple[Any, ...]]) -> None:
+    clock, memory_clock = FakeClock(1_000_000.0), FakeClock(1_000_000.0)
+    store, memory = other(clock), MemoryStore(clock=memory_clock)
     try:
         for op in ops:
-            assert _apply(redis, redis_clock, op) == _apply(memory, memory_clock, op), op
+            assert _apply(store, clock, op) == _apply(memory, memory_clock, op), op
     finally:
-        redis.clear_task(TASK)
-        redis.close()
+        store.clear_task(TASK)
+        store.close()

@@ -194,18 +194,24 @@ class StorePolicy(_Frozen):
     """``[store]``: where per-task state lives.
 
     Attributes:
-        backend: ``memory`` (per process, the default) or ``redis`` (shared by workers).
+        backend: ``memory`` (per process, the default), ``sqlite`` (a file shared by the
+            processes of one machine) or ``redis`` (shared by workers anywhere). A URL alone
+            chooses by its scheme.
         url: the Redis URL, e.g. ``redis://127.0.0.1:6379/0``; with ``cluster``, one or
-            several comma-separated startup nodes (``redis://10.0.0.1:7000,10.0.0.2:7000``).
+            several comma-separated startup nodes (``redis://10.0.0.1:7000,10.0.0.2:7000``);
+            or the SQLite file, ``sqlite:///relative/path.db`` or
+            ``sqlite:////absolute/path.db`` (``backend = "sqlite"`` without a URL: the
+            per-user state file, :func:`toolguard.stores.sqlite.default_path`).
         cluster: the Redis URL points at a Redis Cluster (redis-py ``RedisCluster``).
         on_error: ``fail_closed`` blocks the call when the store fails; ``fail_open`` runs it
             unguarded with a warning audit event.
-        timeout_s: timeout of every store operation, in seconds.
-        key_prefix: namespace of every key (``{key_prefix}:{task}:...``).
+        timeout_s: timeout of every store operation, in seconds (SQLite: how long an
+            operation waits for another process's lock).
+        key_prefix: namespace of every Redis key (``{key_prefix}:{task}:...``).
         state_ttl_s: TTL of per-task state (ladder counts, budgets, flags), in seconds.
     """
 
-    backend: Literal["memory", "redis"] = "memory"
+    backend: Literal["memory", "sqlite", "redis"] = "memory"
     url: str | None = None
     cluster: bool = False
     on_error: Literal["fail_closed", "fail_open"] = "fail_closed"

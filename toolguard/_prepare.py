@@ -51,10 +51,11 @@ def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is ne
 
 
 def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
-             virtual: bool) -> _Prepared | ToolResult:
+             virtual: bool, call_id: str = "") -> _Prepared | ToolResult:
     # a name that is not a string (None from a message missing it) is an unknown tool
     entry = cfg.entries.get(tool) if type(tool) is str else None
-    call_id = f"{task.task_id}#{next(task._ids)}{task._id_suffix}"
+    # call_id: a call begun elsewhere keeps its own (toolguard._pending.attach)
+    call_id = call_id or f"{task.task_id}#{next(task._ids)}{task._id_suffix}"
     if entry is None:
         tool = short_name(tool)  # the model's: kept in counters, results and history
         entry = task._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)

@@ -223,6 +223,7 @@ def _summary(path: Path) -> str:
 
 
 def _register_commands() -> None:
+    from ._hook_cli import register as register_hooks
     from ._mcp_proxy import register as register_mcp_proxy
     from ._replay_cli import register
     from ._tune import register as register_tune
@@ -230,6 +231,7 @@ def _register_commands() -> None:
     register(app)
     register_mcp_proxy(app)
     register_tune(app)
+    register_hooks(app)
 
 
 _register_commands()

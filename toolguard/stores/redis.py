@@ -110,6 +110,7 @@ from ._base import (
     Snapshot,
     TaskUsage,
 )
+from ._json import _approval, _approval_json, _dumps
 from ._redis_lost import _MAX_TASKS, _keep_outcome, _remember_claim, _write_unrecorded
 from ._redis_scripts import (
     _ADD_USAGE_SCRIPT,
@@ -125,10 +126,8 @@ from ._redis_scripts import (
 )
 from ._redis_wire import (
     _MAX_TTL_S,
-    _approval,
     _bytes,
     _client,
-    _dumps,
     _escape,
     _ms,
     _record,
@@ -518,10 +517,8 @@ class RedisStore:
         Raises:
             StoreError: Redis failed or timed out, or the task's state was lost.
         """
-        value = _dumps([record.state, record.requested_at, record.reason, record.tool,
-                        record.args, record.args_hash])
         self._eval("set_approval", task_id, _SET_APPROVAL_SCRIPT, self._keys(task_id)[:5],
-                   [key, value, self._state_ms_arg])
+                   [key, _approval_json(record), self._state_ms_arg])
 
     def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
         """Pending approval requests of the task, by idempotency key.
