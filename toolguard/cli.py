@@ -66,7 +66,7 @@ def _print_version(given: bool) -> None:
     if given:
         from importlib.metadata import version  # only for --version: not at every start-up
 
-        typer.echo(f"toolguard {version('toolguard')}")
+        typer.echo(f"toolguard {version('agent-toolguard')}")
         raise typer.Exit()
 
 
