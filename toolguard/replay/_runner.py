@@ -67,6 +67,8 @@ class StepReport:
         line: the 1-based line of the call in a JSONL file, or ``None``.
         arguments: the call's recorded arguments (``RecordedCall.arguments``), or ``None``.
         audit: the ``[audit]`` policy that redacts the excerpt.
+        stale: a ``cached`` answer that differs from what the recorded call returned (the
+            model would have read an outdated result).
         details: with ``replay_runs(details=True)`` only (``None`` otherwise), what a person
             looking at the call wants to see, redacted and cut short: ``{"args"`` (up to 400
             characters), ``"result"`` (the recorded result, up to 400), ``"notice"`` (what the
@@ -84,6 +86,7 @@ class StepReport:
     arguments: Mapping[str, Any] | str | None = field(default=None, repr=False, compare=False)
     line: int | None = None
     audit: AuditPolicy | None = field(default=None, repr=False, compare=False)
+    stale: bool = False
     details: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -417,6 +420,7 @@ def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[Rec
 
 def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy,
           details: bool) -> StepReport:
+    stale = result.decision is Decision.CACHED and (call.is_error or result.value != call.result)
     shown = None
     if details:
         # an executed call's notice is the guard's own text; what a call that did not run
@@ -424,7 +428,8 @@ def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy
         shown = _details(call, audit, result.notice or "" if result.decision.executed
                          else _redacted(_text(result.content)))
     return _new_step(index, call.tool, result.args_hash, result.effect, result.decision,
-                     result.reason, result.count, call.arguments, call.line, audit, shown)
+                     result.reason, result.count, call.arguments, call.line, audit, stale,
+                     shown)
 
 
 _new_step: Final[Callable[..., StepReport]] = _fast_constructor(StepReport)
@@ -477,8 +482,8 @@ def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task, det
                       exc.reason, exc.count, call.arguments if call else None,
                       call.line if call else None,
                       task.guard.policy.audit,
-                      _details(call, task.guard.policy.audit,
-                               _redacted(f"[toolguard] Halted: {exc}"))
+                      details=_details(call, task.guard.policy.audit,
+                                       _redacted(f"[toolguard] Halted: {exc}"))
                       if details else None)
 
 
