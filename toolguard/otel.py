@@ -151,7 +151,9 @@ class OtelSink:
                         if ours:
                             stale.end()
         span, ours = opened
-        self._annotate(span, event)
+        if final or event.transition != "validating->executing":
+            # the start of an execution says nothing its outcome event will not say again
+            self._annotate(span, event)
         if final:
             self._count(event)
             if ours:
