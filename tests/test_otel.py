@@ -348,3 +348,11 @@ async def test_async_calls_are_spans_too(otel: Telemetry) -> None:
     await task.acall("lookup", {"path": "a"})
     await task.acall("lookup", {"path": "a"})
     assert [(s.attributes or {})["toolguard.repeat_count"] for s in otel.spans()] == [1, 2]
+
+
+def test_without_the_extra_the_import_names_it() -> None:
+    code = ("import sys; sys.modules['opentelemetry'] = None\n"
+            "try:\n    import toolguard.otel\nexcept ImportError as exc:\n    print(exc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert "pip install 'agent-toolguard[otel]'" in out.stdout
