@@ -239,4 +239,4 @@ except ImportError as exc:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, timeout=60)
     assert done.stdout.strip() == (
-        "toolguard.stores.RedisStore needs redis-py: pip install 'toolguard[redis]'")
+        "toolguard.stores.RedisStore needs redis-py: pip install 'agent-toolguard[redis]'")

@@ -1,7 +1,7 @@
 """State stores: where per-task guard state lives.
 
 :class:`MemoryStore` (default, per process) and :class:`RedisStore` (extra
-``toolguard[redis]``, shared by several workers) implement the :class:`Store` protocol and
+``agent-toolguard[redis]``, shared by several workers) implement the :class:`Store` protocol and
 pass one contract test suite.
 """
 
