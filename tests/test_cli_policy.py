@@ -276,7 +276,7 @@ def test_version_wins_over_a_command(runner: CliRunner) -> None:
 
 
 @pytest.mark.parametrize("command", ["check", "schema", "explain", "replay", "mcp-proxy",
-                                     "approve"])
+                                     "approve", "resume", "policies"])
 def test_command_help_is_plain_text(runner: CliRunner, command: str) -> None:
     """Regression (newcomer pass): approve's help showed ``TOOLGUARD_STORE__URL`` as written
     in the docstring; the help is plain text, so no reST markup may reach it."""
