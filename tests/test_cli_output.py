@@ -1,6 +1,6 @@
 """The CLI as a person and a pipe see it: tables sized to the terminal, one record per row on
 a terminal too narrow for them, plain columns when stdout is piped; ``replay --only-flagged``;
-``explain`` on a tool the policy does not declare; ``toolguard resume TASK``."""
+``explain`` on a tool the policy does not declare."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from rich.console import Console
 
 import toolguard as tg
@@ -17,7 +16,6 @@ from toolguard.replay import ReplayReport, read_runs, replay_runs
 from toolguard.replay._report import render_table
 
 from .conftest import ROOT
-from .redis_support import REDIS_URL, redis_prefix  # noqa: F401  (a fixture)
 
 TRACES = ROOT / "examples" / "traces"
 BOX = set("│┃━─┏┗╇┡")
@@ -92,33 +90,4 @@ def test_explain_names_an_undeclared_tool_and_the_default_effect_that_decides_it
     assert 'default_effect = "deny"' in effect
     declared = _cli("explain", "coding-agent", "--tool", "bash")
     assert "not declared" not in declared.stdout
-
-
-def test_resume_lifts_a_halt_in_the_shared_store(redis_prefix: str) -> None:  # noqa: F811
-    from toolguard.stores import RedisStore
-
-    @tg.readonly
-    def look() -> str:
-        return "same"
-
-    guard = tg.Guard(tools=[look], store=RedisStore(url=REDIS_URL, key_prefix=redis_prefix))
-    task = guard.task("stuck")
-    for _ in range(4):  # allow, allow, warn, block
-        task.call("look", {})
-    with pytest.raises(tg.RepeatedToolCalls):
-        task.call("look", {})
-    assert task.halted
-    env = {"TOOLGUARD_STORE__URL": REDIS_URL, "TOOLGUARD_STORE__KEY_PREFIX": redis_prefix}
-    done = _cli("resume", "stuck", env=env)
-    assert (done.returncode, done.stdout) == (0, "resumed stuck\n"), done.stderr
-    assert not task.halted
-    assert task.call("look", {}).decision is tg.Decision.ALLOW
-    again = _cli("resume", "stuck", env=env)
-    assert again.stdout == "resumed stuck (it was not halted)\n"
-
-
-def test_resume_without_a_shared_store_says_why() -> None:
-    done = _cli("resume", "stuck")
-    assert done.returncode == 2
-    assert "no shared store is configured" in done.stderr and "Traceback" not in done.stderr
 

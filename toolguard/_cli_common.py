@@ -22,7 +22,7 @@ __all__ = ["BAD_INPUT", "EnvOption", "PolicyOption", "fail", "load_cli_policy",
 
 BAD_INPUT = 2
 
-# the options of a command that reads one policy (mcp-proxy, approve, resume)
+# the options of a command that reads one policy (mcp-proxy, approve)
 PolicyOption = Annotated[
     Path | None, typer.Option("--policy", help="A policy file (TOML) or a shipped policy's name.")]
 EnvOption = Annotated[
@@ -69,7 +69,7 @@ def read_cli_policy(file: Path | None, env: str | None) -> Policy:
 
 def shared_store_guard(file: Path | None, env: str | None) -> Guard:
     """A guard on the store the policy and environment select, for a command that changes a
-    task other processes run (``approve``, ``resume``); exits 2 if both ``file`` and ``env``
+    task other processes run (``approve``); exits 2 if both ``file`` and ``env``
     are given, the policy is invalid, or the store is per-process memory, which no other
     process can see."""
     from ._engine import Guard

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ._cli_common import EnvOption, PolicyOption
 from ._cli_common import fail as _fail
 from ._cli_common import load_cli_policy as _load
 from ._decorators import ToolSpec
@@ -203,27 +202,6 @@ def explain(
 
 
 @app.command()
-def resume(
-    task: Annotated[str, typer.Argument(help="The id of the halted task.", show_default=False)],
-    policy: PolicyOption = None,
-    env: EnvOption = None,
-) -> None:
-    """Lift a task's halt in a shared (Redis) store: its next call runs again.
-
-    The store is the one the policy and environment select (TOOLGUARD_STORE__URL), the same as
-    the agents'. As task.resume() in code: a new turn starts, and the usage stays."""
-    from ._cli_common import shared_store_guard
-    from ._errors import StoreError
-
-    guarded = shared_store_guard(policy, env).task(task)
-    try:
-        was_halted = guarded.halted
-        guarded.resume()
-    except StoreError as exc:
-        _fail(str(exc))
-    typer.echo(f"resumed {task}" if was_halted else f"resumed {task} (it was not halted)")
-
-@app.command()
 def policies() -> None:
     """List the policies the package ships: load one by name (tg.load_policy("default"),
     --policy default, extends = "default")."""
@@ -256,11 +234,15 @@ def _summary(path: Path) -> str:
 
 
 def _register_commands() -> None:
+    from ._hook_cli import register as register_hooks
     from ._mcp_proxy import register as register_mcp_proxy
     from ._replay_cli import register
+    from ._tune import register as register_tune
 
     register(app)
     register_mcp_proxy(app)
+    register_tune(app)
+    register_hooks(app)
 
 
 _register_commands()
