@@ -24,7 +24,7 @@ consulting the guard (nothing is recorded as executed). Exit 2 for bad options (
 ``--upstream-url`` among them) or an invalid policy, as every ``toolguard`` command.
 
 Added to the ``toolguard`` app by :func:`register`; the ``mcp`` SDK is imported only when the
-command runs (``pip install 'toolguard[mcp]'``).
+command runs (``pip install 'agent-toolguard[mcp]'``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from ._cli_common import EnvOption, PolicyOption
 
 if TYPE_CHECKING:  # the SDK is an optional extra, rich a CLI's: imported inside the command
     from rich.console import Console
@@ -60,9 +62,6 @@ def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
-PolicyOption = Annotated[Path | None, typer.Option("--policy", help="A policy file (TOML).")]
-EnvOption = Annotated[
-    str | None, typer.Option("--env", help="Load <TOOLGUARD_POLICY_DIR or policies>/ENV.toml.")]
 
 
 def _fail(message: str, code: int = BAD_INPUT) -> NoReturn:
@@ -94,12 +93,13 @@ def explain_table(middleware: GuardMiddleware) -> Table:
     """The ``--explain`` table: each upstream tool, its annotations and the settings in force."""
     from rich.table import Table
 
+    from ._tables import FOLD_MIN_WIDTH
     from ._types import Effect
 
     table = Table(title="toolguard mcp-proxy: tools and effects", title_justify="left")
     table.add_column("tool", no_wrap=True)
     for column in ("effect", "idempotency", "approval", "from", "annotations"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", min_width=FOLD_MIN_WIDTH)
     for name, effects in middleware.tools.items():
         settings = middleware.guard.settings(name)
         hints = ", ".join(f"{k}={str(v).lower()}" for k, v in effects.hints.items()) or "none"
@@ -144,8 +144,6 @@ async def _run(command: list[str] | None, url: str | None, policy: Any, audit: P
                timeout_s: float, idle_timeout_s: float | None = None) -> None:
     import asyncio
 
-    from rich.console import Console
-
     from ._mcp_ports import UpstreamFailed, UpstreamGone
     from ._mcp_wire import HttpListener, serve_http, serve_stdio
     from .adapters.mcp import GuardMiddleware
@@ -161,7 +159,9 @@ async def _run(command: list[str] | None, url: str | None, policy: Any, audit: P
             raise UpstreamFailed(f"the upstream MCP server `{link.up.name}` did not list its "
                                  f"tools ({why})") from None
         if explain:
-            Console(soft_wrap=True, highlight=False, markup=False).print(explain_table(middleware))
+            from ._tables import print_table, stdout_console
+
+            print_table(stdout_console(), explain_table(middleware))
             return
         # everything built so far (the SDK's types, the policy, the guard) lives as long as
         # the process: out of the collector's sight, a collection costs what the calls
@@ -262,7 +262,7 @@ def mcp_proxy(
     ] = DEFAULT_SESSION_IDLE_TIMEOUT_S,
     loop: Annotated[
         str, typer.Option("--loop", help="The event loop: auto (uvloop where it is installed, "
-                          "as with toolguard[mcp] on Linux and macOS; else asyncio's), "
+                          "as with agent-toolguard[mcp] on Linux and macOS; else asyncio's), "
                           "asyncio or uvloop.", show_default=True)
     ] = "auto",
 ) -> None:
@@ -283,7 +283,7 @@ def mcp_proxy(
     try:
         import mcp  # noqa: F401 - fail early and clearly without the extra
     except ImportError:
-        _fail("toolguard mcp-proxy needs the MCP SDK: pip install 'toolguard[mcp]'")
+        _fail("toolguard mcp-proxy needs the MCP SDK: pip install 'agent-toolguard[mcp]'")
     where = _parse_listen(listen) if listen is not None else None
     loaded = _load_policy(policy, env)
     from ._mcp_ports import UpstreamFailed
@@ -314,21 +314,16 @@ def approve(
     The store is the one the policy and environment select (TOOLGUARD_STORE__URL), the same as
     the proxy's: the call's next identical attempt then runs once (or is blocked)."""
     # the docstring is the command's --help, printed as plain text: no reST markup in it
-    from ._engine import Guard
+    from ._cli_common import shared_store_guard
     from ._errors import StoreError
-    from .stores import MemoryStore
 
-    if policy is not None and env is not None:
-        _fail("give --policy FILE or --env, not both")
     task_id, sep, rest = key.rpartition(":")
     task_id = task_id.rpartition(":")[0] if sep else ""
+    if policy is not None and env is not None:
+        _fail("give --policy FILE or --env, not both")
     if not task_id or not rest:
         _fail(f"{key!r} is not an idempotency key (TASK:TOOL:HASH, as a review result names it)")
-    guard = Guard(_load_policy(policy, env), strict_tools=False)
-    if isinstance(guard.store, MemoryStore):
-        _fail("no shared store is configured, so no proxy can see this approval: set "
-              "TOOLGUARD_STORE__URL=redis://... (the proxy's store) or [store] in --policy")
-    task = guard.task(task_id)
+    task = shared_store_guard(policy, env).task(task_id)
     try:
         waiting = key in task.pending_approvals
         if refuse:

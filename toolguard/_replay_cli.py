@@ -4,8 +4,8 @@
 
     toolguard replay PATH... [--policy FILE | --env NAME] [--tools TOOLS.json]
                      [--input-format NAME] [--allow-empty]
-                     [--format table|json|jsonl] [--verbose] [--fail-on halt|block|never]
-                     [--html REPORT.html]
+                     [--format table|json|jsonl] [--verbose] [--only-flagged]
+                     [--fail-on halt|block|never] [--html REPORT.html]
     toolguard replay --list-formats
 
 No tool is executed: for each call the guard lets run, the recorded result is fed back (see
@@ -59,7 +59,6 @@ FAILED: int = 1
 BAD_INPUT: int = 2
 _PROGRESS_MIN_BYTES = 1 << 20  # less input replays in a blink: no progress bar
 _PROGRESS_MIN_FILES = 20
-_PIPE_WIDTH = 160
 
 
 class OutputFormat(str, enum.Enum):
@@ -92,7 +91,8 @@ def replay(
     ] = None,
     policy: Annotated[
         Path | None,
-        typer.Option("--policy", help="The policy file (TOML).", dir_okay=False),
+        typer.Option("--policy", help="The policy file (TOML), or a shipped policy's "
+                                       "name (toolguard policies).", dir_okay=False),
     ] = None,
     env: Annotated[
         str | None,
@@ -109,6 +109,11 @@ def replay(
     ] = OutputFormat.TABLE,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Table: list every non-allow step.")
+    ] = False,
+    only_flagged: Annotated[
+        bool, typer.Option("--only-flagged",
+                           help="Table: list only the runs with a decision other than allow "
+                                "(the totals still count every run).")
     ] = False,
     fail_on: Annotated[
         FailOn,
@@ -140,12 +145,13 @@ def replay(
 
     Reports every decision the policy would have taken (warn, cached, block, review, invalid,
     halt)."""
+    from ._tables import stdout_console
     from .replay import readers
     from .replay._registry import reader_named
     from .replay._report import jsonl_lines, render_table, to_json_text
 
     if list_formats:
-        _print_formats(_stdout())
+        _print_formats(stdout_console())
         return
     if not paths:
         _fail("give the recorded runs to replay: files or directories (formats: "
@@ -170,7 +176,7 @@ def replay(
         for line in jsonl_lines(report):
             typer.echo(line)
     else:
-        render_table(report, _stdout(), verbose=verbose)
+        render_table(report, stdout_console(), verbose=verbose, only_flagged=only_flagged)
     if html is not None:
         _write_html(report, html)
 
@@ -313,14 +319,16 @@ def _print_formats(console: Console) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ._tables import FOLD_MIN_WIDTH, print_table
     from .replay import readers
 
     table = Table(title="toolguard replay input formats", title_justify="left")
-    for name in ("name", "files", "what"):
-        table.add_column(name, overflow="fold")
+    table.add_column("name", no_wrap=True)
+    for name in ("files", "what"):
+        table.add_column(name, overflow="fold", min_width=FOLD_MIN_WIDTH)
     for reader in readers():
         table.add_row(reader.name, " ".join(reader.suffixes), reader.description)
-    console.print(table)
+    print_table(console, table)
     console.print(Text("Detected per file from its content; --input-format NAME forces one. "
                        "'openai' and 'anthropic' name the chat reader."))
 
@@ -357,15 +365,6 @@ def _load_tools(path: Path | None) -> list[ToolSpec]:
     except ReplayInputError as error:
         _error(error)
         raise typer.Exit(BAD_INPUT) from None
-
-
-def _stdout() -> Console:
-    from rich.console import Console
-
-    console = Console(highlight=False, markup=False)  # data is printed as written
-    # A pipe or a CI log has no width limit: do not squeeze the table into 80 columns.
-    return console if console.is_terminal else Console(highlight=False, markup=False,
-                                                        width=_PIPE_WIDTH)
 
 
 def _stderr() -> Console:

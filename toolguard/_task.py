@@ -365,12 +365,14 @@ class Task:
             StoreError: the store failed and the policy fails closed.
             ToolGuardError: a bug inside the guard (chained to the original exception).
             TypeError: without ``run``, the tool is known by name only (nothing here can
-                execute it); raised before the call is counted.
+                execute it), or it is ``async def`` (only :meth:`acall` can await it): a
+                bug in the host, raised before the call is counted, never shown to the
+                model.
         """
         if run is None:
             entry = self.guard._config.entries.get(tool) if isinstance(tool, str) else None
-            if entry is not None and is_recorded(entry.spec):
-                self._runnable(tool)  # raises
+            if entry is not None and (entry.spec.is_async or is_recorded(entry.spec)):
+                self._runnable(tool, sync=True)  # raises
             return self._run_sync(tool, args, None, approver, resumed)[0]
         return self._run_sync(tool, args, sync_runner(tool, run), approver, resumed)[0]
 
@@ -393,7 +395,7 @@ class Task:
         over to a framework's handler, not to block). ``approver`` and ``resumed`` as for
         :meth:`call`."""
         if run is None:
-            self._runnable(tool)
+            self._runnable(tool, sync=False)
         return (await self._run_async(tool, args, run, approver, resumed))[0]
 
     def begin(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
@@ -430,13 +432,20 @@ class Task:
         ``afail(exc)`` or ``aunknown()``."""
         return await _pending_stage.abegin(self, tool, args, approver)
 
-    def _runnable(self, tool: str) -> None:
+    def _runnable(self, tool: str, *, sync: bool) -> None:
+        """Refuse, before anything is counted, a call the host got wrong: a tool known by
+        name only without ``run=``, or (``sync``) an ``async def`` tool called without a
+        loop to await it."""
         entry = self.guard._config.entries.get(tool) if isinstance(tool, str) else None
         if entry is not None and is_recorded(entry.spec):
             raise TypeError(
                 f"tool {tool!r} is known by name only (guard.register, or a framework tool "
                 "object the guard cannot run by itself): pass run= to task.call/acall with "
                 "what executes it")
+        if sync and entry is not None and entry.spec.is_async:
+            raise TypeError(
+                f"tool {tool!r} is async def: task.call cannot await it; use await "
+                "task.acall(...) (or await task.arun_tool_calls(...)) for async tools")
 
     def _replay_call(self, tool: str, args: Mapping[str, Any] | str | None, result: Any,
                      *, is_error: bool = False, timeout: bool = False) -> ToolResult:

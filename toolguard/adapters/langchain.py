@@ -1,4 +1,5 @@
-"""LangChain v1 / LangGraph: guard every tool call an agent makes (extra ``toolguard[langchain]``).
+"""LangChain v1 / LangGraph: guard every tool call an agent makes (extra
+``agent-toolguard[langchain]``).
 
 ::
 

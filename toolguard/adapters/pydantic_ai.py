@@ -1,5 +1,5 @@
 """pydantic-ai: guard every tool call of an agent with one capability (extra
-``toolguard[pydantic-ai]``).
+``agent-toolguard[pydantic-ai]``).
 
 ::
 

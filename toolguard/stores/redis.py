@@ -1,6 +1,6 @@
 """Redis store: per-task state shared by every worker process and host serving a task.
 
-Needs the extra ``toolguard[redis]`` (redis-py). Semantics are exactly those of
+Needs the extra ``agent-toolguard[redis]`` (redis-py). Semantics are exactly those of
 :class:`~toolguard.stores.MemoryStore` (one contract suite, ``tests/test_store_contract.py``,
 runs against both); only where the state lives differs.
 
@@ -95,7 +95,7 @@ try:
     from redis.exceptions import NoScriptError
 except ImportError as _exc:  # pragma: no cover - tests/test_imports.py hides redis
     raise ImportError(
-        "toolguard.stores.RedisStore needs redis-py: pip install 'toolguard[redis]'"
+        "toolguard.stores.RedisStore needs redis-py: pip install 'agent-toolguard[redis]'"
     ) from _exc
 
 from toolguard._errors import StoreError
