@@ -253,6 +253,10 @@ class HttpUpstream:
         """The error text every call gets once the upstream is gone."""
         return f"the upstream MCP server `{self.name}` is gone ({self.gone}); the call was not run."
 
+    def stderr_tail(self) -> str:
+        """Nothing: an HTTP upstream's stderr is not the proxy's to read."""
+        return ""
+
     async def close(self) -> None:
         """End the session (DELETE, 2 s at most), close the connections."""
         import aiohttp

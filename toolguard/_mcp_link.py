@@ -21,7 +21,17 @@ only when the proxy changes it. What the link acts on:
   is off the round trip the client waits for, and no later message finds it missing.
 - ``tools/list`` answers: the tools are registered with the guard on their way through.
 - ``notifications/cancelled`` of a call: passed on; a guarded call waiting for the upstream
-  stops waiting (recorded as a failure) and gets no answer, as JSON-RPC wants.
+  stops waiting and gets no answer, as JSON-RPC wants. The upstream may have run it (a
+  cancellation is advisory in MCP), so the guard records its outcome as unknown.
+- a ``tools/call`` without an id (a notification): refused, never passed on (the guard answers
+  every call, and a notification cannot be answered).
+
+A guarded call sent upstream ends in one of two ways: its answer, or an unknown outcome
+(:class:`~toolguard._outcomes.OutcomeUnknown`, recorded as for a tool that raised
+``TimeoutError``, so an identical retry goes to review instead of running again) when the
+upstream goes away or breaks its stream (a frame over the limit), when no answer came within
+the call timeout (the upstream is then sent ``notifications/cancelled`` for it, as the MCP
+spec asks of a sender that stops waiting), or when the client cancels it.
 
 Everything else (resources, prompts, completions, logging, pings, notifications, progress, the
 upstream's requests to the client and the client's answers) passes through byte for byte. Ids
@@ -44,6 +54,7 @@ from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._mcp_ports import (
+    CALL_REFUSED_AS_NOTIFICATION,
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -55,7 +66,6 @@ from ._mcp_ports import (
     UpstreamFailed,
     UpstreamGone,
     UpstreamPort,
-    _CallCancelled,
     _error,
     _hashable,
     _id_maker,
@@ -66,6 +76,7 @@ from ._mcp_ports import (
     dumps,
     handshake,
 )
+from ._outcomes import OutcomeUnknown
 
 if TYPE_CHECKING:
     from ._fast import Remote
@@ -86,11 +97,14 @@ class Link:
         middleware: the guard (shared by every link of the proxy).
         early: messages the upstream sent during the handshake, delivered once a client is
             attached.
+        call_timeout_s: how long a guarded call sent upstream waits for its answer (seconds)
+            before its outcome is recorded as unknown.
     """
 
     def __init__(self, up: UpstreamPort, init: Json, middleware: GuardMiddleware,
-                 early: list[tuple[bytes, Json, Any]] | None = None) -> None:
+                 early: list[tuple[bytes, Json, Any]], call_timeout_s: float) -> None:
         self.up = up
+        self.call_timeout_s = call_timeout_s
         self.init = init
         self.middleware = middleware
         self.session_id: str | None = None
@@ -102,6 +116,7 @@ class Link:
         self._mine_down: dict[Any, asyncio.Future[Json]] = {}  # the proxy's to the client
         self._calls: dict[Any, asyncio.Future[tuple[bytes, Json]]] = {}  # guarded, forwarded
         self._remote: dict[Any, Remote] = {}  # the same, begun in a callback (begin_json)
+        self._deadlines: dict[Any, asyncio.TimerHandle] = {}  # of both, by id
         self._open: dict[Any, Any] = {}  # client requests in flight: id -> progress token
         self._guarding: set[Any] = set()  # of those, the tools/calls the guard holds
         self._progress: dict[Any, Any] = {}  # progress token -> client request id
@@ -111,7 +126,7 @@ class Link:
         self._held: list[tuple[bytes, Any, bool]] = []  # for the client, before it attaches
         up.handler, up.on_gone = self.from_upstream, self.upstream_gone
         up.on_garbage = self._garbage
-        for raw, message, related in early or ():
+        for raw, message, related in early:
             self.from_upstream(raw, message, related)
 
     def attach(self, client: ClientPort, session_id: str | None = None) -> None:
@@ -147,6 +162,10 @@ class Link:
         rid = message.get("id", _MISSING)
         if rid is _MISSING:  # a notification
             if method == "notifications/initialized":
+                return
+            if method == "tools/call":
+                _note(CALL_REFUSED_AS_NOTIFICATION)
+                self._reply(None, error=_error(INVALID_REQUEST, CALL_REFUSED_AS_NOTIFICATION))
                 return
             if method == "notifications/cancelled":
                 self._cancel(message.get("params"))
@@ -200,12 +219,9 @@ class Link:
         if target is _MISSING or target not in self._open:
             return
         self._close_request(target)
-        waiting = self._calls.pop(target, None)
-        if waiting is not None and not waiting.done():
-            waiting.set_exception(_CallCancelled("the client cancelled the call"))
-        call = self._remote.pop(target, None)
-        if call is not None:  # recorded as the failure it is; the client wants no answer
-            self._end(target, call, None, _CallCancelled("the client cancelled the call"))
+        # the client wants no answer; the upstream may have run it all the same
+        self._lost(target, OutcomeUnknown("the client cancelled the call after it was sent "
+                                          "to the upstream"))
         if self.client is not None:
             self.client.end(target)
 
@@ -250,9 +266,43 @@ class Link:
         else:
             call: Remote = begun
             self._remote[rid] = call
-            self.up.send(raw if call.args == arguments else dumps(
+            self._send_call(rid, raw if call.args == arguments else dumps(
                 {**message, "params": {**params, "arguments": call.args}}), message)
         return True
+
+    def _send_call(self, rid: Any, raw: bytes, message: Json) -> None:
+        """Send a guarded call upstream, its deadline set (:meth:`_timed_out`)."""
+        self._deadlines[rid] = self._loop.call_later(self.call_timeout_s, self._timed_out, rid)
+        self.up.send(raw, message)
+
+    def _timed_out(self, rid: Any) -> None:
+        self._deadlines.pop(rid, None)
+        if rid not in self._remote and rid not in self._calls:
+            return
+        why = (f"the upstream MCP server `{self.up.name}` did not answer within "
+               f"{self.call_timeout_s:g} s")
+        if self.up.gone is None:  # it should stop, and not answer (MCP's cancellation)
+            cancel: Json = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": rid, "reason": f"toolguard: {why}"}}
+            self.up.send(dumps(cancel), cancel)
+        self._lost(rid, OutcomeUnknown(why))
+
+    def _lost(self, rid: Any, why: OutcomeUnknown) -> None:
+        """A guarded call sent upstream will get no answer: its outcome is unknown."""
+        timer = self._deadlines.pop(rid, None)
+        if timer is not None:
+            timer.cancel()
+        waiting = self._calls.pop(rid, None)
+        if waiting is not None and not waiting.done():
+            waiting.set_exception(why)
+        call = self._remote.pop(rid, None)
+        if call is not None:
+            self._end(rid, call, None, why)
+
+    def _settled(self, rid: Any) -> None:
+        timer = self._deadlines.pop(rid, None)
+        if timer is not None:
+            timer.cancel()
 
     def _answered(self, rid: Any, call: Remote, raw: bytes, reply: Json) -> None:
         """The upstream answered a call :meth:`_begin` sent: pass it on, record it."""
@@ -319,7 +369,7 @@ class Link:
                 {**message, "params": {**params, "arguments": args}})
             waiting: asyncio.Future[tuple[bytes, Json]] = self._loop.create_future()
             self._calls[rid] = waiting
-            self.up.send(out, message)
+            self._send_call(rid, out, message)
             reply_raw, reply = await waiting
             result = _call_result(reply)
             if isinstance(result, _UpstreamCallError):
@@ -430,10 +480,12 @@ class Link:
                 return
             call = self._remote.pop(rid, None) if self._remote else None
             if call is not None:
+                self._settled(rid)
                 self._answered(rid, call, raw, message)
                 return
             waiting = self._calls.pop(rid, None) if self._calls else None
             if waiting is not None:
+                self._settled(rid)
                 if not waiting.done():
                     waiting.set_result((raw, message))
                 return
@@ -469,17 +521,19 @@ class Link:
         return None
 
     def upstream_gone(self) -> None:
-        """The upstream went away: every request waiting for it gets an error."""
+        """The upstream went away: every request waiting for it gets an error; a guarded
+        call it was running, an unknown outcome."""
         gone = UpstreamGone(self.up.describe_gone())
-        waiters: list[asyncio.Future[Any]] = [*self._mine_up.values(), *self._calls.values()]
-        for waiting in waiters:
+        for waiting in self._mine_up.values():
             if not waiting.done():
                 waiting.set_exception(gone)
         self._mine_up.clear()
-        self._calls.clear()
-        remote, self._remote = self._remote, {}
-        for rid, call in remote.items():
-            self._end(rid, call, None, gone)
+        tail = self.up.stderr_tail()
+        lost = OutcomeUnknown(
+            f"the upstream MCP server `{self.up.name}` went away ({self.up.gone}) after the "
+            "call was sent to it" + (f"; its stderr ended with: {tail}" if tail else ""))
+        for rid in [*self._calls, *self._remote]:
+            self._lost(rid, lost)
         for rid in [r for r in self._open if r not in self._guarding]:
             self._send(rid, error=_error(CONNECTION_CLOSED, str(gone)))
 
@@ -510,6 +564,9 @@ class Link:
         """End the link: stop the guarded calls, close the upstream session."""
         for task in list(self._tasks):
             task.cancel()
+        for timer in self._deadlines.values():
+            timer.cancel()
+        self._deadlines.clear()
         remote, self._remote = self._remote, {}
         for rid, call in remote.items():  # an unknown outcome each, as a cancelled task's
             self._end(rid, call, None, asyncio.CancelledError())

@@ -3,6 +3,7 @@
 ::
 
     toolguard mcp-proxy [--policy FILE | --env NAME] [--audit FILE.jsonl] [--task-id ID]
+                        [--call-timeout SECONDS]
                         [--listen 127.0.0.1:PORT [--session-idle-timeout SECONDS]]
                         [--loop auto|asyncio|uvloop] [--explain] -- <upstream command ...>
     toolguard mcp-proxy ... --upstream-url http://host:port/mcp
@@ -18,10 +19,14 @@ stdio upstream, as a stdio server serves one client), so the upstream's messages
 reach that session's client and no other.
 
 Faults: an upstream that cannot start (or does not answer ``initialize`` within
-``--start-timeout``) makes the command exit 1 with the tail of its stderr; an upstream that
-dies mid-session makes each later call an error result naming it and its stderr tail, without
-consulting the guard (nothing is recorded as executed). Exit 2 for bad options (a malformed
-``--upstream-url`` among them) or an invalid policy, as every ``toolguard`` command.
+``--start-timeout``) makes the command exit 1 with the tail of its stderr (redacted, as
+everything of the upstream's stderr the proxy shows). A guarded call sent upstream that gets
+no answer (the upstream dies or breaks its stream, ``--call-timeout`` passes, or the client
+cancels it) has an unknown outcome: recorded as for a tool that raised ``TimeoutError``, so
+an identical retry goes to review, never runs blind. Once the upstream is gone, each later
+call is an error result naming it and its stderr tail, without consulting the guard (it was
+not run, and nothing is recorded). Exit 2 for bad options (a malformed ``--upstream-url``
+among them) or an invalid policy, as every ``toolguard`` command.
 
 Added to the ``toolguard`` app by :func:`register`; the ``mcp`` SDK is imported only when the
 command runs (``pip install 'toolguard[mcp]'``).
@@ -52,6 +57,9 @@ UPSTREAM_FAILED = 1
 # an HTTP client that neither deletes its session nor sends anything for an hour has gone;
 # its upstream session (a subprocess, for a stdio upstream) is ended then
 DEFAULT_SESSION_IDLE_TIMEOUT_S = 3600.0
+# a guarded tools/call sent upstream waits this long for its answer (its outcome is unknown
+# after that): longer than a host's own request timeout usually is (60 s in the TypeScript SDK)
+DEFAULT_CALL_TIMEOUT_S = 300.0
 
 
 def _stderr() -> Console:
@@ -112,7 +120,7 @@ def explain_table(middleware: GuardMiddleware) -> Table:
 
 
 async def _open_link(command: list[str] | None, url: str | None, middleware: GuardMiddleware,
-                     timeout_s: float) -> Link:
+                     timeout_s: float, call_timeout_s: float) -> Link:
     """Start or reach an upstream session, initialize it, and join it to a new link.
 
     Raises:
@@ -132,16 +140,17 @@ async def _open_link(command: list[str] | None, url: str | None, middleware: Gua
         init, early = await handshake(up, timeout_s)
     except UpstreamFailed as exc:
         await asyncio.sleep(0.2)  # let a dying process finish writing its stderr
-        tail = up.stderr_tail() if isinstance(up, StdioUpstream) else ""
+        tail = up.stderr_tail()
         await up.close()
         raise UpstreamFailed(str(exc) + (f"; its stderr ended with:\n{tail}" if tail else "")
                              ) from None
-    return Link(up, init, middleware, early)
+    return Link(up, init, middleware, early, call_timeout_s)
 
 
 async def _run(command: list[str] | None, url: str | None, policy: Any, audit: Path | None,
                task_id: str | None, listen: tuple[str, int] | None, explain: bool,
-               timeout_s: float, idle_timeout_s: float | None = None) -> None:
+               timeout_s: float, idle_timeout_s: float | None, call_timeout_s: float
+               ) -> None:
     import asyncio
 
     from rich.console import Console
@@ -151,7 +160,7 @@ async def _run(command: list[str] | None, url: str | None, policy: Any, audit: P
     from .adapters.mcp import GuardMiddleware
 
     middleware = GuardMiddleware(_build_guard(policy, audit), task_id=task_id)
-    link: Link | None = await _open_link(command, url, middleware, timeout_s)
+    link: Link | None = await _open_link(command, url, middleware, timeout_s, call_timeout_s)
     assert link is not None
     try:
         try:
@@ -170,7 +179,8 @@ async def _run(command: list[str] | None, url: str | None, policy: Any, audit: P
         if listen is None:
             await serve_stdio(link)
             return
-        listener = HttpListener(lambda: _open_link(command, url, middleware, timeout_s),
+        listener = HttpListener(lambda: _open_link(command, url, middleware, timeout_s,
+                                                   call_timeout_s),
                                 link, listen[0], idle_timeout_s)
         link = None  # the listener owns it now
         await serve_http(listener, *listen)
@@ -255,6 +265,11 @@ def mcp_proxy(
         float, typer.Option("--start-timeout", help="Seconds to wait for the upstream to "
                             "answer initialize.")
     ] = 30.0,
+    call_timeout: Annotated[
+        float, typer.Option("--call-timeout", help="Seconds a guarded tools/call waits for "
+                            "the upstream's answer; after that its outcome is unknown (an "
+                            "identical retry goes to review).")
+    ] = DEFAULT_CALL_TIMEOUT_S,
     session_idle_timeout: Annotated[
         float, typer.Option("--session-idle-timeout", help="With --listen: end an HTTP session "
                             "(and its upstream session) after this many seconds without a "
@@ -277,6 +292,8 @@ def mcp_proxy(
         _fail("--task-id must not be empty")
     if start_timeout <= 0:
         _fail("--start-timeout must be > 0")
+    if not call_timeout > 0:  # also NaN
+        _fail("--call-timeout must be > 0")
     if session_idle_timeout < 0:
         _fail("--session-idle-timeout must be >= 0 (0: never)")
     run = _loop_runner(loop)
@@ -290,7 +307,7 @@ def mcp_proxy(
 
     try:
         run(_run(upstream_command or None, upstream_url, loaded, audit, task_id, where,
-                 explain, start_timeout, session_idle_timeout or None))
+                 explain, start_timeout, session_idle_timeout or None, call_timeout))
     except UpstreamFailed as failed:
         _fail(str(failed), UPSTREAM_FAILED)
     except KeyboardInterrupt:

@@ -1,0 +1,314 @@
+"""A guarded call that ``toolguard mcp-proxy`` sent upstream and that gets no answer has an
+unknown outcome, as for a tool that raised ``TimeoutError``: the upstream dies mid-call, does not
+answer within ``--call-timeout``, sends a frame over the limit, or the client cancels the call.
+The identical retry goes to review; the upstream never runs it a second time. The payment
+upstream (``tests/mcp_pay_upstream.py``, a real subprocess) takes each payment before it
+answers, as a real gateway does."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import toolguard as tg
+from toolguard._mcp_link import Link
+from toolguard._mcp_proxy import _build_guard, _open_link
+from toolguard.adapters.mcp import GuardMiddleware
+
+from .mcp_support import TEST_TIMEOUT_S, proxy_command
+
+PAY_UPSTREAM = Path(__file__).with_name("mcp_pay_upstream.py")
+SECRETS = ("S3CRETPW", "sk-live-STDERR4242abcd")
+UNKNOWN = "the outcome is unknown"
+REVIEW = "without a known outcome"  # the guard's reason for the retry's review
+
+
+def pay_upstream(log: Path, *options: str) -> list[str]:
+    return [sys.executable, str(PAY_UPSTREAM), "--log", str(log), *options]
+
+
+def payments(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def call(rid: Any, tool: str, order: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+            "params": {"name": tool, "arguments": {"order": order}}}
+
+
+def text_of(answer: dict[str, Any]) -> str:
+    return " ".join(block.get("text", "") for block in answer["result"]["content"])
+
+
+# -- the proxy on stdio, with raw JSON-RPC ----------------------------------------------------
+class _Stdio:
+    """The proxy as a subprocess, spoken to in raw JSON-RPC lines (initialized)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.seen: list[dict[str, Any]] = []
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(orjson.dumps(message) + b"\n")
+
+    async def answer(self, rid: Any) -> dict[str, Any]:
+        """The next answer (a message without a method) with id ``rid``; the others read on
+        the way are kept in ``seen``."""
+        assert self.process.stdout is not None
+        while True:
+            line = await asyncio.wait_for(self.process.stdout.readline(), TEST_TIMEOUT_S)
+            assert line, "the proxy closed its stdout"
+            message: dict[str, Any] = orjson.loads(line)
+            self.seen.append(message)
+            if "method" not in message and message.get("id") == rid:
+                return message
+
+
+@asynccontextmanager
+async def stdio_proxy(tmp: Path, upstream: list[str], *options: str) -> AsyncIterator[_Stdio]:
+    with (tmp / "proxy.err").open("wb") as err:
+        process = await asyncio.create_subprocess_exec(
+            *proxy_command(*options, upstream=upstream), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=err)
+    proxy = _Stdio(process)
+    try:
+        proxy.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}})
+        await proxy.answer("init")
+        proxy.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        yield proxy
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def test_a_call_the_client_cancels_after_it_was_sent_is_not_run_again(
+        tmp_path: Path) -> None:
+    """Regression: the cancelled payment was recorded as failed, and its identical retry paid
+    a second time (the upstream had taken it: a cancellation is advisory in MCP)."""
+    log = tmp_path / "payments.log"
+    async with stdio_proxy(tmp_path, pay_upstream(log, "--delay", "1.0")) as proxy:
+        proxy.send(call(1, "pay", "C-1"))
+        await asyncio.sleep(0.4)  # the upstream took it and is answering slowly
+        proxy.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": 1, "reason": "the user pressed stop"}})
+        await asyncio.sleep(1.2)  # the upstream's late answer is dropped
+        proxy.send(call(2, "pay", "C-1"))
+        retry = await proxy.answer(2)
+        proxy.send(call(3, "pay", "C-1"))
+        again = await proxy.answer(3)
+    assert retry["result"]["isError"] is True and REVIEW in text_of(retry)
+    assert again["result"]["isError"] is True
+    assert [m for m in proxy.seen if m.get("id") == 1] == []  # a cancelled call: no answer
+    assert payments(log) == ["paid C-1"]
+
+
+async def test_an_upstream_that_never_answers_times_out_as_an_unknown_outcome(
+        tmp_path: Path) -> None:
+    """Regression: a call the upstream never answered waited forever, and its identical
+    retry waited behind it (the call stayed in progress)."""
+    log = tmp_path / "payments.log"
+    async with stdio_proxy(tmp_path, pay_upstream(log, "--delay", "60"),
+                           "--call-timeout", "0.5") as proxy:
+        started = asyncio.get_running_loop().time()
+        proxy.send(call(1, "pay", "T-1"))
+        first = await proxy.answer(1)
+        took = asyncio.get_running_loop().time() - started
+        proxy.send(call(2, "pay", "T-1"))
+        retry = await proxy.answer(2)
+    assert first["result"]["isError"] is True and UNKNOWN in text_of(first)
+    assert "did not answer within 0.5 s" in text_of(first)
+    assert 0.5 <= took < 10
+    assert retry["result"]["isError"] is True and REVIEW in text_of(retry)
+    assert payments(log) == ["paid T-1"]
+
+
+def test_call_timeout_must_be_positive() -> None:
+    for value in ("0", "-1", "nan"):
+        done = subprocess.run(proxy_command("--call-timeout", value, upstream=["x"]),
+                              capture_output=True, text=True, timeout=TEST_TIMEOUT_S,
+                              check=False)
+        assert done.returncode == 2 and "--call-timeout must be > 0" in done.stderr, value
+
+
+async def test_a_tools_call_notification_is_refused_not_forwarded(tmp_path: Path) -> None:
+    """Regression: a tools/call without an id went to the upstream byte for byte, unguarded;
+    one that runs such a call executed a refund the policy gates behind approval."""
+    log, policy = tmp_path / "payments.log", tmp_path / "policy.toml"
+    policy.write_text("[tools.refund]\nrequires_approval = true\n")
+    async with stdio_proxy(tmp_path, pay_upstream(log, "--run-notifications"),
+                           "--policy", str(policy)) as proxy:
+        proxy.send({"jsonrpc": "2.0", "method": "tools/call",
+                    "params": {"name": "refund", "arguments": {"order": "A-2"}}})
+        refused = await proxy.answer(None)
+        proxy.send({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        await proxy.answer(1)  # the upstream has read everything sent before
+    assert refused["error"]["code"] == -32600 and "without an id" in refused["error"]["message"]
+    assert payments(log) == []
+
+
+# -- the link in-process: a frame over the limit, and the property over every ending ---------
+class _Client:
+    """A link's client port: every final answer, by id."""
+
+    def __init__(self) -> None:
+        self.finals: dict[Any, dict[str, Any]] = {}
+        self.arrived = asyncio.Event()
+
+    def send(self, raw: bytes, stream: Any, final: bool) -> None:
+        if final:
+            message = orjson.loads(raw)
+            self.finals[message.get("id")] = message
+            self.arrived.set()
+
+    def end(self, stream: Any) -> None:
+        """Nothing to close."""
+
+    async def answer(self, rid: Any, timeout_s: float = TEST_TIMEOUT_S) -> dict[str, Any]:
+        async def arrived() -> dict[str, Any]:
+            while rid not in self.finals:
+                self.arrived.clear()
+                await self.arrived.wait()
+            return self.finals[rid]
+
+        return await asyncio.wait_for(arrived(), timeout_s)
+
+
+def _middleware(tmp: Path, audit: bool) -> GuardMiddleware:
+    """One guard for every link (as the proxy's, one task); ``audit``: with an audit sink,
+    which takes the guard's task path instead of the link's callbacks."""
+    guard = _build_guard(tg.Policy(), tmp / "audit.jsonl" if audit else None)
+    return GuardMiddleware(guard, task_id="shop")
+
+
+async def _link(middleware: GuardMiddleware, upstream: list[str], call_timeout_s: float
+                ) -> tuple[Link, _Client]:
+    link = await _open_link(upstream, None, middleware, TEST_TIMEOUT_S, call_timeout_s)
+    client = _Client()
+    link.attach(client)
+    await link.learn_tools(TEST_TIMEOUT_S)
+    return link, client
+
+
+def _close_sinks(middleware: GuardMiddleware) -> None:
+    for sink in middleware.guard._sinks:  # the proxy's process ends instead
+        if isinstance(sink, tg.JsonlSink):
+            sink.close()
+
+
+def _send(link: Link, message: dict[str, Any]) -> None:
+    link.from_client(orjson.dumps(message), message)
+
+
+async def _retry(middleware: GuardMiddleware, log: Path, order: str) -> dict[str, Any]:
+    """The identical payment from a new upstream session of the same task: its answer."""
+    link, client = await _link(middleware, pay_upstream(log), TEST_TIMEOUT_S)
+    try:
+        _send(link, call(2, "pay", order))
+        return await client.answer(2)
+    finally:
+        await link.close()
+
+
+@pytest.mark.parametrize("audit", [False, True], ids=["callbacks", "task"])
+async def test_a_frame_over_the_limit_is_an_unknown_outcome(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, audit: bool) -> None:
+    monkeypatch.setattr("toolguard._mcp_frames.MAX_FRAME_BYTES", 64 * 1024)
+    log = tmp_path / "payments.log"
+    middleware = _middleware(tmp_path, audit)
+    try:
+        link, client = await _link(middleware, pay_upstream(log, "--answer-bytes", "300000"),
+                                   TEST_TIMEOUT_S)
+        try:
+            _send(link, call(1, "pay", "F-1"))
+            first = await client.answer(1)
+        finally:
+            await link.close()
+        retry = await _retry(middleware, log, "F-1")
+    finally:
+        _close_sinks(middleware)
+    assert UNKNOWN in text_of(first) and "over 65536 bytes" in text_of(first)
+    assert REVIEW in text_of(retry)
+    assert payments(log) == ["paid F-1"]
+
+
+async def test_the_stderr_tail_of_a_dead_upstream_is_redacted(tmp_path: Path) -> None:
+    log = tmp_path / "payments.log"
+    middleware = _middleware(tmp_path, False)
+    link, client = await _link(middleware, pay_upstream(log, "--die"), TEST_TIMEOUT_S)
+    try:
+        _send(link, call(1, "pay", "D-1"))
+        first = await client.answer(1)
+        await asyncio.sleep(0.2)
+        _send(link, call(2, "pay", "D-2"))  # after: refused at once, naming the upstream
+        later = await client.answer(2)
+    finally:
+        await link.close()
+    assert UNKNOWN in text_of(first) and "went away" in text_of(first)
+    assert "is gone" in text_of(later) and "[REDACTED]" in text_of(later)
+    for secret in SECRETS:
+        assert secret not in text_of(first) and secret not in text_of(later)
+    assert payments(log) == ["paid D-1"]
+
+
+ENDINGS = ("kill", "cancel", "timeout")
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ending=st.sampled_from(ENDINGS), at_s=st.floats(0.0, 0.5), audit=st.booleans())
+async def test_whatever_ends_a_call_and_whenever_its_retry_never_runs_it_twice(
+        tmp_path_factory: pytest.TempPathFactory, ending: str, at_s: float,
+        audit: bool) -> None:
+    """A payment the upstream takes and answers 0.25 s later; at ``at_s`` after it is sent,
+    the upstream is killed, the client cancels it, or the call times out. The identical retry,
+    from a new upstream session of the same task, is the stored result (the answer came
+    first) or a review (its outcome is unknown): the payment is taken at most once."""
+    tmp = tmp_path_factory.mktemp("ending")
+    log = tmp / "payments.log"
+    middleware = _middleware(tmp, audit)
+    try:
+        timeout_s = max(at_s, 0.01) if ending == "timeout" else TEST_TIMEOUT_S
+        link, client = await _link(middleware, pay_upstream(log, "--delay", "0.25"), timeout_s)
+        try:
+            _send(link, call(1, "pay", "P-1"))
+            await asyncio.sleep(at_s)
+            if ending == "kill":
+                transport = getattr(link.up, "_transport", None)
+                assert transport is not None
+                os.kill(transport.get_pid(), signal.SIGKILL)
+            elif ending == "cancel":
+                _send(link, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                             "params": {"requestId": 1}})
+            first = (await client.answer(1, 5.0) if ending != "cancel" or 1 in client.finals
+                     else None)
+        finally:
+            await link.close()
+        retry = await _retry(middleware, log, "P-1")
+    finally:
+        _close_sinks(middleware)
+    taken = payments(log)
+    assert taken in ([], ["paid P-1"])
+    if first is not None and not first["result"].get("isError"):  # the answer came first
+        assert "already completed" in text_of(retry) or "NOT executed again" in text_of(retry)
+    else:
+        assert retry["result"]["isError"] is True and REVIEW in text_of(retry)
