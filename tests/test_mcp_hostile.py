@@ -15,7 +15,14 @@ import anyio
 import orjson
 import pytest
 
-from tests.mcp_support import TEST_TIMEOUT_S, free_port, proxy_command, running, upstream_command
+from tests.mcp_support import (
+    TEST_TIMEOUT_S,
+    TEST_TOKEN,
+    free_port,
+    proxy_command,
+    running,
+    upstream_command,
+)
 from tests.mcp_support import http_proxy as start_http_proxy
 from tests.test_mcp_raw import _exchange
 from tests.test_mcp_wire import ACCEPT, INIT, _http, _open, _read_note
@@ -182,12 +189,14 @@ async def test_a_body_that_never_finishes_is_a_408_and_an_oversized_one_a_413(
         raise AssertionError("no session is opened")
 
     monkeypatch.setattr(listener_module, "BODY_IDLE_S", 0.3, raising=False)
-    listener = listener_module.HttpListener(no_link, None, "127.0.0.1")
+    port = free_port()
+    listener = listener_module.HttpListener(no_link, None, listener_module.Access(
+        "127.0.0.1", port, TEST_TOKEN, 4))
     runner = web.ServerRunner(web.Server(listener.handle, handler_cancellation=True))
     await runner.setup()
-    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    head = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer %s\r\n" % (port, TEST_TOKEN.encode()))
     bad_init = orjson.dumps({**orjson.loads(INIT), "id": True})  # refused before a session
     try:
         for request, status in ((head + b"Content-Length: 100\r\n\r\n{\"jsonrpc\"", b"408"),
