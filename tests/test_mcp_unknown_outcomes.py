@@ -27,7 +27,8 @@ from toolguard._mcp_link import Link
 from toolguard._mcp_proxy import _build_guard, _open_link
 from toolguard.adapters.mcp import GuardMiddleware
 
-from .mcp_support import TEST_TIMEOUT_S, proxy_command
+from .mcp_support import TEST_TIMEOUT_S, free_port, proxy_command, running
+from .test_mcp_wire import ACCEPT, _http, _open
 
 PAY_UPSTREAM = Path(__file__).with_name("mcp_pay_upstream.py")
 SECRETS = ("S3CRETPW", "sk-live-STDERR4242abcd")
@@ -312,3 +313,31 @@ async def test_whatever_ends_a_call_and_whenever_its_retry_never_runs_it_twice(
         assert "already completed" in text_of(retry) or "NOT executed again" in text_of(retry)
     else:
         assert retry["result"]["isError"] is True and REVIEW in text_of(retry)
+
+
+# -- the proxy on HTTP: the retry comes from a new session of the same task -------------------
+async def test_an_upstream_dying_mid_call_is_an_unknown_outcome_across_sessions(
+        tmp_path: Path) -> None:
+    """Regression: the upstream took the payment and died; the proxy answered "the call was
+    not run" with the upstream's stderr (a password and an API key) unredacted, recorded
+    nothing, and the client's retry in a new session of the same task paid again."""
+    log, port = tmp_path / "payments.log", free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    command = proxy_command("--listen", f"127.0.0.1:{port}", "--task-id", "shop-1",
+                            upstream=pay_upstream(log, "--die"))
+    answers: list[dict[str, Any]] = []
+    with running(command, port, tmp_path / "proxy.log"):
+        async with _http() as http:
+            for rid in (1, 2):  # each in a new session (a new upstream process)
+                sid = await _open(http, url)
+                async with http.post(url, data=orjson.dumps(call(rid, "pay", "A-1")),
+                                     headers={**ACCEPT, "mcp-session-id": sid}) as response:
+                    answers.append(await response.json())
+    first, retry = answers
+    assert UNKNOWN in text_of(first) and "went away" in text_of(first)
+    assert "was not run" not in text_of(first)
+    assert REVIEW in text_of(retry)
+    everything = (tmp_path / "proxy.log").read_text() + text_of(first) + text_of(retry)
+    for secret in SECRETS:
+        assert secret not in everything
+    assert payments(log) == ["paid A-1"]
