@@ -252,6 +252,31 @@ async def test_a_frame_over_the_limit_is_an_unknown_outcome(
     assert payments(log) == ["paid F-1"]
 
 
+async def test_each_call_times_out_at_its_own_deadline(tmp_path: Path) -> None:
+    """Calls sent 0.2 s apart to an upstream that never answers time out each
+    ``call_timeout_s`` after it was sent (one timer serves them all), as unknown outcomes;
+    an answered call never does."""
+    log = tmp_path / "payments.log"
+    loop = asyncio.get_running_loop()
+    link, client = await _link(_middleware(tmp_path, False), pay_upstream(log, "--delay", "60"),
+                               0.6)
+    try:
+        sent: dict[int, float] = {}
+        for rid in (1, 2, 3):
+            sent[rid] = loop.time()
+            _send(link, call(rid, "pay", f"S-{rid}"))
+            await asyncio.sleep(0.2)
+        waited = {}
+        for rid in (1, 2, 3):
+            answer = await client.answer(rid)
+            waited[rid] = loop.time() - sent[rid]
+            assert UNKNOWN in text_of(answer) and "within 0.6 s" in text_of(answer)
+    finally:
+        await link.close()
+    assert all(0.55 <= took < 3.0 for took in waited.values()), waited
+    assert link._deadlines == {}
+
+
 async def test_the_stderr_tail_of_a_dead_upstream_is_redacted(tmp_path: Path) -> None:
     log = tmp_path / "payments.log"
     middleware = _middleware(tmp_path, False)
