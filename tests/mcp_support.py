@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -195,3 +195,36 @@ async def scripted_loop(session: ClientSession) -> tuple[list[str], list[str]]:
 
 EXPECTED_WRITES = ["allow", "cached", "cached"]
 EXPECTED_READS = ["allow", "allow", "warn", "block", "halt", "halt"]
+
+
+async def scripted_http_upstream(port: int, tool: str, on_call: Callable[[Any, Any], Awaitable[Any]]
+                                 ) -> Any:
+    """A streamable-HTTP MCP server (aiohttp) on 127.0.0.1:``port`` with one tool, ``tool``,
+    whose ``tools/call`` requests ``on_call(request, message)`` answers (an aiohttp
+    response: an HTTP error, a cut stream, what a faulty server or gateway sends). Returns
+    its ``AppRunner``: ``await runner.cleanup()`` stops it."""
+    from aiohttp import web
+
+    async def mcp(request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return web.Response(status=405 if request.method == "GET" else 200)
+        message = await request.json()
+        method, rid = message.get("method"), message.get("id")
+        if rid is None or method is None:
+            return web.Response(status=202)
+        if method == "tools/call":
+            answer: web.StreamResponse = await on_call(request, message)
+            return answer
+        result: dict[str, Any] = {"tools": [{"name": tool, "inputSchema": {"type": "object"}}]}
+        if method == "initialize":
+            result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                      "serverInfo": {"name": "scripted", "version": "1"}}
+        return web.json_response({"jsonrpc": "2.0", "id": rid, "result": result},
+                                 headers={"mcp-session-id": "s1"})
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", mcp)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner

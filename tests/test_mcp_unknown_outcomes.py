@@ -27,7 +27,13 @@ from toolguard._mcp_link import Link
 from toolguard._mcp_proxy import _build_guard, _open_link
 from toolguard.adapters.mcp import GuardMiddleware
 
-from .mcp_support import TEST_TIMEOUT_S, free_port, proxy_command, running
+from .mcp_support import (
+    TEST_TIMEOUT_S,
+    free_port,
+    proxy_command,
+    running,
+    scripted_http_upstream,
+)
 from .test_mcp_wire import ACCEPT, _http, _open
 
 PAY_UPSTREAM = Path(__file__).with_name("mcp_pay_upstream.py")
@@ -294,6 +300,56 @@ async def test_the_stderr_tail_of_a_dead_upstream_is_redacted(tmp_path: Path) ->
     for secret in SECRETS:
         assert secret not in text_of(first) and secret not in text_of(later)
     assert payments(log) == ["paid D-1"]
+
+
+async def _flaky_http_upstream(port: int, log: Path, failure: str) -> Any:
+    """A streamable-HTTP MCP server whose ``pay`` takes the payment, then answers HTTP 502 as
+    a gateway whose server died (``failure="502"``), or an event stream that ends before
+    the answer (``"cut"``)."""
+    from aiohttp import web
+
+    async def pay(request: web.Request, message: Any) -> web.StreamResponse:
+        with log.open("a") as out:
+            out.write(f"paid {message['params']['arguments']['order']}\n")
+        if failure == "502":
+            return web.Response(status=502, text="bad gateway")
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b": working\n\n")
+        await response.write_eof()
+        return response
+
+    return await scripted_http_upstream(port, "pay", pay)
+
+
+@pytest.mark.parametrize("failure", ["502", "cut"])
+async def test_an_http_upstream_failing_after_the_call_is_an_unknown_outcome(
+        tmp_path: Path, failure: str) -> None:
+    """A gateway's 5xx, or an answer stream that ends before the answer, may come after the
+    tool ran: an unknown outcome at once (not a known failure, not a wait for the
+    timeout)."""
+    log, port = tmp_path / "payments.log", free_port()
+    runner = await _flaky_http_upstream(port, log, failure)
+    middleware = _middleware(tmp_path, False)
+    answers = []
+    try:
+        for rid in (1, 2):
+            link = await _open_link(None, f"http://127.0.0.1:{port}/mcp", middleware,
+                                    TEST_TIMEOUT_S, TEST_TIMEOUT_S)
+            client = _Client()
+            link.attach(client)
+            try:
+                await link.learn_tools(TEST_TIMEOUT_S)
+                _send(link, call(rid, "pay", "H-1"))
+                answers.append(await client.answer(rid, 10.0))
+            finally:
+                await link.close()
+    finally:
+        await runner.cleanup()
+    first, retry = answers
+    assert UNKNOWN in text_of(first)
+    assert REVIEW in text_of(retry)
+    assert payments(log) == ["paid H-1"]
 
 
 ENDINGS = ("kill", "cancel", "timeout")

@@ -53,6 +53,7 @@ import asyncio
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._mcp_frames import UNKNOWN_OUTCOME
 from ._mcp_ports import (
     CALL_REFUSED_AS_NOTIFICATION,
     CONNECTION_CLOSED,
@@ -319,7 +320,7 @@ class Link:
     def _answered(self, rid: Any, call: Remote, raw: bytes, reply: Json) -> None:
         """The upstream answered a call :meth:`_begin` sent: pass it on, record it."""
         result = _call_result(reply)
-        if isinstance(result, _UpstreamCallError):
+        if isinstance(result, Exception):
             self._end(rid, call, None, result)
             return
         sent = call.final and rid in self._open and result.get("isError") is not True
@@ -384,7 +385,7 @@ class Link:
             self._send_call(rid, out, message)
             reply_raw, reply = await waiting
             result = _call_result(reply)
-            if isinstance(result, _UpstreamCallError):
+            if isinstance(result, Exception):
                 raise result
             answered.append((result, reply_raw))
             return result
@@ -587,12 +588,17 @@ class Link:
         await self.up.close()
 
 
-def _call_result(reply: Json) -> Json | _UpstreamCallError:
+def _call_result(reply: Json) -> Json | Exception:
     """The ``CallToolResult`` of the upstream's answer to a ``tools/call``, or the error a
-    JSON-RPC error answer (or one without a result) is for the guard."""
+    JSON-RPC error answer (or one without a result) is for the guard: an unknown outcome
+    for one the proxy wrote of a request the upstream may have acted on (an HTTP 5xx, a
+    stream cut before the answer: :data:`~toolguard._mcp_frames.UNKNOWN_OUTCOME`)."""
     result = reply.get("result")
     if isinstance(result, dict):
         return result
     error = reply.get("error")
-    text = error.get("message") if isinstance(error, dict) else None
-    return _UpstreamCallError(str(text or "the upstream gave no result"))
+    text = str((error.get("message") if isinstance(error, dict) else None)
+               or "the upstream gave no result")
+    if isinstance(error, dict) and error.get("data") == UNKNOWN_OUTCOME:
+        return OutcomeUnknown(text)
+    return _UpstreamCallError(text)
