@@ -293,7 +293,7 @@ def _spelled(name: str, port: int | None) -> str:
        origin=st.none() | st.tuples(st.sampled_from(["http", "https", "file", ""]), _NAMES,
                                     _PORTS),
        token=st.sampled_from([f"Bearer {TEST_TOKEN}", f"bearer  {TEST_TOKEN} ", TEST_TOKEN,
-                              f"Bearer {TEST_TOKEN}x", "Bearer ", None]))
+                              f"Bearer {TEST_TOKEN}x", "Bearer ", "Bearer \udcff", None]))
 def test_a_request_is_served_only_by_the_listen_address_port_and_token(
         access: Access, name: str, port: int | None,
         origin: tuple[str, str, int | None] | None, token: str | None) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hmac
 import logging
 import secrets
@@ -126,7 +127,7 @@ class Access:
     max_sessions: int
     extra_hosts: frozenset[str] = frozenset()
 
-    @property
+    @functools.cached_property
     def names(self) -> frozenset[str] | None:
         """The host names ``Host`` and ``Origin`` may give (lower case, IPv6 without
         brackets); ``None``: any (a wildcard address, no ``extra_hosts``)."""
@@ -139,17 +140,34 @@ class Access:
             return None
         return frozenset(names)
 
+    @functools.cached_property
+    def _hosts(self) -> frozenset[str]:
+        """``Host`` values accepted as they are spelled, without parsing (the usual case)."""
+        spelled = set()
+        for name in self.names or ():
+            bracketed = f"[{name}]" if ":" in name else name
+            spelled.add(f"{bracketed}:{self.port}")
+            if self.port == 80:
+                spelled.add(bracketed)
+        return frozenset(spelled)
+
+    @functools.cached_property
+    def _token(self) -> bytes:
+        return self.token.encode()
+
     def refusal(self, host: str | None, origin: str | None, authorization: str | None
                 ) -> tuple[int, str] | None:
         """The status and reason to refuse a request with these headers; ``None``: it may
         be served."""
-        if not self._names_us(f"//{host}" if host else None):
+        if host not in self._hosts and not self._names_us(f"//{host}" if host else None):
             return 403, "forbidden: the Host header does not name this listener"
         if origin is not None and not self._names_us(origin, ("http", "https")):
             return 403, "forbidden origin"
         scheme, _, token = (authorization or "").strip().partition(" ")
+        # bytes, as a header may carry anything (aiohttp keeps undecodable bytes as
+        # surrogates); compared in constant time
         if scheme.lower() != "bearer" or not hmac.compare_digest(
-                token.strip().encode(), self.token.encode()):
+                token.strip().encode("utf-8", "surrogateescape"), self._token):
             return 401, "unauthorized: send Authorization: Bearer <the proxy's token>"
         return None
 

@@ -316,7 +316,6 @@ class Link:
         if call is not None:
             self._end(rid, call, None, why)
 
-
     def _answered(self, rid: Any, call: Remote, raw: bytes, reply: Json) -> None:
         """The upstream answered a call :meth:`_begin` sent: pass it on, record it."""
         result = _call_result(reply)
