@@ -157,6 +157,18 @@ def test_call_timeout_must_be_positive() -> None:
         assert done.returncode == 2 and "--call-timeout must be > 0" in done.stderr, value
 
 
+def test_a_call_timeout_the_claim_would_not_outlive_is_warned_about(tmp_path: Path) -> None:
+    """A call still waited for must keep its claim: past ``in_progress_ttl_s`` an identical
+    call would run beside it."""
+    for timeout, warned in (("700", True), ("300", False)):
+        done = subprocess.run(
+            proxy_command("--call-timeout", timeout, "--explain",
+                          upstream=pay_upstream(tmp_path / "payments.log")),
+            capture_output=True, text=True, timeout=TEST_TIMEOUT_S, check=False)
+        assert done.returncode == 0, done.stderr
+        assert ("in_progress_ttl_s (600 s)" in done.stderr) is warned
+
+
 async def test_a_tools_call_notification_is_refused_not_forwarded(tmp_path: Path) -> None:
     """Regression: a tools/call without an id went to the upstream byte for byte, unguarded;
     one that runs such a call executed a refund the policy gates behind approval."""

@@ -361,6 +361,11 @@ def mcp_proxy(
     where = (_access(listen, token, max_sessions, allow_host or [])
              if listen is not None else None)
     loaded = _load_policy(policy, env)
+    claim_ttl_s = loaded.idempotency.in_progress_ttl_s
+    if call_timeout >= claim_ttl_s:  # the claim would lapse under a call still waited for
+        _stderr().print(f"toolguard mcp-proxy: warning: --call-timeout {call_timeout:g} s is "
+                        f"not below idempotency.in_progress_ttl_s ({claim_ttl_s:g} s): an "
+                        "identical call may run beside one still waiting for its answer")
     from ._mcp_ports import UpstreamFailed
 
     try:
