@@ -4,7 +4,8 @@ frame over a limit, as a real gateway behind a flaky server does. One request at
 hand-written server serves them; a cancellation is advisory (MCP): the payment stands.
 
 Tools: ``pay(order)`` (no annotations: mutating, may act on the outside world) and
-``refund(order)`` (the same; a policy may gate it behind approval).
+``refund(order)`` (the same; a policy may gate it behind approval). The log line of a call
+that carries an idempotency key (``_meta["toolguard/idempotency-key"]``) ends ``key=KEY``.
 
 Options: ``--log FILE`` (required), ``--delay S`` (seconds between taking a payment and
 answering), ``--die`` (write a credential to stderr and exit 9 instead of answering),
@@ -52,8 +53,9 @@ def main() -> None:
         elif method == "tools/call" and (rid is not None or options.run_notifications):
             name, order = message["params"]["name"], message["params"]["arguments"]["order"]
             verb = "paid" if name == "pay" else "refunded"
-            with Path(options.log).open("a") as log:
-                log.write(f"{verb} {order}\n")
+            key = (message["params"].get("_meta") or {}).get("toolguard/idempotency-key")
+            with Path(options.log).open("a") as log:  # with the key the proxy forwards, if any
+                log.write(f"{verb} {order}" + (f" key={key}" if key else "") + "\n")
             time.sleep(options.delay)
             if options.die:
                 sys.stderr.write(SECRET_LINE + "\n")

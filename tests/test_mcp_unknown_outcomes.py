@@ -212,10 +212,10 @@ class _Client:
         return await asyncio.wait_for(arrived(), timeout_s)
 
 
-def _middleware(tmp: Path, audit: bool) -> GuardMiddleware:
+def _middleware(tmp: Path, audit: bool, policy: tg.Policy | None = None) -> GuardMiddleware:
     """One guard for every link (as the proxy's, one task); ``audit``: with an audit sink,
     which takes the guard's task path instead of the link's callbacks."""
-    guard = _build_guard(tg.Policy(), tmp / "audit.jsonl" if audit else None)
+    guard = _build_guard(policy or tg.Policy(), tmp / "audit.jsonl" if audit else None)
     return GuardMiddleware(guard, task_id="shop")
 
 
@@ -362,6 +362,36 @@ async def test_an_http_upstream_failing_after_the_call_is_an_unknown_outcome(
     assert UNKNOWN in text_of(first)
     assert REVIEW in text_of(retry)
     assert payments(log) == ["paid H-1"]
+
+
+@pytest.mark.parametrize("audit", [False, True], ids=["callbacks", "task"])
+async def test_a_tool_that_forwards_its_key_is_retried_with_the_same_key(
+        tmp_path: Path, audit: bool) -> None:
+    """``forwards_idempotency_key``: the proxy sends the key in ``_meta``, and the retry of a
+    call whose outcome is unknown runs with the same key (the upstream deduplicates on it)
+    instead of going to review; a call with other arguments gets another key."""
+    log = tmp_path / "payments.log"
+    policy = tg.load_policy_dict({"tools": {"pay": {"forwards_idempotency_key": True}}})
+    middleware = _middleware(tmp_path, audit, policy)
+    try:
+        link, _ = await _link(middleware, pay_upstream(log, "--delay", "0.6"),
+                                   TEST_TIMEOUT_S)
+        try:
+            _send(link, call(1, "pay", "K-1"))
+            await asyncio.sleep(0.3)
+            _send(link, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                         "params": {"requestId": 1}})
+        finally:
+            await link.close()
+        retry = await _retry(middleware, log, "K-1")
+        other = await _retry(middleware, log, "K-2")
+    finally:
+        _close_sinks(middleware)
+    assert text_of(retry).startswith("paid K-1") and text_of(other) == "paid K-2"
+    first, again, second = payments(log)
+    assert first.startswith("paid K-1 key=shop:pay:") and again == first
+    assert second.startswith("paid K-2 key=") and second.split("key=")[1] != first.split(
+        "key=")[1]
 
 
 ENDINGS = ("kill", "cancel", "timeout")

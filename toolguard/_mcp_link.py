@@ -78,6 +78,7 @@ from ._mcp_ports import (
     handshake,
 )
 from ._outcomes import OutcomeUnknown
+from ._task import current_idempotency_key
 
 if TYPE_CHECKING:
     from ._fast import Remote
@@ -269,12 +270,13 @@ class Link:
         else:
             call: Remote = begun
             self._remote[rid] = call
-            self._send_call(rid, raw if call.args == arguments else dumps(
-                {**message, "params": {**params, "arguments": call.args}}), message)
+            self._send_call(rid, _outgoing(raw, message, call.args, call.forwarded_key),
+                            message)
         return True
 
     def _send_call(self, rid: Any, raw: bytes, message: Json) -> None:
-        """Send a guarded call upstream, its deadline set: a time in a dict, not a timer
+        """Send a guarded call upstream (``raw``: from :func:`_outgoing`), its deadline
+        set: a time in a dict, not a timer
         per call (a timer handle made and cancelled costs ~15x as much, measured on uvloop
         and asyncio's loop); one timer, :meth:`_sweep`, waits for the first deadline."""
         self._deadlines[rid] = self._loop.time() + self.call_timeout_s
@@ -377,8 +379,8 @@ class Link:
         async def run(args: dict[str, Any]) -> Mapping[str, Any]:
             if self.up.gone is not None:
                 raise UpstreamGone(self.up.describe_gone())
-            out = raw if args == arguments else dumps(
-                {**message, "params": {**params, "arguments": args}})
+            forwards = self.middleware.guard.settings(name).forwards_idempotency_key
+            out = _outgoing(raw, message, args, current_idempotency_key() if forwards else None)
             waiting: asyncio.Future[tuple[bytes, Json]] = self._loop.create_future()
             self._calls[rid] = waiting
             self._send_call(rid, out, message)
@@ -585,6 +587,25 @@ class Link:
         for waiting in (*self._mine_down.values(), *self._mine_up.values()):
             waiting.cancel()
         await self.up.close()
+
+
+IDEMPOTENCY_META = "toolguard/idempotency-key"
+
+
+def _outgoing(raw: bytes, message: Json, args: Any, key: str | None) -> bytes:
+    """A guarded ``tools/call`` as it goes upstream: the client's bytes, unless the guard
+    validated the arguments into other values, or the tool forwards its idempotency key
+    (``forwards_idempotency_key``): then in ``params._meta["toolguard/idempotency-key"]``
+    (MCP's place for metadata, under a prefix of its own), the same key for a retry of a call
+    whose outcome is unknown, for the upstream to deduplicate on."""
+    params: Json = message["params"]
+    if key is None and args == params.get("arguments"):
+        return raw
+    sent: Json = {**params, "arguments": args}
+    if key is not None:
+        meta = params.get("_meta")
+        sent["_meta"] = {**(meta if isinstance(meta, dict) else {}), IDEMPOTENCY_META: key}
+    return dumps({**message, "params": sent})
 
 
 def _call_result(reply: Json) -> Json | Exception:
