@@ -300,8 +300,9 @@ class Link:
             self._sweeper = self._loop.call_later(max(first - now, 0.0), self._sweep)
 
     def _timed_out(self, rid: Any) -> None:
-        why = (f"the upstream MCP server `{self.up.name}` did not answer within "
-               f"{self.call_timeout_s:g} s")
+        # the reason first: the guard's error text keeps the first 300 characters
+        why = (f"the upstream MCP server did not answer within {self.call_timeout_s:g} s "
+               f"(`{self.up.name}`)")
         if self.up.gone is None:  # it should stop, and not answer (MCP's cancellation)
             cancel: Json = {"jsonrpc": "2.0", "method": "notifications/cancelled",
                             "params": {"requestId": rid, "reason": f"toolguard: {why}"}}
@@ -543,9 +544,9 @@ class Link:
                 waiting.set_exception(gone)
         self._mine_up.clear()
         tail = self.up.stderr_tail()
-        lost = OutcomeUnknown(
-            f"the upstream MCP server `{self.up.name}` went away ({self.up.gone}) after the "
-            "call was sent to it" + (f"; its stderr ended with: {tail}" if tail else ""))
+        lost = OutcomeUnknown(  # the reason first, as in _timed_out
+            f"the upstream MCP server went away ({self.up.gone}) after the call was sent to "
+            f"it (`{self.up.name}`" + (f"; its stderr ended with: {tail}" if tail else "") + ")")
         for rid in [*self._calls, *self._remote]:
             self._lost(rid, lost)
         for rid in [r for r in self._open if r not in self._guarding]:
