@@ -251,7 +251,8 @@ async def _retry(middleware: GuardMiddleware, log: Path, order: str) -> dict[str
 @pytest.mark.parametrize("audit", [False, True], ids=["callbacks", "task"])
 async def test_a_frame_over_the_limit_is_an_unknown_outcome(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, audit: bool) -> None:
-    monkeypatch.setattr("toolguard._mcp_frames.MAX_FRAME_BYTES", 64 * 1024)
+    for module in ("_mcp_frames", "_mcp_wire"):  # the limit, and the text that names it
+        monkeypatch.setattr(f"toolguard.{module}.MAX_FRAME_BYTES", 64 * 1024)
     log = tmp_path / "payments.log"
     middleware = _middleware(tmp_path, audit)
     try:
