@@ -5,7 +5,7 @@
     toolguard mcp-proxy [--policy FILE | --env NAME] [--audit FILE.jsonl] [--task-id ID]
                         [--call-timeout SECONDS]
                         [--listen 127.0.0.1:PORT [--session-idle-timeout SECONDS]
-                         [--max-sessions N] [--allow-host NAME ...]]
+                         [--max-sessions N] [--allow-host NAME ...] [--token TOKEN]]
                         [--loop auto|asyncio|uvloop] [--explain] -- <upstream command ...>
     toolguard mcp-proxy ... --upstream-url http://host:port/mcp
 
