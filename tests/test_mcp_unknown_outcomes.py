@@ -174,14 +174,25 @@ async def test_a_tools_call_notification_is_refused_not_forwarded(tmp_path: Path
     one that runs such a call executed a refund the policy gates behind approval."""
     log, policy = tmp_path / "payments.log", tmp_path / "policy.toml"
     policy.write_text("[tools.refund]\nrequires_approval = true\n")
+    note = {"jsonrpc": "2.0", "method": "tools/call",
+            "params": {"name": "refund", "arguments": {"order": "A-2"}}}
+    shapes: list[Any] = [  # alone, with _meta, with a name the guard does not know, in a batch
+        note, {**note, "params": {**note["params"], "_meta": {"progressToken": "p"}}},
+        {**note, "params": {"name": "pay", "arguments": {"order": "A-3"}}},
+        [note, {"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": "p", "progress": 1}}]]
     async with stdio_proxy(tmp_path, pay_upstream(log, "--run-notifications"),
                            "--policy", str(policy)) as proxy:
-        proxy.send({"jsonrpc": "2.0", "method": "tools/call",
-                    "params": {"name": "refund", "arguments": {"order": "A-2"}}})
-        refused = await proxy.answer(None)
+        refusals = []
+        for shape in shapes:
+            assert proxy.process.stdin is not None
+            proxy.process.stdin.write(orjson.dumps(shape) + b"\n")
+            refusals.append(await proxy.answer(None))
         proxy.send({"jsonrpc": "2.0", "id": 1, "method": "ping"})
         await proxy.answer(1)  # the upstream has read everything sent before
-    assert refused["error"]["code"] == -32600 and "without an id" in refused["error"]["message"]
+    for refused in refusals:
+        assert refused["error"]["code"] == -32600
+        assert "without an id" in refused["error"]["message"]
     assert payments(log) == []
 
 
