@@ -174,7 +174,7 @@ async def test_a_tools_call_notification_is_refused_not_forwarded(tmp_path: Path
     one that runs such a call executed a refund the policy gates behind approval."""
     log, policy = tmp_path / "payments.log", tmp_path / "policy.toml"
     policy.write_text("[tools.refund]\nrequires_approval = true\n")
-    note = {"jsonrpc": "2.0", "method": "tools/call",
+    note: dict[str, Any] = {"jsonrpc": "2.0", "method": "tools/call",
             "params": {"name": "refund", "arguments": {"order": "A-2"}}}
     shapes: list[Any] = [  # alone, with _meta, with a name the guard does not know, in a batch
         note, {**note, "params": {**note["params"], "_meta": {"progressToken": "p"}}},
