@@ -175,7 +175,7 @@ async def test_a_tools_call_notification_is_refused_not_forwarded(tmp_path: Path
     log, policy = tmp_path / "payments.log", tmp_path / "policy.toml"
     policy.write_text("[tools.refund]\nrequires_approval = true\n")
     note: dict[str, Any] = {"jsonrpc": "2.0", "method": "tools/call",
-            "params": {"name": "refund", "arguments": {"order": "A-2"}}}
+                              "params": {"name": "refund", "arguments": {"order": "A-2"}}}
     shapes: list[Any] = [  # alone, with _meta, with a name the guard does not know, in a batch
         note, {**note, "params": {**note["params"], "_meta": {"progressToken": "p"}}},
         {**note, "params": {"name": "pay", "arguments": {"order": "A-3"}}},
