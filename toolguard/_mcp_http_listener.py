@@ -13,7 +13,8 @@ Who may use it (:class:`Access`), checked on every request before anything else 
 - at most ``max_sessions`` sessions (each with its own upstream session: a process, for a
   stdio upstream) exist or are being opened: an ``initialize`` beyond that is a 503;
 - a POST body must arrive within :data:`BODY_TOTAL_S` in all, with no pause over
-  :data:`BODY_IDLE_S`: else a 408 (a body trickling in a byte at a time held its handler).
+  :data:`BODY_IDLE_S`: else a 408 (a body trickling in a byte at a time would hold its
+  handler).
 """
 
 from __future__ import annotations
@@ -373,8 +374,8 @@ def _refused_notification(message: Json) -> bool:
 
 async def _body(request: BaseRequest) -> bytes | None:
     """The POST's body; ``None`` when ``BODY_IDLE_S`` pass without a byte of it, or it is
-    not all there ``BODY_TOTAL_S`` after the first byte was read (a client that never
-    finishes its body, or trickles it, held its handler forever).
+    not all there ``BODY_TOTAL_S`` after the headers (a client that never finishes its body,
+    or trickles it, would hold its handler forever).
 
     Raises:
         aiohttp.web.HTTPRequestEntityTooLarge: it is, or says it is, over ``MAX_FRAME_BYTES``.
