@@ -41,8 +41,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Final
 
-from .lexer import _MAX_DEPTH, _NOT_A_FILE, parse_command
 from toolguard._types import MUTATING, POLL, READONLY, Effect
+
+from .lexer import _MAX_DEPTH, _NOT_A_FILE, parse_command
 
 __all__ = ["classify_argv", "classify_command"]
 
