@@ -140,6 +140,10 @@ WRITING: list[tuple[str, str]] = [
     ("git notes add", "git notes add -m x"),
     ("git reflog expire", "git reflog expire --all"),
     ("git format-patch", "git format-patch -1"),
+    ("git ls-remote --upload-pack runs a program", "git ls-remote --upload-pack='rm -f f' ."),
+    ("git help -w starts a browser", "git help -w log"),
+    ("a pager command at start", "less '+!rm -f f' a.py"),
+    ("zsh glob qualifiers run code", "zsh -c 'ls *(e:\'rm -f f\':)'"),
     # redirections
     ("> file", "echo x > out"),
     (">> file", "echo x >> out"),
@@ -192,4 +196,6 @@ READ_ONLY: list[str] = [
     "echo ${#x} ${x%.py} ${x/a/b}", "if [ -f a.py ]; then wc -l a.py; fi",
     "grep foo a.py <<< \"$x\"", "git log --format='%H %s' -2", "sort -k2 -t, b.txt",
     "env LC_ALL=C ls", "timeout 10 cat a.py", "foo=1 bar=2 printenv foo",
+    "ls -d ./*/", "ls \\> out", "ls # > out", "cat * | wc -l",
+    "/usr/bin/env ls", "sudo -u root ls", "time -p ls", "ls | xargs -I{} wc -l {}",
 ]

@@ -231,7 +231,8 @@ _MUTATING_PROGRAMS: Final = frozenset({
     "mapfile", "readarray", "getopts", "bind", "complete", "compgen", "fc", "disown",
     "suspend", "logout", "ulimit", "umask", "coproc",
 })
-_SHELLS: Final = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
+# shells whose -c script is Bash syntax (zsh's glob qualifiers run code: not read here)
+_SHELLS: Final = frozenset({"bash", "sh", "dash"})
 # Only absolute paths in these folders name the program of their last part (``./ls`` is a
 # file the agent may have written).
 _SYSTEM_DIRS: Final = ("/bin/", "/usr/bin/", "/usr/local/bin/", "/sbin/", "/usr/sbin/")
@@ -382,6 +383,8 @@ def _classify(words: list[Word], script: Classifier, depth: int, appended: bool
     parsed = parse_options(spec, args)
     if name == "tail" and any(o in ("-f", "-F", "--follow") for o, _ in parsed.options):
         return POLL
+    if name in ("less", "more") and any(w.text.startswith("+") for w in parsed.operands):
+        raise Unsafe  # +cmd: a pager command at start (`+!cmd` runs a shell on a terminal)
     if name == "date" and any(not w.static or not w.text.startswith("+")
                               for w in parsed.operands):
         raise Unsafe  # `date MMDDhhmm` sets the clock
@@ -479,7 +482,7 @@ def _shell(name: str, args: list[Word], script: Classifier, depth: int, appended
     return script(parsed.operands[0].text, depth + 1)
 
 
-_PYTEST = _spec("qvxslrhW", "kmpcorWn", "quiet verbose exitfirst capture= tb= maxfail= "
+_PYTEST = _spec("qvxslh", "kmpcorWn", "quiet verbose exitfirst capture= tb= maxfail= "
                 "no-header no-summary collect-only co lf last-failed ff failed-first nf "
                 "new-first sw stepwise stepwise-skip durations= durations-min= "
                 "disable-warnings disable-pytest-warnings showlocals full-trace runxfail "
@@ -770,11 +773,11 @@ _GIT_READ: Final[dict[str, tuple[str, ...]]] = {
                      "diff-files", "diff-index", "range-diff", "format-rev"),
                     ("--output", "--ext-diff", "--open-files-in-pager")),
     "grep": ("--open-files-in-pager", "--ext-grep"),
-    **dict.fromkeys(("status", "blame", "annotate", "ls-files", "ls-tree", "ls-remote",
+    **dict.fromkeys(("status", "blame", "annotate", "ls-files", "ls-tree",
                      "rev-parse", "rev-list", "cat-file", "describe", "name-rev",
                      "merge-base", "show-ref", "for-each-ref", "count-objects", "check-ignore",
                      "check-attr", "check-ref-format", "var", "version", "show-branch",
-                     "cherry", "help", "verify-commit", "verify-tag"), ()),
+                     "cherry", "verify-commit", "verify-tag"), ()),
 }
 _GIT_LISTING: Final[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
     # subcommand -> (words that make it a listing, words that write)
