@@ -51,7 +51,8 @@ TABLE: list[tuple[str, tg.Effect | None]] = [
     # test runs observe the code
     ("pytest tests/test_a.py -q", R), ("python -m pytest -x tests", R),
     ("cd /testbed && python3 -m pytest tests/x.py::T -xvs 2>&1 | tail -50", R),
-    ("python -m unittest discover", R), ("pytest -rA -q --co", R), ("python --version", R), ("pip list", R),
+    ("python -m unittest discover", R), ("pytest -rA -q --co", R),
+    ("python --version", R), ("pip list", R),
     ("pip show requests", R),
     # writes: redirects, tee, in-place edits, deleting/executing find, the writing programs
     ("echo x > a.txt", M), ("echo x >> a.txt", M), ("ls > files.txt", M),
