@@ -85,9 +85,11 @@ TABLE: list[tuple[str, tg.Effect | None]] = [
     # unknown: the tool's own effect
     ("python script.py", U), ("python -c 'print(1)'", U), ("make", U), ("npm test", U),
     ("./run.sh", U), ("bash script.sh", U), ("python - << 'EOF'\nprint(1)\nEOF", U),
-    ("ls; python x.py", U), ("awk '{print $1}' a", U), ("$CMD --flag", M),
-    ("source venv/bin/activate", U), ("echo 'unterminated", M), ("ls )", M),
-    ("rg --pre cat foo", M), ("case $x in a) ls;; esac", R), ("submit", U),
+    ("ls; python x.py", U), ("awk '{print $1}' a", U), ("source venv/bin/activate", U),
+    ("submit", U),
+    # not understood (a dynamic program, a syntax error, an option not allowed): mutating
+    ("$CMD --flag", M), ("echo 'unterminated", M), ("ls )", M), ("rg --pre cat foo", M),
+    ("case $x in a) ls;; esac", R),
 ]
 
 
