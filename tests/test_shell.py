@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import toolguard as tg
 from toolguard._policy import ToolPolicy
-from toolguard._shell import MAX_CHARS, classify_argv, classify_command
+from toolguard._shell import MAX_CHARS, MAX_PIPES, classify_argv, classify_command
 from toolguard.testing import FakeClock
 
 from .conftest import ROOT
@@ -158,7 +158,10 @@ def test_one_write_anywhere_makes_it_mutating(reads: list[str], ops: list[str], 
 
 def test_too_long_too_complex_too_deep_or_unparsable_is_mutating() -> None:
     assert classify_command("ls;" * (MAX_CHARS // 3 + 1)) is M
-    assert classify_command("ls;" * 8_000) is M  # more syntax nodes than are walked
+    assert classify_command("ls;" * 1_000) is M  # more syntax nodes than are walked
+    assert classify_command("ls;" * 300) is R
+    assert classify_command("ls | " * (MAX_PIPES + 1) + "ls") is M  # parsed in quadratic time
+    assert classify_command("ls | " * 20 + "ls") is R
     assert classify_command("echo " + "$(" * 40 + "ls" + ")" * 40) is M
     assert classify_command("bash -c " + "'bash -c \"" * 1 + "ls" + "\"'") is R
     assert classify_command("echo 'x") is M

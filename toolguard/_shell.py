@@ -22,7 +22,8 @@ assignment of an environment variable a program reads (``GIT_*``, ``LESSOPEN``, 
 ``LD_PRELOAD``, ``PATH``...), output redirected to a file, ``eval``, ``alias``, a program
 named by a path it may have written (``./ls``), a program run with a dynamic name
 (``$CMD``), a known program with an option not on its list, a command longer than
-:data:`MAX_CHARS` or deeper than the nesting limits. A program that is not on the list at
+:data:`MAX_CHARS`, with more than :data:`MAX_PIPES` pipes, more than :data:`MAX_NODES`
+syntax nodes or deeper than the nesting limits. A program that is not on the list at
 all (``make``, ``python script.py``) is **unknown** (None): the tool's own effect applies.
 
 The empty command is a poll (read more output of a running process).
@@ -53,13 +54,17 @@ from ._types import MUTATING, POLL, READONLY, Effect
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser
 
-__all__ = ["MAX_CHARS", "MAX_NODES", "classify_argv", "classify_command"]
+__all__ = ["MAX_CHARS", "MAX_NODES", "MAX_PIPES", "classify_argv", "classify_command"]
 
-MAX_CHARS: Final = 65_536
+MAX_CHARS: Final = 16_384
 """Longer commands are mutating without being parsed (the 4,471 recorded coding-agent
-commands are at most 11 KB)."""
-MAX_NODES: Final = 20_000
-"""Syntax-tree nodes walked before a command counts as mutating (too complex to classify)."""
+commands are at most 11 KB; parsing costs up to ~1.5 µs per character)."""
+MAX_NODES: Final = 2_000
+"""Syntax-tree nodes walked before a command counts as mutating (too complex to classify;
+the recorded read-only commands need at most ~110)."""
+MAX_PIPES: Final = 256
+"""``|`` characters beyond which a command is mutating unparsed: tree-sitter-bash parses a
+pipeline in time quadratic in its stages (the recorded commands have at most 9)."""
 _MAX_NESTING: Final = 200  # syntax-tree depth walked (Python recursion)
 _CACHE_ENTRIES: Final = 4096
 """Commands whose effect is remembered: keyed by a 16-byte BLAKE2b digest of the text, so the
@@ -515,7 +520,7 @@ class _Walker:
 
 def _classify_text(command: str, depth: int) -> Effect | None:
     """The effect of a command line (a script given to ``bash -c`` at ``depth``)."""
-    if depth > MAX_DEPTH or len(command) > MAX_CHARS:
+    if depth > MAX_DEPTH or len(command) > MAX_CHARS or command.count("|") > MAX_PIPES:
         return MUTATING
     if not command.strip():
         return POLL  # the empty command: read more output of a running process
