@@ -192,7 +192,7 @@ def _command(draw: st.DrawFn) -> str:
 
 
 @given(_command())
-@settings(max_examples=int(os.environ.get("TOOLGUARD_SHELL_EXAMPLES", "150")),
+@settings(max_examples=int(os.environ.get("TOOLGUARD_SHELL_EXAMPLES", "100")),
           deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                 HealthCheck.too_slow])
 def test_a_generated_command_called_read_only_leaves_the_tree_unchanged(
