@@ -6,6 +6,7 @@ read-only; and the classification cache stays small whatever the commands' size.
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 import toolguard as tg
 from toolguard import _shell
 from toolguard._shell import MAX_CHARS, classify_argv, classify_command
+from toolguard.testing import FakeClock
 
 from .shell_corpus import READ_ONLY, WRITING
 
@@ -93,3 +95,30 @@ def test_the_cache_holds_a_bounded_number_of_entries() -> None:
         classify_command(f"ls {i}")
     assert len(_shell._CACHE) == _shell._CACHE_ENTRIES
     assert classify_command("ls 0") is R  # evicted, classified again
+
+
+def test_a_policy_rule_anchored_to_the_whole_command_extends_the_classifier(
+        tmp_path: Path) -> None:
+    """The extension documented in docs/concepts/shell.md: a rule for ``make test`` makes it
+    read-only, and a compound command that starts with it is still read by the classifier."""
+    path = tmp_path / "policy.toml"
+    path.write_text("""
+[tools.bash]
+shell = "command"
+effect = "mutating"
+
+[[tools.bash.rules]]
+match = { command = '^make (test|lint)( -j[0-9]+)?$' }
+effect = "readonly"
+
+[[tools.bash.rules]]
+match = { command = '^deployctl status [a-z0-9-]+$' }
+effect = "poll"
+""", encoding="utf-8")
+    task = tg.Guard(tg.load_policy(path, env={}), clock=FakeClock(0),
+                    strict_tools=False).task("t")
+    effects = {command: task._replay_call("bash", {"command": command}, "ok").effect
+               for command in ("make test", "make lint -j4", "make test && rm -rf build",
+                               "make", "deployctl status web-1", "git status")}
+    assert effects == {"make test": R, "make lint -j4": R, "make test && rm -rf build": M,
+                       "make": M, "deployctl status web-1": P, "git status": R}
