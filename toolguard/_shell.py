@@ -90,7 +90,8 @@ _EXPANSION_OPS: Final = frozenset({
 })
 _ARITHMETIC_TESTS: Final = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
 _DECLARE_OPTIONS: Final = frozenset("xrgaAlupfFt")
-_GLOB: Final = frozenset("*?[")
+_GLOB: Final = re.compile(r"[*?\[]")
+_ESCAPED: Final = re.compile(r"\\.", re.DOTALL)
 # An unescaped backtick or $-expansion left inside a text node: a construct the grammar did
 # not take apart (tree-sitter-bash reads `${x:-`cmd`}` as a plain word), so not understood.
 _UNPARSED: Final = re.compile(r"(?:^|[^\\])(?:\\\\)*(?:`|\$[({\[A-Za-z0-9_@*#?$!-])")
@@ -430,8 +431,8 @@ class _Walker:
         if kind == "word":
             raw = _checked(node)
             text = _unescape(raw, quoted=False)
-            bare = raw.replace("\\\\", "").replace("\\", "\x00")  # escaped characters: \0
-            glob = any(c in _GLOB for c in bare) and ("[" not in bare or "]" in bare) \
+            bare = _ESCAPED.sub("", raw) if "\\" in raw else raw  # unescaped characters only
+            glob = _GLOB.search(bare) is not None and ("[" not in bare or "]" in bare) \
                 and bare not in ("[", "[[", "]]", "]")
             brace = "{" in bare and ("," in bare or ".." in bare)
             if glob or brace:

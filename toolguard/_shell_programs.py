@@ -238,6 +238,11 @@ _SHELLS: Final = frozenset({"bash", "sh", "dash"})
 _SYSTEM_DIRS: Final = ("/bin/", "/usr/bin/", "/usr/local/bin/", "/sbin/", "/usr/sbin/")
 _NOT_A_FILE: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 MAX_DEPTH: Final = 16  # nested bash -c, find -exec, prefixes
+_VENV_PROGRAM: Final = re.compile(r"(?:[\w.\-/]*/)?bin/(?:python[0-9.]*|pytest|py\.test)")
+_PYTHON: Final = re.compile(r"python[0-9.]*")
+_PYTHON_FLAGS: Final = re.compile(r"-[uBbqsSEIO]+")
+_FIND_NEWER: Final = re.compile(r"-newer[aBcmt][aBcmt]")
+_SET_FLAGS: Final = re.compile(r"[-+][euxvafnbBCEhHkmpPTo]+")
 
 
 def program_name(word: str) -> str | None:
@@ -249,7 +254,7 @@ def program_name(word: str) -> str | None:
     base = word.rsplit("/", 1)[-1]
     if base and any(word == folder + base for folder in _SYSTEM_DIRS):
         return base
-    if re.fullmatch(r"(?:[\w.\-/]*/)?bin/(?:python[0-9.]*|pytest|py\.test)", word):
+    if _VENV_PROGRAM.fullmatch(word):
         return base
     return None
 
@@ -512,7 +517,7 @@ def _python(name: str, args: list[Word], script: Classifier, depth: int, appende
             ) -> Effect | None:
     """``python -m pytest``/``-m unittest`` (a test run) and ``python --version`` only
     observe; ``python -c``, a script or another module runs code that may do anything."""
-    if not re.fullmatch(r"python[0-9.]*", name):
+    if not _PYTHON.fullmatch(name):
         return None
     i = 0
     while i < len(args):
@@ -530,7 +535,7 @@ def _python(name: str, args: list[Word], script: Classifier, depth: int, appende
                 parsed = parse_options(_UNITTEST, rest)
                 return READONLY if all(w.static for w in parsed.operands) else MUTATING
             return None
-        if re.fullmatch(r"-[uBbqsSEIO]+", text):
+        if _PYTHON_FLAGS.fullmatch(text):
             i += 1
             continue
         return None
@@ -722,7 +727,7 @@ def _find(name: str, args: list[Word], script: Classifier, depth: int, appended:
         in_expression = True
         if text in _FIND_FLAGS:
             continue
-        if text in _FIND_VALUED or re.fullmatch(r"-newer[aBcmt][aBcmt]", text):
+        if text in _FIND_VALUED or _FIND_NEWER.fullmatch(text):
             if i >= len(args) or args[i].option_like:
                 raise Unsafe
             i += 1
@@ -908,7 +913,7 @@ def _set(name: str, args: list[Word], script: Classifier, depth: int, appended: 
         text = word.text
         if text == "--" or not text.startswith(("-", "+")):
             return READONLY  # positional parameters
-        if not re.fullmatch(r"[-+][euxvafnbBCEhHkmpPTo]+", text) and text not in ("-", "+"):
+        if not _SET_FLAGS.fullmatch(text) and text not in ("-", "+"):
             raise Unsafe
         del i
     return READONLY
@@ -979,7 +984,7 @@ _SPECIAL: Final[dict[str, Special]] = {
 
 
 def _python_dispatch(name: str) -> Special | None:
-    return _python if re.fullmatch(r"python[0-9.]*", name) else None
+    return _python if _PYTHON.fullmatch(name) else None
 
 
 def special_for(name: str) -> Special | None:
