@@ -98,6 +98,8 @@ WRITING: list[tuple[str, str]] = [
     ("a substitution in a for list", "for i in $(rm -f f); do :; done"),
     ("a c-style for", "for ((i=0; i<$(rm -f f); i++)); do :; done"),
     ("a function body", "f() { rm -f f; }; f"),
+    ("time with a group (parsed as words)", "time { rm -f f; }"),
+    ("a subshell function body", "f() ( rm -f f )"),
     ("eval", "eval 'rm -f f'"),
     ("trap", "trap 'rm -f f' EXIT"),
     ("alias with expand_aliases", "shopt -s expand_aliases\nalias ls='rm -f f'\nls"),
@@ -197,5 +199,6 @@ READ_ONLY: list[str] = [
     "grep foo a.py <<< \"$x\"", "git log --format='%H %s' -2", "sort -k2 -t, b.txt",
     "env LC_ALL=C ls", "timeout 10 cat a.py", "foo=1 bar=2 printenv foo",
     "ls -d ./*/", "ls \\> out", "ls # > out", "cat * | wc -l",
-    "/usr/bin/env ls", "sudo -u root ls", "time -p ls", "ls | xargs -I{} wc -l {}",
+    "/usr/bin/env ls", "sed -n '/def/,/return/{p}' a.py", "git log HEAD@{0} -1",
+    "sudo -u root ls", "time -p ls", "ls | xargs -I{} wc -l {}",
 ]

@@ -5,6 +5,8 @@ read-only; and the classification cache stays small whatever the commands' size.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 
@@ -122,3 +124,17 @@ effect = "poll"
                                "make", "deployctl status web-1", "git status")}
     assert effects == {"make test": R, "make lint -j4": R, "make test && rm -rf build": M,
                        "make": M, "deployctl status web-1": P, "git status": R}
+
+
+def test_characters_that_crash_the_grammar_are_never_parsed(tmp_path: Path) -> None:
+    """tree-sitter-bash 0.25.1 ends the process (SIGSEGV) on ``{`` followed by some code
+    points of the private-use planes; run in a child so a crash fails this test only."""
+    code = ("from toolguard._shell import classify_command\n"
+            "for c in ['{\\U000f0000\\r', '{\\U00104322\\rz', 'ls {\\U000f0000', "
+            "'echo \\U00104322 {\\U000f0000']:\n"
+            "    assert classify_command(c) is not None\n"
+            "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode,
+                                                                   done.stderr[-2000:])

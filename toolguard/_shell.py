@@ -71,6 +71,10 @@ _CACHE_ENTRIES: Final = 4096
 cache holds at most ~1 MB whatever the commands' size."""
 
 _LOCAL = threading.local()  # a tree-sitter Parser is not thread-safe: one per thread
+# Bash's syntax is ASCII: any other character is part of a word. Each one is parsed as the
+# letter Z (tree-sitter-bash 0.25.1 crashes the process on `{` followed by some code points
+# of the private-use planes, e.g. U+F0000); no program name or allowed option is made of Zs.
+_NON_ASCII: Final = re.compile(r"[^\x00-\x7f]")
 
 _TOKENS: Final = frozenset({
     ";", "&", "&&", "||", "|", "|&", "(", ")", "{", "}", "!", "if", "then", "fi", "elif",
@@ -525,11 +529,10 @@ def _classify_text(command: str, depth: int) -> Effect | None:
         return MUTATING
     if not command.strip():
         return POLL  # the empty command: read more output of a running process
-    try:
-        source = command.encode("utf-8", "surrogatepass")
-    except UnicodeEncodeError:  # pragma: no cover - surrogatepass encodes every str
-        return MUTATING
-    root = _parser().parse(source).root_node
+    if not command.isascii():
+        command = _NON_ASCII.sub("Z", command)
+    tree = _parser().parse(command.encode("ascii"))
+    root = tree.root_node
     if root.has_error:
         return MUTATING  # bash runs the lines before a syntax error
     walker = _Walker(depth)

@@ -232,6 +232,10 @@ _MUTATING_PROGRAMS: Final = frozenset({
     "suspend", "logout", "ulimit", "umask", "coproc",
 })
 # shells whose -c script is Bash syntax (zsh's glob qualifiers run code: not read here)
+_RESERVED: Final = frozenset({
+    "{", "}", "!", "(", ")", "((", "))", "[[", "]]", "if", "then", "else", "elif", "fi",
+    "case", "esac", "for", "select", "while", "until", "do", "done", "in", "function",
+    "coproc"})
 _SHELLS: Final = frozenset({"bash", "sh", "dash"})
 # Only absolute paths in these folders name the program of their last part (``./ls`` is a
 # file the agent may have written).
@@ -372,6 +376,8 @@ def _classify(words: list[Word], script: Classifier, depth: int, appended: bool
     name = program_name(first.text)
     if name is None:
         return None
+    if name in _RESERVED:
+        raise Unsafe  # a keyword read as a program: `time { rm f; }` parses as `time {`
     args = words[1:]
     if name in _MUTATING_PROGRAMS:
         return MUTATING
@@ -656,7 +662,9 @@ def sed_script_reads(script: str) -> bool:
             return False
         c = s[i]
         i += 1
-        if c in "pPdDnNgGhHxlz=F{}":
+        if c == "{":
+            continue  # a block: its first command follows at once
+        if c in "pPdDnNgGhHxlz=F}":
             while i < n and s[i] in _DIGITS:
                 i += 1
         elif c in "qQ":
