@@ -61,7 +61,8 @@ def test_argument_vectors_follow_the_same_rules(argv: list[str],
     assert classify_argv(argv) is expected
 
 
-@given(st.sampled_from(READ_ONLY), st.sampled_from([c for _, c in WRITING]),
+@given(st.sampled_from([c for c in READ_ONLY if " #" not in c]),  # a comment ends the line
+       st.sampled_from([c for _, c in WRITING]),
        st.sampled_from([" ; ", " && ", " || ", " | ", "\n", " & "]), st.booleans(),
        st.sampled_from(["{}", "( {} )", "{{ {}; }}", "echo \"$({})\"", "bash -c '{}'",
                         "if true; then {}; fi"]))
