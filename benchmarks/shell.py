@@ -10,8 +10,9 @@ cost per recorded command beside a baseline.
   classified without the cache, by toolguard (tree-sitter's Bash grammar and the program
   allow-list) and by ``_baseline_shell`` (a hand-written lexer, no grammar), interleaved in
   one run: microseconds per command (best of 5 passes) and their ratio; with
-  ``--callgrind``, also instructions per command under valgrind (one process making 1 pass
-  and one making 3 after a warm-up pass, difference / 2: exact on a busy machine).
+  ``--callgrind``, also instructions per command under valgrind over the first 300 commands
+  (one process making 1 pass and one making 3 after a warm-up pass, difference / 2: exact
+  on a busy machine).
 
 Usage::
 
@@ -41,6 +42,7 @@ from toolguard._normalize import MAX_NORMALIZED_CHARS, default_normalizer
 from toolguard._shell import MAX_CHARS, MAX_PIPES, _classify_text, classify_command
 
 TARGET_MS = 50.0
+CALLGRIND_COMMANDS = 300
 MB = 1 << 20
 RECORDED = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / \
     "swe-trajectories"
@@ -82,7 +84,7 @@ import sys, json
 sys.path[:0] = json.loads(sys.argv[3])
 import shell as bench
 func = bench.IMPLEMENTATIONS[sys.argv[1]]
-commands = bench.recorded_commands()
+commands = bench.recorded_commands()[:int(sys.argv[4])]
 for command in commands:  # warm-up: imports, the grammar, first-use caches
     func(command)
 for _ in range(int(sys.argv[2])):
@@ -100,7 +102,7 @@ def instructions_per_command(name: str, count: int) -> float | None:
             done = subprocess.run(
                 ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                  sys.executable, "-c", _CALLGRIND_CHILD, name, str(passes),
-                 json.dumps([str(Path(__file__).parent), *sys.path])],
+                 json.dumps([str(Path(__file__).parent), *sys.path]), str(count)],
                 capture_output=True, text=True, check=False,
                 env={**os.environ, "PYTHONHASHSEED": "0"})
             if done.returncode != 0 or not out.exists():
@@ -208,8 +210,9 @@ def main() -> int:
         print(f"    {'ratio':24} {ratio:8.2f}x")
         recorded: dict[str, object] = {"commands": len(commands), "us_per_command": per,
                                        "ratio": ratio}
-        if opts.callgrind:
-            counts = {name: instructions_per_command(name, len(commands))
+        if opts.callgrind:  # the first CALLGRIND_COMMANDS: valgrind runs ~50x slower
+            counts = {name: instructions_per_command(name, min(len(commands),
+                                                               CALLGRIND_COMMANDS))
                       for name in IMPLEMENTATIONS}
             recorded["instructions_per_command"] = counts
             for name, count in counts.items():
