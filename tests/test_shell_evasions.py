@@ -19,6 +19,7 @@ from toolguard import _shell
 from toolguard._shell import MAX_CHARS, classify_argv, classify_command
 from toolguard.testing import FakeClock
 
+from .conftest import ROOT
 from .shell_corpus import READ_ONLY, WRITING
 
 R, M, P = tg.Effect.READONLY, tg.Effect.MUTATING, tg.Effect.POLL
@@ -139,3 +140,24 @@ def test_characters_that_crash_the_grammar_are_never_parsed(tmp_path: Path) -> N
                           timeout=60, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode,
                                                                    done.stderr[-2000:])
+
+
+_SHELL_TOOLS = [(path.name, tool, settings.shell)
+                for path in sorted((ROOT / "examples" / "policies").glob("*.toml"))
+                for tool, settings in tg.load_policy(path, env={}).tools.items()
+                if settings.shell]
+
+
+@pytest.mark.parametrize(("policy", "tool", "arg"), _SHELL_TOOLS,
+                         ids=[f"{p}-{t}" for p, t, _ in _SHELL_TOOLS])
+def test_no_writing_command_runs_twice_through_a_shipped_policy(policy: str, tool: str,
+                                                                arg: str) -> None:
+    loaded = tg.load_policy(ROOT / "examples" / "policies" / policy, env={})
+    twice = []
+    for i, (label, command) in enumerate(WRITING):
+        task = tg.Guard(loaded, clock=FakeClock(0), strict_tools=False).task(f"t{i}")
+        first = task._replay_call(tool, {arg: command}, "")
+        again = task._replay_call(tool, {arg: command}, "")
+        if first.executed and again.executed:
+            twice.append(label)
+    assert twice == []
