@@ -63,8 +63,9 @@ def recorded_commands() -> list[str]:
     from toolguard.replay import read_runs
 
     runs, _ = read_runs([RECORDED])
-    return [call.args["command"] for run in runs for call in run.calls
-            if call.tool == "bash" and isinstance((call.args or {}).get("command"), str)]
+    commands = [(call.args or {}).get("command") for run in runs for call in run.calls
+                if call.tool == "bash"]
+    return [command for command in commands if isinstance(command, str)]
 
 
 def per_command_us(commands: list[str], passes: int) -> dict[str, float]:
@@ -217,9 +218,9 @@ def main() -> int:
             recorded["instructions_per_command"] = counts
             for name, count in counts.items():
                 print(f"    {name:24} {count or 0:10.0f} instructions per command")
-            if all(counts.values()):
-                print(f"    {'ratio':24} {counts['toolguard'] / counts['baseline lexer']:8.2f}x"
-                      " (instructions)")
+            ours, baseline = counts["toolguard"], counts["baseline lexer"]
+            if ours and baseline:
+                print(f"    {'ratio':24} {ours / baseline:8.2f}x (instructions)")
         report["recorded"] = recorded
     if not opts.smoke:
         verdict = "PASS" if worst < TARGET_MS else "MISS"
