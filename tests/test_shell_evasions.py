@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import tracemalloc
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,15 @@ def test_no_writing_command_runs_twice_through_a_shipped_policy(policy: str, too
         if first.executed and again.executed:
             twice.append(label)
     assert twice == []
+
+
+def test_threads_classify_alike() -> None:
+    """One tree-sitter parser per thread, one locked cache: 8 threads classifying the corpus
+    at once (cache cleared, so they parse) agree with one thread."""
+    commands = [c for _, c in WRITING] + READ_ONLY
+    _shell._CACHE.clear()
+    expected = [_shell._classify_text(c, 0) for c in commands]
+    _shell._CACHE.clear()
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: [classify_command(c) for c in commands], range(8)))
+    assert all(result == expected for result in results)
