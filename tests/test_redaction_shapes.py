@@ -198,3 +198,17 @@ def test_the_rewriter_keeps_offsets_on_any_text() -> None:
     assert rewriter.sub("nothing here", lambda g: "!") == "nothing here"
     with pytest.raises(ValueError, match="perl operator"):
         Rewriter.compile(r"(?=lookahead)")
+
+
+def test_without_re2_the_shapes_still_redact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where google-re2 cannot be imported, the same shapes run on ``re`` (their syntax is
+    valid for both)."""
+    from toolguard import _regex
+
+    monkeypatch.setattr(_regex, "_re2", lambda: None)
+    _redact._shapes.cache_clear()
+    try:
+        text = redact_text("\n".join(SECRETS.values()))
+        assert _leaked(text) == [] and all(r._re2 is None for r, _ in _redact._shapes())
+    finally:
+        _redact._shapes.cache_clear()

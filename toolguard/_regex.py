@@ -271,7 +271,7 @@ class Rewriter:
     def compile(cls, pattern: str) -> Rewriter:
         """Raises ValueError if RE2 refuses ``pattern``."""
         if _re2() is None:  # pragma: no cover - google-re2 is a dependency with wheels here
-            return cls(pattern, None, re.compile(pattern))
+            return cls(pattern, None, re.compile(pattern.replace("\\z", "\\Z")))
         options = _re2().RE2.Options()
         options.log_errors = False
         regexp = _re2().RE2(pattern.encode("utf-8"), options)
