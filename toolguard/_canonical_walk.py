@@ -177,7 +177,8 @@ def _walk_str(value: str, path: str | None) -> str:
 
 
 def _walk_container(value: Any, path: str | None) -> Any:
-    """A mapping (keys checked, nulls dropped, ``$`` keys escaped) or a list/tuple."""
+    """A mapping (keys checked, ``$`` keys escaped; a null is a value, kept: only the
+    top-level nulls of a call's arguments are dropped, by the caller) or a list/tuple."""
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -185,11 +186,9 @@ def _walk_container(value: Any, path: str | None) -> Any:
                 raise CanonicalizationError(
                     f"{path}[{key!r}]", f"object keys must be strings, got {type(key).__name__}"
                 )
-            if item is not None:
-                walked = _walk(item, None if path is None else f"{path}.{key}")
-                if walked is not None:  # e.g. an Enum member whose value is None
-                    name = str(key)
-                    out["$" + name if name.startswith("$") else name] = walked
+            name = str(key)
+            out["$" + name if name.startswith("$") else name] = (
+                None if item is None else _walk(item, None if path is None else f"{path}.{key}"))
         return out
     if path is None:
         return [_walk(item, None) for item in value]
