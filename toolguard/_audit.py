@@ -120,6 +120,38 @@ class LoggingSink:
             )
 
 
+def _jsonl(record: dict[str, Any]) -> bytes:
+    """One JSON line of ``record``; strings that are not valid Unicode (a lone surrogate, which
+    UTF-8 cannot hold) written with the surrogate as ``\\udXXX`` text, and ``args`` and
+    ``extra`` replaced by a note when even that cannot be serialized."""
+    try:
+        return orjson.dumps(record, default=_safe_repr) + b"\n"
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    try:
+        return orjson.dumps(_valid_text(record), default=_safe_repr) + b"\n"
+    except (TypeError, orjson.JSONEncodeError, RecursionError) as exc:
+        note = {"$unserializable": f"{type(exc).__name__}: {exc}"}
+        return orjson.dumps(_valid_text({**record, "args": note, "extra": note}),
+                            default=_safe_repr) + b"\n"
+
+
+def _valid_text(value: Any) -> Any:
+    """``value`` with every string (keys too) valid Unicode: a lone surrogate becomes its
+    ``\\udXXX`` escape (``backslashreplace``)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_valid_text(v) for v in value]
+    return value
+
+
 class JsonlSink:
     """Appends one JSON line per event to ``path`` and flushes it at once.
 
@@ -144,12 +176,7 @@ class JsonlSink:
         Raises:
             OSError: the file cannot be written (the guard logs that the event was lost).
         """
-        record = event.to_dict()
-        try:
-            line = orjson.dumps(record, default=_safe_repr) + b"\n"
-        except (TypeError, orjson.JSONEncodeError) as exc:
-            note = {"$unserializable": f"{type(exc).__name__}: {exc}"}
-            line = orjson.dumps({**record, "args": note, "extra": note}, default=_safe_repr) + b"\n"
+        line = _jsonl(event.to_dict())
         with self._lock:
             self._file.write(line)
             self._file.flush()

@@ -101,7 +101,12 @@ def _walk(value: Any, path: str | None) -> Any:
         value = int(value)
         if _I64_MIN <= value <= _U64_MAX:
             return value
-        return {"$int": str(value)}
+        try:
+            return {"$int": str(value)}
+        except ValueError:  # past sys.get_int_max_str_digits() (4,300 by default)
+            raise CanonicalizationError(
+                path or "args", f"an integer of about {value.bit_length() * 0.30103:,.0f} "
+                "digits is beyond the interpreter's limit for integer text") from None
     if isinstance(value, float):
         if not math.isfinite(value):
             raise CanonicalizationError(path or "args", f"{value!r} is not a finite number "
