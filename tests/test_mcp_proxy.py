@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -19,12 +18,14 @@ import mcp.types as mt
 import pytest
 from mcp.client.session import ClientRequestContext, ElicitationFnT
 
+import toolguard as tg
 from tests.mcp_support import (
     EXAMPLE_SERVER,
     EXPECTED_READS,
     EXPECTED_WRITES,
     ROOT,
     TEST_TIMEOUT_S,
+    approve_at_a_terminal,
     audit_events,
     call,
     counts,
@@ -161,7 +162,7 @@ async def test_without_elicitation_a_call_needing_approval_is_a_review(
         async with http_session(http_proxy.url) as session:
             result = await session.call_tool("delete_note", {"title": "todo"})
     assert label(result) == "review"
-    assert "toolguard approve " in str(result.content[0])  # names the key to approve
+    assert "toolguard approve" not in str(result.content[0])  # the model is not told how
     assert _delta(before, counts(http_proxy.count_file)) == {}
 
 
@@ -180,14 +181,10 @@ async def test_review_approved_with_toolguard_approve_and_a_task_shared_on_redis
         async with stdio_session(command, env=env) as session:
             review = await session.call_tool("delete_note", {"title": "todo"})
             assert label(review) == "review"
-            assert "toolguard approve shared-task:delete_note:" in str(review.content[0])
-            found = re.search(r"toolguard approve ([^`\s]+)", str(review.content[0]))
-            assert found is not None
-            approved = await anyio.run_process(
-                [sys.executable, "-m", "toolguard.cli", "approve", found[1]],
-                env={**os.environ, **env}, check=False)
-            assert approved.returncode == 0, approved.stderr
-            assert approved.stdout.decode().startswith(f"approved {found[1]}")
+            key = f"shared-task:delete_note:{tg.args_hash({'title': 'todo'})}"
+            code, out = await anyio.to_thread.run_sync(
+                approve_at_a_terminal, key, "y", {**os.environ, **env})
+            assert code == 0 and f"approved {key}" in out, out
             assert await call(session, "delete_note", {"title": "todo"}) == "allow"
             assert await call(session, "delete_note", {"title": "todo"}) == "cached"
         # another proxy process on the same store and task id shares the state

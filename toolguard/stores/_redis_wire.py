@@ -167,7 +167,7 @@ def _record(raw: bytes | str) -> IdempotencyRecord:
 
 def _approval(raw: bytes | str) -> ApprovalRecord:
     state, requested_at, reason, tool, args, *bound = orjson.loads(raw)
-    return ApprovalRecord(state, float(requested_at), reason, tool, args, *bound[:1])
+    return ApprovalRecord(state, float(requested_at), reason, tool, args, *bound[:2])
 
 def _escape(text: str) -> str:
     """``text`` without ``{`` and ``}`` (and so unambiguous around the ``{task}`` hash tag):
