@@ -213,15 +213,11 @@ def test_loop_auto_is_uvloop_where_it_imports_and_asyncio_elsewhere(
 
 
 def test_approve_needs_a_shared_store_and_a_key() -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "toolguard.cli", "approve", *args],
-                              capture_output=True, text=True, timeout=TEST_TIMEOUT_S,
-                              check=False, env={k: v for k, v in os.environ.items()
-                                                if not k.startswith("TOOLGUARD_")})
-    memory = run("mcp-1:delete_note:" + "0" * 32)
-    assert memory.returncode == 2 and "TOOLGUARD_STORE__URL" in memory.stderr
-    not_a_key = run("nonsense")
-    assert not_a_key.returncode == 2 and "not an idempotency key" in not_a_key.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGUARD_")}
+    code, out = approve_at_a_terminal("mcp-1:delete_note:" + "0" * 32, "y", env)
+    assert code == 2 and "TOOLGUARD_STORE__URL" in out
+    code, out = approve_at_a_terminal("nonsense", "y", env)
+    assert code == 2 and "not an idempotency key" in out
 
 
 @pytest.mark.parametrize("loop", ["auto", "asyncio"])
