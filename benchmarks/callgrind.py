@@ -17,11 +17,11 @@ set-up cancelled out. Variants:
 
 Run::
 
-    python benchmarks/callgrind.py                  # the issue-18 set, ~2 min on 2 cores
+    python benchmarks/callgrind.py                  # the per-call targets' set, ~2 min on 2 cores
     python benchmarks/callgrind.py guard/small/allow book/small/allow
     python benchmarks/callgrind.py --json benchmarks/results/callgrind.json
 
-Prints one line per variant (instructions per call) and the issue-18 ratios.
+Prints one line per variant (instructions per call) and the ratios the targets are read by.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (fixtures are imported, then taken as parameters)
-"""Detection that means something (issue 16), through Guard and Task on both stores: result
+"""Detection that means something, through Guard and Task on both stores: result
 normalisation before comparing, the stagnation rule, the cap on endless progress, typed
 result digests; each with the legitimate look-alikes it must leave alone."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._approval import exact_hash
@@ -18,7 +19,7 @@ from ._errors import CanonicalizationError
 from ._json_text import ArgumentsError, parse_arguments
 from ._limits import dict_bounds, oversized, short_name, too_deep
 from ._results import ToolResult
-from ._schema import ArgsValidator
+from ._schema import ArgsValidator, Problem, describe
 from ._shell import classify_argv
 from ._types import (
     MUTATING,
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
     from ._engine import Task
 
 
-def _validate_typed(validator: ArgsValidator, args: Mapping[str, Any], invalid: str) -> str | None:
+def _validate_typed(validator: ArgsValidator, args: Mapping[str, Any],
+                    invalid: list[Problem]) -> list[Problem] | None:
     """A direct call may pass typed values (an Enum, a date, a dataclass, a pydantic model)
     that the JSON Schema cannot judge as Python objects: judge their JSON form, the one a
     model would send, which the tool then receives converted by pydantic."""
@@ -41,7 +43,7 @@ def _validate_typed(validator: ArgsValidator, args: Mapping[str, Any], invalid: 
         as_json = to_jsonable_python(args)
     except Exception:  # noqa: BLE001 - no JSON form: the first verdict stands
         return invalid
-    return invalid if as_json == args else validator.validate(as_json)
+    return invalid if as_json == args else validator.problems(as_json)
 
 
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
@@ -129,13 +131,13 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
             known = sig if plain >= validator.memo_bytes and (
                 bound is args or (len(bound) == len(args)
                                   and None not in args.values())) else ""
-            invalid = validator.validate(args, known)
+            problems = validator.problems(args, known)
             # a direct call's typed values (not parsed JSON text): judge their JSON form
-            if invalid is not None and not isinstance(raw, (str, bytes)):
-                invalid = _validate_typed(validator, args, invalid)
-            if invalid is not None:
-                audit = cfg.policy.audit
-                invalid = scrub(invalid, args, audit.redact_pattern)
+            if problems is not None and not isinstance(raw, (str, bytes)):
+                problems = _validate_typed(validator, args, problems)
+            if problems is not None:
+                pattern = cfg.policy.audit.redact_pattern
+                invalid = describe(problems, partial(scrub, pattern=pattern))
         # the serialized arguments showed an integral float (rare): convert for int hints
         for name, fix in entry.int_params if floats else ():
             value = args.get(name)

@@ -2,10 +2,10 @@
 before execution.
 
 Validators are compiled once per tool. ``jsonschema-rs`` (a dependency; a wheel exists for
-every common platform) decides validity; jsonschema writes the path-located messages of invalid
-arguments and is imported only then. Where no jsonschema-rs wheel exists, pure-Python
-jsonschema decides too, and arguments that validated once are not validated again (bounded
-LRU per tool). See benchmarks/README.md for the numbers.
+every common platform) decides validity and finds the path-located problems of invalid
+arguments, which are worded as jsonschema words them. Where no jsonschema-rs wheel exists,
+pure-Python jsonschema decides and words the problems, and arguments that validated once are
+not validated again (bounded LRU per tool). See benchmarks/README.md for the numbers.
 """
 
 from __future__ import annotations
@@ -249,11 +249,115 @@ def _message(error: ValidationError) -> str:
     return str(error.message)
 
 
-def _path(error: ValidationError) -> str:
+def _path_of(parts: Any) -> str:
+    """``args.flights[1].flight_number`` for the instance path ``["flights", 1, ...]``."""
     out = "args"
-    for part in error.absolute_path:
+    for part in parts:
         out += f"[{part}]" if isinstance(part, int) else f".{part}"
     return out
+
+
+# jsonschema's own wording per keyword (jsonschema/_keywords.py), rebuilt from the structured
+# errors of jsonschema-rs, so the model reads one shape whichever validator found the problem.
+_LIMIT_WORDS = {
+    "Minimum": "is less than the minimum of",
+    "Maximum": "is greater than the maximum of",
+    "ExclusiveMinimum": "is less than or equal to the minimum of",
+    "ExclusiveMaximum": "is greater than or equal to the maximum of",
+}
+_SIZE_WORDS = {  # kind: (the word at the edge limit, the edge limit, the word otherwise)
+    "MinLength": ("should be non-empty", 1, "is too short"),
+    "MinItems": ("should be non-empty", 1, "is too short"),
+    "MinProperties": ("should be non-empty", 1, "does not have enough properties"),
+    "MaxLength": ("is expected to be empty", 0, "is too long"),
+    "MaxItems": ("is expected to be empty", 0, "is too long"),
+    "MaxProperties": ("is expected to be empty", 0, "has too many properties"),
+}
+_BRANCHING = frozenset({"AnyOf", "OneOfNotValid"})
+
+
+def _rs_kind(error: Any) -> str:
+    return type(error.kind).__name__
+
+
+def _rs_leaves(error: Any) -> list[Any]:
+    """The jsonschema-rs errors to report for ``error``, as ``_leaves`` chooses them: for an
+    ``anyOf``/``oneOf`` whose branch the value matched by type and failed inside, that
+    branch's errors (the branch whose errors reach deepest; the first of equals)."""
+    if _rs_kind(error) not in _BRANCHING:
+        return [error]
+    depth = len(error.instance_path)
+    best: list[Any] = []
+    best_depth = depth
+    for branch in error.kind.context:
+        reach = max((len(e.instance_path) for e in branch), default=depth)
+        if reach > best_depth:
+            best, best_depth = branch, reach
+    if not best:
+        return [error]
+    return [leaf for inner in best for leaf in _rs_leaves(inner)]
+
+
+def _rs_message(error: Any) -> str:
+    """jsonschema's message for one jsonschema-rs error (its own message for a keyword that
+    jsonschema words differently or the table does not cover)."""
+    kind = _rs_kind(error)
+    data = error.kind.as_dict()
+    value = error.instance
+    if kind == "Type":
+        return f"{value!r} is not of type {', '.join(repr(t) for t in data['types'])}"
+    if kind == "Required":
+        return f"{data['property']!r} is a required property"
+    if kind == "Enum":
+        return f"{value!r} is not one of {data['options']!r}"
+    if kind == "Constant":
+        return f"{data['expected_value']!r} was expected"
+    if kind in _LIMIT_WORDS:
+        return f"{value!r} {_LIMIT_WORDS[kind]} {data['limit']!r}"
+    if kind in _SIZE_WORDS:
+        at_edge, edge, word = _SIZE_WORDS[kind]
+        return f"{value!r} {at_edge if data['limit'] == edge else word}"
+    if kind == "Pattern":
+        return f"{value!r} does not match {data['pattern']!r}"
+    if kind == "MultipleOf":
+        return f"{value!r} is not a multiple of {data['multiple_of']}"
+    if kind == "UniqueItems":
+        return f"{value!r} has non-unique elements"
+    if kind == "AdditionalProperties":
+        extras = sorted(data["unexpected"], key=str)
+        verb = "was" if len(extras) == 1 else "were"
+        return (f"Additional properties are not allowed "
+                f"({', '.join(repr(e) for e in extras)} {verb} unexpected)")
+    if kind in _BRANCHING:
+        inner = [e for branch in error.kind.context for e in branch]
+        if inner and all(_rs_kind(e) == "Type" and e.instance_path == error.instance_path
+                         for e in inner):
+            wanted = dict.fromkeys(repr(t) for e in inner for t in e.kind.as_dict()["types"])
+            return f"{value!r} is not of type {' or '.join(wanted)}"
+        return f"{value!r} is not valid under any of the given schemas"
+    return str(error.message)
+
+
+Problem = tuple[list[Any] | None, str, Any]
+"""One problem of invalid arguments: the instance path (``["flights", 1]``; ``None`` for a
+schema that cannot be applied, the only problem then), the message, and the offending value
+the message may quote."""
+Scrub = Callable[[str, list[Any], Any], str]
+"""``scrub(message, path, quoted)``: a problem's message as the model may read it."""
+
+
+def describe(problems: list[Problem], scrub: Scrub | None = None) -> str:
+    """The model's message for ``problems``: ``args.path: message`` each, ordered by path and
+    then by message (the two validators visit a schema's keywords in different orders), at
+    most ``_MAX_ERRORS`` of them and a count of the rest; ``scrub`` (the guard takes secrets
+    out of the values the messages quote) applied to each shown message."""
+    problems = sorted(problems, key=lambda p: (p[0] or [], p[1]))
+    lines = [message if path is None
+             else f"{_path_of(path)}: {scrub(message, path, quoted) if scrub else message}"
+             for path, message, quoted in problems[:_MAX_ERRORS]]
+    if len(problems) > _MAX_ERRORS:
+        lines.append(f"... and {len(problems) - _MAX_ERRORS} more")
+    return "; ".join(lines)
 
 
 class ArgsValidator:
@@ -321,7 +425,13 @@ class ArgsValidator:
 
     def validate(self, args: Mapping[str, Any], known: str = "") -> str | None:
         """Validate ``args``; ``None`` if valid, else a short message listing each failing
-        path and what was expected (at most 8 problems), meant for the model.
+        path and what was expected (at most 8 problems), meant for the model: the
+        :func:`describe` of :meth:`problems`."""
+        found = self.problems(args, known)
+        return None if found is None else describe(found)
+
+    def problems(self, args: Mapping[str, Any], known: str = "") -> list[Problem] | None:
+        """Validate ``args``; ``None`` if valid, else each problem found.
 
         Arguments seen valid before skip validation when they come with a memo key: ``known``,
         a key that determines ``args`` exactly up to the order of keys (the engine passes the
@@ -333,6 +443,11 @@ class ArgsValidator:
 
         Args:
             args: the arguments object. known: the memo key, or ``""``.
+
+        Returns:
+            ``None``, or ``(instance path, message, offending value)`` triples: jsonschema-rs
+            finds them where it can judge the arguments (JSON values), jsonschema otherwise;
+            the messages are jsonschema's words either way.
         """
         signature: bytes | str = known
         if not known and self._fast is None:  # jsonschema-rs decides faster than a key
@@ -342,33 +457,34 @@ class ArgsValidator:
                     orjson.dumps(args, option=orjson.OPT_SORT_KEYS))
         if signature and signature in self._valid:
             return None
-        if self._fast is not None:
+        fast = self._fast
+        if fast is not None:
             try:
-                ok = self._fast.is_valid(args)
-            except (ValueError, TypeError):
-                ok = False
+                ok = fast.is_valid(args)
+            except (ValueError, TypeError):  # not JSON (a direct call's objects)
+                ok, fast = False, None
         else:
             try:
                 ok = self._py().is_valid(args)
             except Exception as exc:
                 if _unresolvable_ref(exc):
-                    return _unresolvable(exc)
+                    return [(None, _unresolvable(exc), None)]
                 raise
         if ok:
             if signature:
                 self._valid[signature] = True
             return None
+        if fast is not None:
+            tops = sorted(fast.iter_errors(args), key=lambda e: list(e.instance_path))
+            return [(list(e.instance_path), _rs_message(e), e.instance)
+                    for top in tops for e in _rs_leaves(top)]
         try:
             errors = sorted(self._py().iter_errors(args), key=lambda e: list(e.absolute_path))
         except Exception as exc:
             if _unresolvable_ref(exc):
-                return _unresolvable(exc)
+                return [(None, _unresolvable(exc), None)]
             raise
         if not errors:  # the fast validator disagreed (e.g. non-JSON values): trust jsonschema
             return None
-        errors = sorted((leaf for e in errors for leaf in _leaves(e)),
-                        key=lambda e: list(e.absolute_path))
-        lines = [f"{_path(e)}: {_message(e)}" for e in errors[:_MAX_ERRORS]]
-        if len(errors) > _MAX_ERRORS:
-            lines.append(f"... and {len(errors) - _MAX_ERRORS} more")
-        return "; ".join(lines)
+        return [(list(e.absolute_path), _message(e), e.instance)
+                for top in errors for e in _leaves(top)]

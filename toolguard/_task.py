@@ -176,11 +176,12 @@ class Task:
         """Report model token usage (counts toward ``budget.max_tokens``).
 
         Args:
-            input_tokens / output_tokens: token counts of one model call (integers ≥ 0).
-                Or, as the only argument, an SDK response or its ``usage``: OpenAI Chat
-                (``prompt_tokens`` / ``completion_tokens``), OpenAI Responses and Anthropic
-                (``input_tokens`` / ``output_tokens``; Anthropic's cache creation and cache
-                read tokens are added to the input), SDK objects or dicts.
+            input_tokens: input tokens of one model call (an integer ≥ 0). Or, as the only
+                argument, an SDK response or its ``usage``: OpenAI Chat (``prompt_tokens`` /
+                ``completion_tokens``), OpenAI Responses and Anthropic (``input_tokens`` /
+                ``output_tokens``; Anthropic's cache creation and cache read tokens are added
+                to the input), SDK objects or dicts.
+            output_tokens: output tokens of the same call (an integer ≥ 0).
 
         Raises:
             ValueError: a count is not an integer ≥ 0.
