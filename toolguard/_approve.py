@@ -145,15 +145,18 @@ def _checked(task: Task, key: str, approval: ApprovalRecord) -> ApprovalRecord:
     return replace(approval, state=ApprovalState.PENDING, proof="")
 
 
-def _waiting(task: Task, key: str) -> ApprovalRecord:
-    """The request a human decides: a call asked about that has not run on an approval yet
-    (pending, or rejected, which a human may overturn).
+def _waiting(task: Task, key: str, revoke: bool = False) -> ApprovalRecord:
+    """The request a human decides: a call the guard asked about that has not run on an
+    approval (pending, or rejected, which a human may overturn; with ``revoke``, also
+    approved and not run yet, which a human may take back).
 
     Raises:
         ValueError: no call of the task is waiting under ``key``.
     """
     record = task.guard._store.approvals(task.task_id).get(key)
-    if record is None or record.state not in (ApprovalState.PENDING, ApprovalState.REJECTED):
+    states = (ApprovalState.PENDING, ApprovalState.REJECTED) + (
+        (ApprovalState.APPROVED,) if revoke else ())
+    if record is None or record.state not in states:
         raise ValueError(f"no call is waiting for approval under {key!r}: only a call the "
                          "guard asked about can be approved (no approval in advance)")
     return record
@@ -163,7 +166,7 @@ def _decide_approval(task: Task, key: str, state: str, reason: str) -> None:
     prefix = f"{task.task_id}:"
     if not isinstance(key, str) or not key.startswith(prefix):
         raise ValueError(f"key {key!r} does not belong to task {task.task_id!r}")
-    waiting = _waiting(task, key)
+    waiting = _waiting(task, key, revoke=state == ApprovalState.REJECTED)
     record = _signed(task, key, ApprovalRecord(state, waiting.requested_at, reason,
                                                waiting.tool, waiting.args, waiting.args_hash))
     task.guard._store.set_approval(task.task_id, key, record,

@@ -342,7 +342,7 @@ def approve(
               "TOOLGUARD_STORE__URL=redis://... (the proxy's store) or [store] in --policy")
     task = guard.task(task_id)
     try:
-        waiting = _waiting(task, key)
+        waiting = _waiting(task, key, revoke=refuse)
         if refuse:
             task.reject(key, reason)
         else:
