@@ -117,7 +117,7 @@ CASES: dict[str, Expected] = {
             "store.backend",
             4,
             1,
-            'must be one of "memory", "redis", got "postgres"',
+            'must be one of "memory", "sqlite", "redis", got "postgres"',
         ),
     ],
     "negative_budget.toml": [

@@ -10,20 +10,17 @@ shared server is never paused or restarted.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
-import queue
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import toolguard as tg
 from toolguard._policy import (
-    BudgetPolicy,
-    IdempotencyPolicy,
     LadderPolicy,
     LadderThresholds,
     StorePolicy,
@@ -31,6 +28,14 @@ from toolguard._policy import (
 from toolguard.stores import ApprovalRecord, BeginRequest, FinishRequest, MemoryStore, Store
 from toolguard.testing import FakeClock, auto_approve, capture_audit
 
+from .process_support import (
+    budget_worker,
+    check_budget,
+    check_crashed_claim_expires,
+    check_same_call,
+    run_processes,
+    same_call_worker,
+)
 from .redis_support import (  # noqa: F401
     REDIS_URL,
     FaultProxy,
@@ -187,8 +192,7 @@ Where = tuple[str, bool]  # (url, cluster) of the store the workers share
 @pytest.fixture(params=["node", "cluster"])
 def where(request: pytest.FixtureRequest, redis_prefix: str) -> Iterator[Where]:
     """The deployment the workers share: the test server, or the test cluster (its keys
-    under ``redis_prefix`` are deleted afterwards; side-channel counters stay on the test
-    server)."""
+    under ``redis_prefix`` are deleted afterwards)."""
     if request.param == "node":
         yield REDIS_URL, False
         return
@@ -197,110 +201,30 @@ def where(request: pytest.FixtureRequest, redis_prefix: str) -> Iterator[Where]:
     delete_cluster_prefix(url, redis_prefix)
 
 
-def _same_call_worker(prefix: str, ladder: bool, where: Where, barrier: Any,
-                      results: Any) -> None:
-    counter = redis.Redis.from_url(REDIS_URL)
-    store = _store(prefix, url=where[0], cluster=where[1])
-    try:
-        def charge(order: str) -> str:
-            n = counter.incr(f"{prefix}:charges")
-            time.sleep(0.3)  # the others arrive while it runs: they wait, then share
-            return f"charged {order} (#{n})"
-
-        policy = tg.Policy(ladder=LadderPolicy(
-            mutating=LadderThresholds(warn_at=5, block_at=6, halt_at=7))) if ladder else None
-        task = tg.Guard(policy, tools=[tg.mutating(charge)], store=store).task("order-task")
-        barrier.wait(timeout=30)
-        try:
-            result = task.call("charge", {"order": "A-17"})
-            results.put((str(result.decision), result.value))
-        except tg.Halt as exc:
-            results.put((type(exc).__name__, None))
-    except Exception as exc:
-        results.put(("error", repr(exc)))
-    finally:
-        store.close()
-        counter.close()
+def _maker(prefix: str, where: Where) -> Callable[[], RedisStore]:
+    return functools.partial(_store, prefix, url=where[0], cluster=where[1])
 
 
-def _budget_worker(prefix: str, proc: int, where: Where, barrier: Any, results: Any) -> None:
-    counter = redis.Redis.from_url(REDIS_URL)
-    store = _store(prefix, url=where[0], cluster=where[1])
-    try:
-        def write(proc: int, n: int) -> str:
-            counter.incr(f"{prefix}:writes")
-            return f"{proc}/{n}"
-
-        policy = tg.Policy(budget=BudgetPolicy(max_tool_calls=10))
-        task = tg.Guard(policy, tools=[tg.mutating(write)], store=store).task("budget-task")
-        barrier.wait(timeout=30)
-        executed = halted = 0
-        for n in range(5):
-            try:
-                executed += task.call("write", {"proc": proc, "n": n}).decision.executed
-            except tg.BudgetExceeded:
-                halted += 1
-        results.put((executed, halted))
-    except Exception as exc:
-        results.put(("error", repr(exc)))
-    finally:
-        store.close()
-        counter.close()
+def test_four_processes_same_call_execute_once(redis_prefix: str, where: Where,
+                                               tmp_path: Path) -> None:
+    log = str(tmp_path / "charges")
+    out = run_processes(same_call_worker, [(_maker(redis_prefix, where), log, True)] * 4)
+    check_same_call(out, log, ladder=True)
 
 
-def _run_processes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> list[Any]:
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(len(args)), ctx.Queue()
-    procs = [ctx.Process(target=target, args=(*a, barrier, results)) for a in args]
-    for p in procs:
-        p.start()
-    out: list[Any] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(out) < len(procs):
-            try:
-                out.append(results.get(timeout=0.2))
-            except queue.Empty:
-                if time.monotonic() > deadline or not any(p.is_alive() for p in procs):
-                    pytest.fail(f"workers reported {out}; exit codes "
-                                f"{[p.exitcode for p in procs]}")
-        return out
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+def test_four_processes_same_call_default_ladder(redis_prefix: str, where: Where,
+                                                 tmp_path: Path) -> None:
+    log = str(tmp_path / "charges")
+    out = run_processes(same_call_worker, [(_maker(redis_prefix, where), log, False)] * 4)
+    check_same_call(out, log, ladder=False)
 
 
-def test_four_processes_same_call_execute_once(redis_prefix: str, where: Where) -> None:
-    out = _run_processes(_same_call_worker, [(redis_prefix, True, where)] * 4)
-    check = redis.Redis.from_url(REDIS_URL)
-    assert check.get(f"{redis_prefix}:charges") == b"1"
-    check.close()
-    assert sorted(d for d, _ in out) == ["allow", "cached", "cached", "cached"], out
-    assert {v for _, v in out} == {"charged A-17 (#1)"}
-
-
-def test_four_processes_same_call_default_ladder(redis_prefix: str, where: Where) -> None:
-    # Four identical attempts reach the default mutating halt_at = 4 whatever their timing;
-    # the side effect still happens exactly once.
-    out = _run_processes(_same_call_worker, [(redis_prefix, False, where)] * 4)
-    check = redis.Redis.from_url(REDIS_URL)
-    assert check.get(f"{redis_prefix}:charges") == b"1"
-    check.close()
-    decisions = [d for d, _ in out]
-    assert decisions.count("allow") == 1, out
-    assert set(decisions) <= {"allow", "cached", "RepeatedToolCalls"}, out
-
-
-def test_budget_shared_by_four_processes(redis_prefix: str, where: Where) -> None:
-    out = _run_processes(_budget_worker, [(redis_prefix, i, where) for i in range(4)])
-    assert all(isinstance(e, int) for e, _ in out), out
-    assert sum(e for e, _ in out) == 10
-    assert sum(h for _, h in out) == 10
-    check = redis.Redis.from_url(REDIS_URL)
-    assert check.get(f"{redis_prefix}:writes") == b"10"
-    check.close()
+def test_budget_shared_by_four_processes(redis_prefix: str, where: Where,
+                                         tmp_path: Path) -> None:
+    log = str(tmp_path / "writes")
+    out = run_processes(budget_worker, [(_maker(redis_prefix, where), log, i)
+                                        for i in range(4)])
+    check_budget(out, log)
 
 
 # -- faults -----------------------------------------------------------------------------
@@ -401,32 +325,8 @@ def test_unreachable_redis_fails_open() -> None:
     store.close()
 
 
-def _crashing_worker(prefix: str, barrier: Any, results: Any) -> None:
-    store = _store(prefix)
-
-    def write(path: str) -> str:
-        results.put("claimed")
-        results.close()
-        results.join_thread()  # flushed: the parent sees it before this process dies
-        os._exit(3)  # the worker dies mid-call: its claim stays behind
-
-    policy = tg.Policy(idempotency=IdempotencyPolicy(in_progress_ttl_s=0.3))
-    tg.Guard(policy, tools=[tg.mutating(write)], store=store).task("crash").call(
-        "write", {"path": "a"})
-
-
 def test_crashed_workers_claim_expires(redis_prefix: str) -> None:
-    assert _run_processes(_crashing_worker, [(redis_prefix,)]) == ["claimed"]
-    ran: list[str] = []
-    store = _store(redis_prefix)
-    task = tg.Guard(tools=[_writer(ran)], store=store).task("crash")
-    start = time.monotonic()
-    result = task.call("write", {"path": "a"})  # waits until the dead worker's claim expires
-    assert time.monotonic() - start < 2.0
-    # Executed once; as a duplicate of a running call, this attempt was not counted a repeat.
-    assert (result.decision, result.count, ran) == (tg.Decision.ALLOW, 1, ["a"])
-    assert task.call("write", {"path": "a"}).decision is tg.Decision.CACHED
-    store.close()
+    check_crashed_claim_expires(functools.partial(_store, redis_prefix))
 
 
 # -- Redis specifics --------------------------------------------------------------------

@@ -35,7 +35,7 @@ def test_list_formats_names_every_reader() -> None:
     assert result.exit_code == 0
     names = [r.name for r in readers()]
     assert names == ["inspect", "langfuse", "otel", "openhands", "swe-agent", "mini-swe-agent",
-                     "claude-code", "codex", "responses", "chat", "trace"]
+                     "tau2-simulations", "claude-code", "codex", "responses", "chat", "trace"]
     for name in names:
         assert name in result.stdout
 

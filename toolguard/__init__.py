@@ -36,6 +36,7 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
+from ._pending import PendingCall
 from ._resolve import ToolSettings
 from ._results import ToolResult, Usage
 from ._types import Decision, Effect, IdempotencyScope, Mode
@@ -68,6 +69,7 @@ __all__ = [
     "LoggingSink",
     "MemorySink",
     "Mode",
+    "PendingCall",
     "Policy",
     "PolicyError",
     "PolicyProblem",

@@ -111,6 +111,31 @@ def _sinks(audit: object) -> tuple[AuditSink, ...]:
     return sinks
 
 
+def _store_kind(policy: Policy) -> str:
+    """The back-end the policy's ``[store]`` asks for: its ``backend`` when one is named
+    (it must agree with the URL's scheme), else the URL's scheme (``sqlite:`` or Redis),
+    else ``memory``.
+
+    Raises:
+        PolicyError: a URL that the named back-end cannot use.
+    """
+    url = policy.store.url
+    scheme = ("sqlite" if url.startswith("sqlite:") else "redis") if url else None
+    backend = policy.store.backend
+    if policy.source_of("store.backend") == "built-in":
+        return scheme or backend
+    if scheme is not None and scheme != backend:
+        named = {"sqlite": "a SQLite URL", "redis": "a Redis URL"}[scheme]
+        fix = ("drop the URL" if backend == "memory" else
+               f"give a {'sqlite:' if backend == 'sqlite' else 'redis://'} URL")
+        raise PolicyError([PolicyProblem(
+            policy.source_of("store.url"), "store.url",
+            f"{named} is set, but store.backend = \"{backend}\" "
+            f"({policy.source_of('store.backend')}): set store.backend = \"{scheme}\" "
+            f"(TOOLGUARD_STORE__BACKEND={scheme}) or {fix}")])
+    return backend
+
+
 class Guard:
     """Tools + policy + state store: the enforcer.
 
@@ -126,7 +151,8 @@ class Guard:
             and schema are read from them, the effect comes from the policy unless ``@tg.*``
             marked them; see :meth:`register`).
         store: where per-task state lives; default a :class:`~toolguard.stores.MemoryStore`
-            (or a ``RedisStore`` when the policy says ``[store] backend = "redis"``).
+            (or a ``RedisStore`` or ``SQLiteStore`` when the policy's ``[store]`` names
+            ``backend = "redis"`` / ``"sqlite"`` or a ``redis://`` / ``sqlite:`` URL).
         approver: decides calls that need approval: a callable taking an
             :class:`toolguard.ApprovalRequest`, returning an :class:`toolguard.ApprovalDecision`
             or an awaitable of one; default :func:`toolguard.deny_all`.
@@ -209,22 +235,23 @@ class Guard:
         return cls(policy_from_env(env), tools, **kwargs)
 
     def _default_store(self, policy: Policy) -> Store:
-        # A URL alone (e.g. TOOLGUARD_STORE__URL) selects Redis unless a backend is named.
-        chosen = policy.source_of("store.backend") != "built-in"
-        if policy.store.url and chosen and policy.store.backend == "memory":
-            raise PolicyError([PolicyProblem(
-                policy.source_of("store.url"), "store.url",
-                f"a Redis URL is set, but store.backend = \"memory\" "
-                f"({policy.source_of('store.backend')}): set store.backend = \"redis\" "
-                "(TOOLGUARD_STORE__BACKEND=redis) or drop the URL")])
-        if policy.store.backend == "redis" or (policy.store.url and not chosen):
+        store = policy.store
+        kind = _store_kind(policy)
+        if kind == "redis":
             from .stores.redis import RedisStore
 
-            store: Store = RedisStore.from_policy(policy.store)
-            return store
+            return RedisStore.from_policy(store)
+        if kind == "sqlite":
+            from .stores.sqlite import SQLiteStore
+
+            try:
+                return SQLiteStore.from_policy(store, clock=self._clock)
+            except ValueError as exc:
+                raise PolicyError([PolicyProblem(policy.source_of("store.url"), "store.url",
+                                                 str(exc))]) from None
         return MemoryStore(
             max_entries=policy.idempotency.max_entries,
-            state_ttl_s=policy.store.state_ttl_s,
+            state_ttl_s=store.state_ttl_s,
             clock=self._clock,
         )
 

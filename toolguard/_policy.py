@@ -83,6 +83,7 @@ class LadderOverride(_Frozen):
     halt_at: int | None = Field(default=None, ge=2, le=MAX_COUNT)
     stagnation_warn_at: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     stagnation_block_at: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    transient_retries: int | None = Field(default=None, ge=0, le=MAX_COUNT)
 
 
 class LadderPolicy(_Frozen):
@@ -100,7 +101,15 @@ class LadderPolicy(_Frozen):
         max_progress_resets: a signature whose result changes on every call, called
             back to back with no other call in between, stops counting as progress after
             this many consecutive resets: its repeats then climb the ladder (``0``: no cap;
-            poll calls are limited by ``max_polls`` instead).
+            poll calls are limited by ``max_polls`` instead). A result whose explicit
+            progress fields (percentages, ratios, counters, "step k of n", a status) moved to
+            values the signature never had is progress without this cap.
+        transient_retries: identical retries of a call whose last attempts failed with a
+            transient error (HTTP 429 or 5xx, a timeout, "temporarily unavailable", a
+            ``retryable`` flag, the tool's ``result.transient`` patterns): each runs with a
+            notice to wait or back off, and none counts as a repeat; once the call has
+            failed transiently this many times in a row, the next retry is blocked. ``0``:
+            a transient failure is a failure like any other (its retries climb the ladder).
     """
 
     reset_on_user_turn: bool = True
@@ -109,6 +118,7 @@ class LadderPolicy(_Frozen):
     stagnation_warn_at: int = Field(default=4, ge=0, le=MAX_COUNT)
     stagnation_block_at: int = Field(default=6, ge=0, le=MAX_COUNT)
     max_progress_resets: int = Field(default=10, ge=0, le=MAX_COUNT)
+    transient_retries: int = Field(default=3, ge=0, le=MAX_COUNT)
 
 
 class BudgetPolicy(_Frozen):
@@ -184,18 +194,24 @@ class StorePolicy(_Frozen):
     """``[store]``: where per-task state lives.
 
     Attributes:
-        backend: ``memory`` (per process, the default) or ``redis`` (shared by workers).
+        backend: ``memory`` (per process, the default), ``sqlite`` (a file shared by the
+            processes of one machine) or ``redis`` (shared by workers anywhere). A URL alone
+            chooses by its scheme.
         url: the Redis URL, e.g. ``redis://127.0.0.1:6379/0``; with ``cluster``, one or
-            several comma-separated startup nodes (``redis://10.0.0.1:7000,10.0.0.2:7000``).
+            several comma-separated startup nodes (``redis://10.0.0.1:7000,10.0.0.2:7000``);
+            or the SQLite file, ``sqlite:///relative/path.db`` or
+            ``sqlite:////absolute/path.db`` (``backend = "sqlite"`` without a URL: the
+            per-user state file, :func:`toolguard.stores.sqlite.default_path`).
         cluster: the Redis URL points at a Redis Cluster (redis-py ``RedisCluster``).
         on_error: ``fail_closed`` blocks the call when the store fails; ``fail_open`` runs it
             unguarded with a warning audit event.
-        timeout_s: timeout of every store operation, in seconds.
-        key_prefix: namespace of every key (``{key_prefix}:{task}:...``).
+        timeout_s: timeout of every store operation, in seconds (SQLite: how long an
+            operation waits for another process's lock).
+        key_prefix: namespace of every Redis key (``{key_prefix}:{task}:...``).
         state_ttl_s: TTL of per-task state (ladder counts, budgets, flags), in seconds.
     """
 
-    backend: Literal["memory", "redis"] = "memory"
+    backend: Literal["memory", "sqlite", "redis"] = "memory"
     url: str | None = None
     cluster: bool = False
     on_error: Literal["fail_closed", "fail_open"] = "fail_closed"
@@ -251,11 +267,14 @@ class ResultPolicy(_Frozen):
         ignore_fields: JSONPath-style paths (``$.meta.request_id``, ``$.items[*].etag``,
             ``$..timestamp``) removed from JSON results, and from text results that parse
             as JSON.
+        transient: regexes (RE2, as ``ignore``) that mark an error of this tool as
+            transient, besides the built-in ones (``toolguard._outcomes.is_transient``).
     """
 
     strip_volatile: bool = True
     ignore: tuple[str, ...] = ()
     ignore_fields: tuple[str, ...] = ()
+    transient: tuple[str, ...] = ()
 
 
 class ToolPolicy(_Frozen):

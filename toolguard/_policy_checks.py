@@ -147,7 +147,7 @@ _REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
 def _value_problems(layer: _Layer) -> list[PolicyProblem]:
     """Values the JSON Schema cannot rule out: TOML's ``inf`` and ``nan`` (a limit of
     infinity is "no limit", which is spelled by leaving the key out), and a store URL that
-    is not a Redis URL."""
+    is neither a Redis URL nor a usable ``sqlite:`` URL."""
     problems: list[PolicyProblem] = []
     for path in _leaves(layer.data):
         value: Any = layer.data
@@ -158,10 +158,17 @@ def _value_problems(layer: _Layer) -> list[PolicyProblem]:
                 path, f"must be a finite number (leave the key out for no limit), got {value}"))
     store = layer.data.get("store")
     url = store.get("url") if isinstance(store, dict) else None
-    if isinstance(url, str) and not url.startswith(_REDIS_SCHEMES):
+    if isinstance(url, str) and url.startswith("sqlite:"):
+        from .stores.sqlite import path_from_url
+
+        try:
+            path_from_url(url)
+        except ValueError as exc:
+            problems.append(layer.problem(("store", "url"), str(exc)))
+    elif isinstance(url, str) and not url.startswith(_REDIS_SCHEMES):
         problems.append(layer.problem(
-            ("store", "url"), f"must be a Redis URL ({', '.join(_REDIS_SCHEMES)}...), "
-                              f"got {_show(url)}"))
+            ("store", "url"), f"must be a Redis URL ({', '.join(_REDIS_SCHEMES)}...) or a "
+                              f"SQLite file (sqlite:///PATH), got {_show(url)}"))
     return problems
 
 
@@ -189,9 +196,10 @@ def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
                 candidates.append((("tools", name, "rules", i, "match", arg), pattern))
     problems: list[PolicyProblem] = []
     for name, table in _result_tables(layer):
-        ignore = table.get("ignore")
-        for i, pattern in enumerate(ignore if isinstance(ignore, list) else ()):
-            candidates.append((("tools", name, "result", "ignore", i), pattern))
+        for key in ("ignore", "transient"):
+            given = table.get(key)
+            for i, pattern in enumerate(given if isinstance(given, list) else ()):
+                candidates.append((("tools", name, "result", key, i), pattern))
         fields = table.get("ignore_fields")
         for i, entry in enumerate(fields if isinstance(fields, list) else ()):
             if isinstance(entry, str) and (why := field_path_problem(entry)) is not None:

@@ -19,7 +19,7 @@ from ._errors import CanonicalizationError
 from ._json_text import ArgumentsError, parse_arguments
 from ._limits import dict_bounds, oversized, short_name, too_deep
 from ._results import ToolResult
-from ._schema import ArgsValidator, Problem, describe
+from ._schema_words import describe
 from ._shell import classify_argv
 from ._types import (
     MUTATING,
@@ -32,29 +32,16 @@ if TYPE_CHECKING:
     from ._engine import Task
 
 
-def _validate_typed(validator: ArgsValidator, args: Mapping[str, Any],
-                    invalid: list[Problem]) -> list[Problem] | None:
-    """A direct call may pass typed values (an Enum, a date, a dataclass, a pydantic model)
-    that the JSON Schema cannot judge as Python objects: judge their JSON form, the one a
-    model would send, which the tool then receives converted by pydantic."""
-    from pydantic_core import to_jsonable_python
-
-    try:
-        as_json = to_jsonable_python(args)
-    except Exception:  # noqa: BLE001 - no JSON form: the first verdict stands
-        return invalid
-    return invalid if as_json == args else validator.problems(as_json)
-
-
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
     raise RuntimeError("an unknown tool was executed")
 
 
 def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
-             virtual: bool) -> _Prepared | ToolResult:
+             virtual: bool, call_id: str = "") -> _Prepared | ToolResult:
     # a name that is not a string (None from a message missing it) is an unknown tool
     entry = cfg.entries.get(tool) if type(tool) is str else None
-    call_id = f"{task.task_id}#{next(task._ids)}{task._id_suffix}"
+    # call_id: a call begun elsewhere keeps its own (toolguard._pending.attach)
+    call_id = call_id or f"{task.task_id}#{next(task._ids)}{task._id_suffix}"
     if entry is None:
         tool = short_name(tool)  # the model's: kept in counters, results and history
         entry = task._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)
@@ -132,9 +119,6 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
                 bound is args or (len(bound) == len(args)
                                   and None not in args.values())) else ""
             problems = validator.problems(args, known)
-            # a direct call's typed values (not parsed JSON text): judge their JSON form
-            if problems is not None and not isinstance(raw, (str, bytes)):
-                problems = _validate_typed(validator, args, problems)
             if problems is not None:
                 pattern = cfg.policy.audit.redact_pattern
                 invalid = describe(problems, partial(scrub, pattern=pattern))

@@ -22,10 +22,10 @@ import xxhash
 
 if TYPE_CHECKING:
     from cachetools import LRUCache
-    from jsonschema.exceptions import ValidationError
     from pydantic import ConfigDict
 
 from ._injected import injected_parameters
+from ._schema_words import Problem, describe, python_problem, rs_problems
 
 __all__ = ["ArgsValidator", "schema_from_signature"]
 
@@ -52,9 +52,6 @@ def __getattr__(name: str) -> Any:
     if name == "_rs":  # before the first validator: import it now
         return fast_validators()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-_MAX_ERRORS = 8
 
 
 def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
@@ -218,146 +215,14 @@ def _unresolvable_ref(exc: BaseException) -> bool:
     return isinstance(exc, Unresolvable)
 
 
-def _leaves(error: ValidationError) -> list[ValidationError]:
-    """The errors to report for ``error``: itself, or, for an ``anyOf``/``oneOf`` whose
-    branch the value matched by type and failed inside (``tags: list[str] | None`` given
-    ``[1, 2]``), every error of that branch, found by jsonschema's ``best_match``, so each
-    failing path is named (``args.tags[0]: 1 is not of type 'string'``). Built only for
-    invalid arguments."""
-    if not error.context:
-        return [error]
-    from jsonschema.exceptions import best_match
-
-    best = best_match([error])
-    if best is None or len(best.absolute_path) <= len(error.absolute_path):
-        return [error]  # no branch got further than the value itself: say what each wanted
-    while best.parent is not None and best.parent is not error:
-        best = best.parent
-    branch = best.relative_schema_path[0]
-    return [leaf for inner in error.context if inner.relative_schema_path[0] == branch
-            for leaf in _leaves(inner)]
+_UNSEEN: Any = object()
+_SMALL_CHARS = 256
 
 
-def _message(error: ValidationError) -> str:
-    """jsonschema's message, except for an ``anyOf``/``oneOf`` every branch of which wants
-    another type: then the types (``'x' is not of type 'array' or 'null'``)."""
-    context = error.context or []
-    if context and all(e.validator == "type" and not e.relative_path for e in context):
-        wanted = dict.fromkeys(repr(t) for e in context for t in (
-            e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]))
-        return f"{error.instance!r} is not of type {' or '.join(wanted)}"
-    return str(error.message)
-
-
-def _path_of(parts: Any) -> str:
-    """``args.flights[1].flight_number`` for the instance path ``["flights", 1, ...]``."""
-    out = "args"
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
-# jsonschema's own wording per keyword (jsonschema/_keywords.py), rebuilt from the structured
-# errors of jsonschema-rs, so the model reads one shape whichever validator found the problem.
-_LIMIT_WORDS = {
-    "Minimum": "is less than the minimum of",
-    "Maximum": "is greater than the maximum of",
-    "ExclusiveMinimum": "is less than or equal to the minimum of",
-    "ExclusiveMaximum": "is greater than or equal to the maximum of",
-}
-_SIZE_WORDS = {  # kind: (the word at the edge limit, the edge limit, the word otherwise)
-    "MinLength": ("should be non-empty", 1, "is too short"),
-    "MinItems": ("should be non-empty", 1, "is too short"),
-    "MinProperties": ("should be non-empty", 1, "does not have enough properties"),
-    "MaxLength": ("is expected to be empty", 0, "is too long"),
-    "MaxItems": ("is expected to be empty", 0, "is too long"),
-    "MaxProperties": ("is expected to be empty", 0, "has too many properties"),
-}
-_BRANCHING = frozenset({"AnyOf", "OneOfNotValid"})
-
-
-def _rs_kind(error: Any) -> str:
-    return type(error.kind).__name__
-
-
-def _rs_leaves(error: Any) -> list[Any]:
-    """The jsonschema-rs errors to report for ``error``, as ``_leaves`` chooses them: for an
-    ``anyOf``/``oneOf`` whose branch the value matched by type and failed inside, that
-    branch's errors (the branch whose errors reach deepest; the first of equals)."""
-    if _rs_kind(error) not in _BRANCHING:
-        return [error]
-    depth = len(error.instance_path)
-    best: list[Any] = []
-    best_depth = depth
-    for branch in error.kind.context:
-        reach = max((len(e.instance_path) for e in branch), default=depth)
-        if reach > best_depth:
-            best, best_depth = branch, reach
-    if not best:
-        return [error]
-    return [leaf for inner in best for leaf in _rs_leaves(inner)]
-
-
-def _rs_message(error: Any) -> str:
-    """jsonschema's message for one jsonschema-rs error (its own message for a keyword that
-    jsonschema words differently or the table does not cover)."""
-    kind = _rs_kind(error)
-    data = error.kind.as_dict()
-    value = error.instance
-    if kind == "Type":
-        return f"{value!r} is not of type {', '.join(repr(t) for t in data['types'])}"
-    if kind == "Required":
-        return f"{data['property']!r} is a required property"
-    if kind == "Enum":
-        return f"{value!r} is not one of {data['options']!r}"
-    if kind == "Constant":
-        return f"{data['expected_value']!r} was expected"
-    if kind in _LIMIT_WORDS:
-        return f"{value!r} {_LIMIT_WORDS[kind]} {data['limit']!r}"
-    if kind in _SIZE_WORDS:
-        at_edge, edge, word = _SIZE_WORDS[kind]
-        return f"{value!r} {at_edge if data['limit'] == edge else word}"
-    if kind == "Pattern":
-        return f"{value!r} does not match {data['pattern']!r}"
-    if kind == "MultipleOf":
-        return f"{value!r} is not a multiple of {data['multiple_of']}"
-    if kind == "UniqueItems":
-        return f"{value!r} has non-unique elements"
-    if kind == "AdditionalProperties":
-        extras = sorted(data["unexpected"], key=str)
-        verb = "was" if len(extras) == 1 else "were"
-        return (f"Additional properties are not allowed "
-                f"({', '.join(repr(e) for e in extras)} {verb} unexpected)")
-    if kind in _BRANCHING:
-        inner = [e for branch in error.kind.context for e in branch]
-        if inner and all(_rs_kind(e) == "Type" and e.instance_path == error.instance_path
-                         for e in inner):
-            wanted = dict.fromkeys(repr(t) for e in inner for t in e.kind.as_dict()["types"])
-            return f"{value!r} is not of type {' or '.join(wanted)}"
-        return f"{value!r} is not valid under any of the given schemas"
-    return str(error.message)
-
-
-Problem = tuple[list[Any] | None, str, Any]
-"""One problem of invalid arguments: the instance path (``["flights", 1]``; ``None`` for a
-schema that cannot be applied, the only problem then), the message, and the offending value
-the message may quote."""
-Scrub = Callable[[str, list[Any], Any], str]
-"""``scrub(message, path, quoted)``: a problem's message as the model may read it."""
-
-
-def describe(problems: list[Problem], scrub: Scrub | None = None) -> str:
-    """The model's message for ``problems``: ``args.path: message`` each, ordered by path and
-    then by message (the two validators visit a schema's keywords in different orders), at
-    most ``_MAX_ERRORS`` of them and a count of the rest; ``scrub`` (the guard takes secrets
-    out of the values the messages quote) applied to each shown message."""
-    problems = sorted(problems, key=lambda p: (p[0] or [], p[1]))
-    lines = [message if path is None
-             else f"{_path_of(path)}: {scrub(message, path, quoted) if scrub else message}"
-             for path, message, quoted in problems[:_MAX_ERRORS]]
-    if len(problems) > _MAX_ERRORS:
-        lines.append(f"... and {len(problems) - _MAX_ERRORS} more")
-    return "; ".join(lines)
+def _small(value: Any) -> bool:
+    """Whether a memo may keep ``value``: a scalar, a string of at most 256 characters."""
+    return value is None or isinstance(value, (bool, int, float)) or (
+        isinstance(value, str) and len(value) <= _SMALL_CHARS)
 
 
 class ArgsValidator:
@@ -366,7 +231,8 @@ class ArgsValidator:
     Args:
         schema: a JSON Schema of the arguments object (draft 2020-12 assumed unless
             ``$schema`` says otherwise).
-        cache_size: how many validated signatures to remember.
+        cache_size: how many judged signatures to remember (valid ones, and invalid ones whose
+            problems quote only small values).
 
     Thread-safe for concurrent ``validate`` calls (the LRU is only a hint: a lost update
     means one extra validation).
@@ -387,7 +253,7 @@ class ArgsValidator:
                                f"{_first_line(exc)}") from None
         from cachetools import LRUCache  # with the first guard, not with import toolguard
 
-        self._valid: LRUCache[bytes | str, bool] = LRUCache(maxsize=cache_size)
+        self._seen: LRUCache[bytes | str, Any] = LRUCache(maxsize=cache_size)
 
     def _compile(self) -> None:
         rs = fast_validators()
@@ -455,36 +321,50 @@ class ArgsValidator:
             with contextlib.suppress(TypeError, orjson.JSONEncodeError):
                 signature = xxhash.xxh3_128_digest(
                     orjson.dumps(args, option=orjson.OPT_SORT_KEYS))
-        if signature and signature in self._valid:
-            return None
+        if signature:
+            seen = self._seen.get(signature, _UNSEEN)
+            if seen is not _UNSEEN:
+                return cast("list[Problem] | None", seen)
+        found = self._find(args)
+        if signature and (found is None or all(_small(quoted) for _, _, quoted in found)):
+            self._seen[signature] = found  # valid, or problems that pin no large value
+        return found
+
+    def _find(self, args: Mapping[str, Any]) -> list[Problem] | None:
         fast = self._fast
-        if fast is not None:
-            try:
-                ok = fast.is_valid(args)
-            except (ValueError, TypeError):  # not JSON (a direct call's objects)
-                ok, fast = False, None
-        else:
-            try:
-                ok = self._py().is_valid(args)
-            except Exception as exc:
-                if _unresolvable_ref(exc):
-                    return [(None, _unresolvable(exc), None)]
-                raise
-        if ok:
-            if signature:
-                self._valid[signature] = True
-            return None
-        if fast is not None:
-            tops = sorted(fast.iter_errors(args), key=lambda e: list(e.instance_path))
-            return [(list(e.instance_path), _rs_message(e), e.instance)
-                    for top in tops for e in _rs_leaves(top)]
+        if fast is None:
+            found = self._find_py(args)
+            return None if found is None else self._typed(args, found)
+        try:
+            if fast.is_valid(args):
+                return None
+        except (ValueError, TypeError):  # not JSON: a direct call's typed values
+            return self._typed(args, None)
+        tops = sorted(fast.iter_errors(args), key=lambda e: list(e.instance_path))
+        return [problem for top in tops for problem in rs_problems(top)]
+
+    def _find_py(self, args: Mapping[str, Any]) -> list[Problem] | None:
         try:
             errors = sorted(self._py().iter_errors(args), key=lambda e: list(e.absolute_path))
         except Exception as exc:
             if _unresolvable_ref(exc):
                 return [(None, _unresolvable(exc), None)]
             raise
-        if not errors:  # the fast validator disagreed (e.g. non-JSON values): trust jsonschema
-            return None
-        return [(list(e.absolute_path), _message(e), e.instance)
-                for top in errors for e in _leaves(top)]
+        return [problem for top in errors for problem in python_problem(top)] or None
+
+    def _typed(self, args: Mapping[str, Any], found: list[Problem] | None
+               ) -> list[Problem] | None:
+        """A direct call may pass typed values (an Enum, a date, a dataclass, a pydantic
+        model) that the JSON Schema cannot judge as Python objects: judge their JSON form, the
+        one a model would send, which the tool then receives converted by pydantic. ``found``:
+        the problems jsonschema saw in the objects themselves (``None``: jsonschema-rs could
+        not read them); they stand when the arguments have no other JSON form."""
+        from pydantic_core import to_jsonable_python
+
+        try:
+            as_json = to_jsonable_python(args)
+        except Exception:  # noqa: BLE001 - no JSON form: judged as they are
+            as_json = args
+        if as_json == args:
+            return found if found is not None else self._find_py(args)
+        return self._find(as_json)

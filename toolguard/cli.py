@@ -66,7 +66,7 @@ def _print_version(given: bool) -> None:
     if given:
         from importlib.metadata import version  # only for --version: not at every start-up
 
-        typer.echo(f"toolguard {version('toolguard')}")
+        typer.echo(f"toolguard {version('agent-toolguard')}")
         raise typer.Exit()
 
 
@@ -223,11 +223,15 @@ def _summary(path: Path) -> str:
 
 
 def _register_commands() -> None:
+    from ._hook_cli import register as register_hooks
     from ._mcp_proxy import register as register_mcp_proxy
     from ._replay_cli import register
+    from ._tune import register as register_tune
 
     register(app)
     register_mcp_proxy(app)
+    register_tune(app)
+    register_hooks(app)
 
 
 _register_commands()

@@ -1,8 +1,9 @@
 """State stores: where per-task guard state lives.
 
-:class:`MemoryStore` (default, per process) and :class:`RedisStore` (extra
-``toolguard[redis]``, shared by several workers) implement the :class:`Store` protocol and
-pass one contract test suite.
+:class:`MemoryStore` (default, per process), :class:`SQLiteStore` (a file shared by the
+processes of one machine; standard library) and :class:`RedisStore` (extra
+``agent-toolguard[redis]``, shared by workers anywhere) implement the :class:`Store` protocol
+and pass one contract test suite.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .memory import MemoryStore
 
 if TYPE_CHECKING:
     from .redis import RedisStore
+    from .sqlite import SQLiteStore
 
 __all__ = [
     "ApprovalRecord",
@@ -32,6 +34,7 @@ __all__ = [
     "IdempotencyRecord",
     "MemoryStore",
     "RedisStore",
+    "SQLiteStore",
     "Snapshot",
     "Store",
     "TaskUsage",
@@ -39,9 +42,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # RedisStore imports redis-py, an optional extra: load it only when asked for.
+    # RedisStore imports redis-py, an optional extra, and SQLiteStore sqlite3: load each
+    # only when asked for.
     if name == "RedisStore":
         from .redis import RedisStore
 
         return RedisStore
+    if name == "SQLiteStore":
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,9 +13,11 @@ or split a task over slots, and an empty task id is written ``%``)::
                              t:<tool> (calls per tool), f:<tool> (consecutive failures),
                              last (signature of the last counted call), s:<tool> (the
                              stagnation run: "epoch length outcome last_signature"),
+                             x:<signature> (its transient failures in a row),
                              gen (the task's generation marker, below)
     P:{T}:sigs        hash   signature -> "epoch count polls last_result_digest resets"
-    P:{T}:seen        set    (signature, result digest) pairs seen (progress detection)
+    P:{T}:seen        set    (signature, result digest) pairs seen, and (signature, NUL
+                             progress fingerprint) pairs (progress detection)
     P:{T}:appr        hash   idempotency key -> approval record (JSON)
     P:{T}:recs        set    idempotency keys that have a record (for clear_task)
     P:{T}:rec:<key>   string idempotency record: "state|changes|expires_at|created_at|" + JSON
@@ -108,6 +110,7 @@ from ._base import (
     Snapshot,
     TaskUsage,
 )
+from ._json import _approval, _approval_json, _dumps
 from ._redis_lost import _MAX_TASKS, _keep_outcome, _remember_claim, _write_unrecorded
 from ._redis_scripts import (
     _ADD_USAGE_SCRIPT,
@@ -123,10 +126,8 @@ from ._redis_scripts import (
 )
 from ._redis_wire import (
     _MAX_TTL_S,
-    _approval,
     _bytes,
     _client,
-    _dumps,
     _escape,
     _ms,
     _record,
@@ -380,7 +381,7 @@ class RedisStore:
                 _remember_claim(self._orphans, self._lock, task_id, key, orphan, tail)
             raise
         (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
-         record, approval, claimed, halted, run, run_outcome, run_signature) = r
+         record, approval, claimed, halted, run, run_outcome, run_signature, transient) = r
         return Snapshot(
             halted=None if halted is None else orjson.loads(halted),
             epoch=int(epoch),
@@ -397,6 +398,7 @@ class RedisStore:
             stagnation=int(run),
             stagnation_outcome=_text(run_outcome),
             stagnation_signature=_text(run_signature),
+            transient=int(transient),
         )
 
     def finish(self, task_id: str, req: FinishRequest) -> None:
@@ -434,6 +436,7 @@ class RedisStore:
                        _time(req.now + min(req.ttl_s, _MAX_TTL_S)),
                        b"" if req.halt is None else _dumps(req.halt), self._state_ms_arg,
                        req.outcome, str(req.max_progress_resets),
+                       "1" if req.transient else "0", req.progress,
                    ])
 
     def get_record(self, task_id: str, key: str, now: float) -> IdempotencyRecord | None:
@@ -514,10 +517,8 @@ class RedisStore:
         Raises:
             StoreError: Redis failed or timed out, or the task's state was lost.
         """
-        value = _dumps([record.state, record.requested_at, record.reason, record.tool,
-                        record.args, record.args_hash, record.proof])
         self._eval("set_approval", task_id, _SET_APPROVAL_SCRIPT, self._keys(task_id)[:5],
-                   [key, value, self._state_ms_arg])
+                   [key, _approval_json(record), self._state_ms_arg])
 
     def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
         """Pending approval requests of the task, by idempotency key.

@@ -1,0 +1,233 @@
+"""The file under :class:`~toolguard.stores.SQLiteStore`: where it is (the per-user default,
+``sqlite:`` URLs), opening it (mode 0600, WAL, our tables or an error, never a takeover),
+transactions, the size bounds and the sweep, and what a failure tells the user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Final
+from urllib.parse import unquote, urlsplit
+
+from toolguard._errors import StoreError
+
+__all__ = ["STATE_DIR_VARIABLE", "default_path", "path_from_url"]
+
+STATE_DIR_VARIABLE: Final = "TOOLGUARD_STATE_DIR"
+_FILE_NAME: Final = "state.db"
+_SCHEMA: Final = "1"  # the version of the tables below, kept in toolguard_meta
+SWEEP_ONE_IN: Final = 64  # a write transaction sweeps with this chance (1 / n)
+_SWEEP_TASKS: Final = 256  # idle tasks removed per sweep at most
+
+_TABLES: Final = """
+CREATE TABLE toolguard_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE tasks (
+    task TEXT PRIMARY KEY, used_at REAL NOT NULL, epoch INTEGER NOT NULL,
+    changes INTEGER NOT NULL, calls INTEGER NOT NULL, tokens_in INTEGER NOT NULL,
+    tokens_out INTEGER NOT NULL, started_at REAL, halted BLOB, last_sig TEXT NOT NULL);
+CREATE INDEX tasks_used_at ON tasks (used_at);
+CREATE TABLE tools (
+    task TEXT NOT NULL, tool TEXT NOT NULL, calls INTEGER NOT NULL, failures INTEGER NOT NULL,
+    run_epoch INTEGER NOT NULL, run_len INTEGER NOT NULL, run_outcome TEXT NOT NULL,
+    run_sig TEXT NOT NULL, PRIMARY KEY (task, tool)) WITHOUT ROWID;
+CREATE TABLE sigs (
+    task TEXT NOT NULL, sig TEXT NOT NULL, epoch INTEGER NOT NULL, count INTEGER NOT NULL,
+    polls INTEGER NOT NULL, resets INTEGER NOT NULL, digest TEXT NOT NULL,
+    UNIQUE (task, sig));
+CREATE TABLE seen (task TEXT NOT NULL, sig TEXT NOT NULL, digest TEXT NOT NULL,
+    UNIQUE (task, sig, digest));
+CREATE TABLE records (
+    task TEXT NOT NULL, key TEXT NOT NULL, state TEXT NOT NULL, changes INTEGER NOT NULL,
+    created_at REAL NOT NULL, expires_at REAL NOT NULL, call_id TEXT NOT NULL, content BLOB,
+    UNIQUE (task, key));
+CREATE INDEX records_expires_at ON records (expires_at);
+CREATE TABLE approvals (task TEXT NOT NULL, key TEXT NOT NULL, record BLOB NOT NULL,
+    UNIQUE (task, key));
+"""
+_TASK_TABLES: Final = ("tasks", "tools", "sigs", "seen", "approvals")  # records: own TTLs
+
+
+def default_path(env: Mapping[str, str] | None = None) -> Path:
+    """The per-user state file for processes of one machine (hook commands, ``toolguard
+    approve``, ``toolguard resume``): ``$TOOLGUARD_STATE_DIR/state.db`` if that variable is
+    set, else ``$XDG_STATE_HOME/toolguard/state.db`` (an absolute ``XDG_STATE_HOME`` only, as
+    the XDG Base Directory Specification says), else ``~/.local/state/toolguard/state.db``.
+
+    Args:
+        env: the environment variables; None reads ``os.environ``.
+
+    Returns:
+        The path (not created here: :class:`~toolguard.stores.SQLiteStore` creates it, and
+        each missing directory with mode 0700, on first use).
+    """
+    environ = os.environ if env is None else env
+    given = environ.get(STATE_DIR_VARIABLE, "")
+    if given:
+        return Path(given).expanduser() / _FILE_NAME
+    xdg = environ.get("XDG_STATE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return base / "toolguard" / _FILE_NAME
+
+
+def path_from_url(url: str) -> Path:
+    """The file of a ``sqlite:`` URL, as SQLAlchemy spells them: ``sqlite:///state.db``
+    (relative to the working directory), ``sqlite:////var/lib/toolguard/state.db``
+    (absolute), ``sqlite:///~/state.db`` (in the home directory); ``sqlite://`` alone is
+    :func:`default_path`.
+
+    Raises:
+        ValueError: not a ``sqlite:`` URL, a host (``sqlite://host/x``), a query, or an
+            in-memory database (``:memory:``: one per connection, so no state would be
+            shared; use the memory store).
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        raise ValueError(f"not a sqlite: URL: {url!r}")
+    if parts.netloc or parts.query or parts.fragment:
+        raise ValueError(f"a sqlite: URL is sqlite:///PATH (no host, query or fragment), "
+                         f"got {url!r}")
+    path = unquote(parts.path)
+    if not path:
+        return default_path()
+    path = path[1:]  # the slash after the empty host
+    if not path:
+        raise ValueError(f"a sqlite: URL needs a file after sqlite:///, got {url!r}")
+    if path == ":memory:" or path.startswith("file:"):
+        raise ValueError(f"{url!r} is not a file: an in-memory database is private to one "
+                         "connection (use the memory store)")
+    return Path(path).expanduser()
+
+
+def open_database(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A connection to ``path`` in autocommit mode (transactions are explicit), WAL, with a
+    busy timeout of ``timeout_s``; the file (mode 0600) and its directories (0700) are made
+    if missing, the tables in an empty file.
+
+    Raises:
+        sqlite3.Error: the file is not a database, corrupt, or holds other tables.
+        OSError: the file or a directory cannot be made.
+    """
+    if not path.exists():
+        # every directory made here 0700, as the XDG spec asks of the state directory
+        for parent in reversed([*path.parents]):
+            if not parent.exists():
+                parent.mkdir(mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None,
+                           check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA journal_size_limit = 4194304")  # WAL truncated to 4 MB
+        with transaction(conn):
+            _check_schema(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables in an empty file; in any other file, require ours."""
+    names = {row[0] for row in conn.execute(
+        "SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    if not names:
+        for statement in _TABLES.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("INSERT INTO toolguard_meta VALUES ('schema', ?)", (_SCHEMA,))
+        return
+    version = None
+    if "toolguard_meta" in names:
+        row = conn.execute("SELECT value FROM toolguard_meta WHERE name = 'schema'").fetchone()
+        version = row and row[0]
+    if version != _SCHEMA:
+        raise sqlite3.DatabaseError(
+            "the file is a SQLite database but not a toolguard store of schema "
+            f"{_SCHEMA} (found {'schema ' + str(version) if version else 'other tables'})")
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """``BEGIN IMMEDIATE`` (the write lock, taken before anything is read) ... ``COMMIT``,
+    rolled back if the body raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def failure(path: Path, timeout_s: float, on_error: str | None, op: str, task_id: str,
+            exc: BaseException) -> StoreError:
+    """The error a failed operation raises: the file, what went wrong, what the guard does."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
+        why = (f"the file stayed locked by another process for more than the busy "
+               f"timeout ({timeout_s:g} s)")
+    elif isinstance(exc, sqlite3.DatabaseError) and not isinstance(
+            exc, sqlite3.OperationalError):
+        why = (f"{text}; the file is kept as it is (never replaced by a fresh state): "
+               "move it away to start over, losing the state it held")
+    else:
+        why = f"{type(exc).__name__}: {text}"
+    if on_error == "fail_open":
+        then = "the call runs unguarded (store.on_error = fail_open)"
+    elif on_error == "fail_closed":
+        then = "the call is refused (store.on_error = fail_closed)"
+    else:
+        then = "the call is refused unless the policy says store.on_error = fail_open"
+    return StoreError(f"SQLite store {path} failed ({op}, task {task_id!r}): {why}; {then}")
+
+
+def drop_task(conn: sqlite3.Connection, task_id: str) -> None:
+    """Forget the task's state (not its idempotency records, which keep their TTLs)."""
+    for table in _TASK_TABLES:
+        conn.execute(f"DELETE FROM {table} WHERE task = ?", (task_id,))  # noqa: S608
+
+
+def bound(conn: sqlite3.Connection, table: str, max_rows: int) -> None:
+    """Right after an insert into ``table``: keep its ``max_rows`` most recently written rows
+    (rowids grow with every write, and ``INSERT OR REPLACE`` gives the row a new one)."""
+    conn.execute(f"DELETE FROM {table} WHERE rowid <= last_insert_rowid() - ?",  # noqa: S608
+                 (max_rows,))
+
+
+def fit(conn: sqlite3.Connection, max_bytes: int) -> None:
+    """Past ``max_bytes`` of pages in use, drop the oldest records (never the newest)."""
+    (size,) = conn.execute("PRAGMA page_size").fetchone()
+    while True:
+        (pages,) = conn.execute("PRAGMA page_count").fetchone()
+        (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+        if (pages - free) * size <= max_bytes:
+            return
+        (rows,) = conn.execute("SELECT count(*) FROM records").fetchone()
+        if rows <= 1:
+            return
+        conn.execute("DELETE FROM records WHERE rowid IN (SELECT rowid FROM records "
+                     "ORDER BY rowid LIMIT ?)", (max(1, (rows - 1) // 4),))
+
+
+def sweep(conn: sqlite3.Connection, now: float, state_ttl_s: float, max_tasks: int) -> None:
+    """Delete expired records, tasks idle past ``state_ttl_s`` and the least recently used
+    tasks beyond ``max_tasks`` (at most ``_SWEEP_TASKS`` tasks at a time)."""
+    conn.execute("DELETE FROM records WHERE expires_at <= ?", (now,))
+    idle = [row[0] for row in conn.execute(
+        "SELECT task FROM tasks WHERE used_at < ? LIMIT ?", (now - state_ttl_s, _SWEEP_TASKS))]
+    (count,) = conn.execute("SELECT count(*) FROM tasks").fetchone()
+    over = min(count - len(idle) - max_tasks, _SWEEP_TASKS)
+    if over > 0:
+        idle += [row[0] for row in conn.execute(
+            "SELECT task FROM tasks WHERE used_at >= ? ORDER BY used_at LIMIT ?",
+            (now - state_ttl_s, over))]
+    for task_id in idle:
+        drop_task(conn, task_id)
