@@ -21,6 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("TOOLGUARD_SHARED", ROOT.parent / "shared"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _approval_secret_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The approval secret (``$XDG_CONFIG_HOME/toolguard/approval.key``) of every guard on a
+    shared store, and of the processes tests start, in a temporary folder: never the home of
+    whoever runs the tests."""
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("config"))
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(1_000_000.0)

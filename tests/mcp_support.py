@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import socket
 import subprocess
 import sys
@@ -168,7 +170,7 @@ def label(result: mt.CallToolResult) -> str:
             return "allow"
         return "cached" if "NOT executed again" in notice else "warn"
     joined = "\n".join(texts)
-    for word, name in (("Blocked", "block"), ("toolguard approve", "review"),
+    for word, name in (("Blocked", "block"), ("waiting for a human", "review"),
                        ("argument", "invalid")):
         if word in joined:
             return name
@@ -195,6 +197,39 @@ async def scripted_loop(session: ClientSession) -> tuple[list[str], list[str]]:
 
 EXPECTED_WRITES = ["allow", "cached", "cached"]
 EXPECTED_READS = ["allow", "allow", "warn", "block", "halt", "halt"]
+
+
+APPROVE_TIMEOUT_S = 60
+
+
+def approve_at_a_terminal(key: str, answer: str, env: dict[str, str]
+                          ) -> tuple[int, str]:
+    """``toolguard approve KEY`` on a pseudo-terminal (a human's), typing ``answer``: its
+    exit code and everything it wrote."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "toolguard.cli", "approve", key],
+                            stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    typed = False
+    deadline = time.monotonic() + APPROVE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the terminal closed: the process has ended
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not typed and b"[y/N]" in out:
+                os.write(master, answer.encode() + b"\n")
+                typed = True
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    return proc.wait(APPROVE_TIMEOUT_S), out.decode(errors="replace")
 
 
 async def scripted_http_upstream(port: int, tool: str, on_call: Callable[[Any, Any], Awaitable[Any]]

@@ -1,7 +1,7 @@
 """The canonical form of tool arguments and its hash (``toolguard._canonical``).
 
 Golden vectors pin the exact canonical bytes and XXH3-128 digests of version
-``CANONICAL_VERSION == 2`` in ``tests/golden/canonical_v2.json``. They change only together
+``CANONICAL_VERSION == 3`` in ``tests/golden/canonical_v3.json``. They change only together
 with a ``CANONICAL_VERSION`` bump (which reseeds every digest): a failure here without a bump
 means stored idempotency keys and ladder counts would silently stop matching.
 """
@@ -76,7 +76,7 @@ GOLDEN: dict[str, tuple[dict[str, Any], dict[str, ArgOptions] | None]] = {
     "dollar_keys_escaped": ({"q": {"$gt": 5, "$$x": 1}, "$top": "v", "price": "$100"}, None),
     "literal_tag_is_not_a_tag": ({"x": {"$bytes": "YWI="}, "n": {"$int": "100"}}, None),
     "nested_dicts": ({"z": {"y": {"x": 1, "w": [{"b": 1, "a": 2}]}}, "a": {}}, None),
-    "null_dropped_in_objects": ({"a": 1, "b": None, "c": {"d": None, "e": 2}}, None),
+    "null_dropped_at_top_kept_nested": ({"a": 1, "b": None, "c": {"d": None, "e": 2}}, None),
     "null_kept_in_arrays": ({"items": [None, 1, None, {"k": None}]}, None),
     "integral_float_is_int": ({"one": 1.0, "half": 2.5, "big": 1e16, "huge": 1e20}, None),
     "negative_zero": ({"z": -0.0, "zs": [-0.0, 0.0, 0]}, None),
@@ -148,8 +148,7 @@ def test_golden_vector(name: str) -> None:
     {"$$": {"$": 0}}, {"a": "$100", "b": ["$", "$$"]},
 ])
 def test_dollar_keys_fast_path_and_walk_agree(args: dict[str, Any]) -> None:
-    walked = orjson.dumps(canonicalize(args), option=orjson.OPT_SORT_KEYS)
-    assert canonical_args(args) == walked  # the fast path finds every $-key
+    assert canonical_args(args) == _canonical._walked_bytes(args)  # the fast path finds every $-key
 
 
 @given(st.one_of(
@@ -362,7 +361,7 @@ RICH_LEAVES: st.SearchStrategy[Any] = (
 @PROPS
 @given(st.one_of(JSON_ARGS, st.dictionaries(TEXT, json_values(RICH_LEAVES), max_size=6)))
 def test_fast_and_slow_paths_give_identical_bytes(args: dict[str, Any]) -> None:
-    assert canonical_args(args) == orjson.dumps(canonicalize(args), option=orjson.OPT_SORT_KEYS)
+    assert canonical_args(args) == _canonical._walked_bytes(args)
 
 
 @PROPS
@@ -383,25 +382,50 @@ def test_integral_floats_equal_their_int(value: float, nested: bool) -> None:
     assert args_hash(wrap(value)) == args_hash(wrap(int(value)))
 
 
-def with_nones(value: Any, rnd: random.Random) -> Any:
-    """The same value with extra None-valued keys inserted into every dict."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if rnd.random() < 0.5:
-                out[f"{k}\x00none{rnd.random()}"] = None
-            out[k] = with_nones(v, rnd)
-        out["\x00always-none"] = None
-        return out
-    if isinstance(value, list):
-        return [with_nones(v, rnd) for v in value]
-    return value
+def object_paths(value: Any, path: tuple[str | int, ...] = ()
+                 ) -> Iterator[tuple[str | int, ...]]:
+    """The paths of the objects nested in ``value`` (not ``value`` itself)."""
+    items = value.items() if isinstance(value, dict) else (
+        enumerate(value) if isinstance(value, list) else ())
+    for k, v in items:
+        if isinstance(v, dict):
+            yield (*path, k)
+        yield from object_paths(v, (*path, k))
+
+
+def with_top_nones(value: dict[str, Any], rnd: random.Random) -> dict[str, Any]:
+    """The same arguments with extra None-valued top-level keys."""
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if rnd.random() < 0.5:
+            out[f"{k}\x00none{rnd.random()}"] = None
+        out[k] = v
+    out["\x00always-none"] = None
+    return out
 
 
 @PROPS
 @given(JSON_ARGS, st.randoms(use_true_random=False))
-def test_none_values_equal_missing_keys(args: dict[str, Any], rnd: random.Random) -> None:
-    assert args_hash(with_nones(args, rnd)) == args_hash(args)
+def test_top_level_none_values_equal_missing_keys(args: dict[str, Any],
+                                                  rnd: random.Random) -> None:
+    assert args_hash(with_top_nones(args, rnd)) == args_hash(args)
+
+
+@PROPS
+@given(JSON_ARGS, st.data())
+def test_a_nested_null_is_a_value(args: dict[str, Any], data: st.DataObject) -> None:
+    """``{"opts": {"dry_run": null}}`` reaches the tool with the null: not the same call as
+    ``{"opts": {}}``, in the fast path (nulls only) and in the walk (a float to fold too)."""
+    objects = list(object_paths(args))
+    assume(objects)
+    path = data.draw(st.sampled_from(objects), label="object")
+    inner = get_at(args, path)
+    assume("\x00n" not in inner)
+    for extra in ({}, {"\x00f": 1.0}):
+        nulled = replaced(args, path, {**inner, "\x00n": None, **extra})
+        plain = replaced(args, path, {**inner, **extra})
+        assert args_hash(nulled) != args_hash(plain)
+        assert canonical_args(nulled) == _canonical._walked_bytes(nulled)
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -696,8 +720,7 @@ def test_long_output_searches_agree_with_re(head: bytes, middle: bytes, tail: by
 @given(JSON_ARGS)
 def test_long_arguments_hash_as_the_slow_walk_does(args: dict[str, Any]) -> None:
     """Past LONG_OUTPUT the null / integral-float checks are RE2's: the canonical bytes are
-    still exactly the full walk's (nulls dropped, 1.0 folded to 1)."""
+    still exactly the full walk's (top-level nulls dropped, 1.0 folded to 1)."""
     padded = {**args, "\x00pad": _PAD}
-    assert canonical_args(padded) == orjson.dumps(canonicalize(padded),
-                                                  option=orjson.OPT_SORT_KEYS)
+    assert canonical_args(padded) == _canonical._walked_bytes(padded)
     assert len(canonical_args(padded)) >= _canonical.LONG_OUTPUT

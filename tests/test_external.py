@@ -90,3 +90,35 @@ def test_concurrent_retries_of_an_external_payment_pay_once(clock: FakeClock) ->
             calls = [{"invoice": inv, "round_no": round_no} for inv in ("A", "B", "A", "A")]
             list(pool.map(lambda args: task.call("pay", args), calls))  # noqa: B023
     assert sorted(paid) == sorted({(r, inv) for r in range(100) for inv in ("A", "B")})
+
+
+def test_an_external_payment_is_paid_once_while_other_threads_write() -> None:
+    """Four threads each pay, write something else, and retry the payment: with scope
+    ``task`` (``external``) no retry pays again, however the writes interleave. (Under
+    ``until_change``, the default for local state, another thread's write lapses the record:
+    a payment tool must be marked external.)"""
+    paid: list[str] = []
+    lock = threading.Lock()
+
+    @tg.mutating(external=True)
+    def pay(order: str) -> str:
+        with lock:
+            paid.append(order)
+        return f"paid {order}"
+
+    @tg.mutating
+    def note(text: str) -> str:
+        return "noted"
+
+    task = tg.Guard(tools=[pay, note]).task("t")
+
+    def worker(n: int) -> None:
+        for i in range(150):
+            order = f"o-{n}-{i}"
+            task.call("pay", {"order": order})
+            task.call("note", {"text": order})
+            assert task.call("pay", {"order": order}).decision is D.CACHED
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(worker, range(4)))
+    assert len(paid) == len(set(paid)) == 600

@@ -285,3 +285,43 @@ def test_the_depth_probe_gives_the_same_bytes_while_another_thread_holds_its_arr
         assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, wrap) == b""
     assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, wrap) == b""
     assert chain.inner[0] is None  # the arguments are not kept
+
+
+@pytest.mark.parametrize("args", [
+    {"x": 10**4300}, {"x": [1, {"y": -(10**5000)}]},
+])
+def test_an_integer_past_the_interpreters_text_limit_is_invalid(
+        tmp_path: Path, args: dict[str, Any]) -> None:
+    """Regression: an integer of more than 4,300 digits (Python's limit for int -> str) made
+    an internal error, and no audit event."""
+    events = tg.MemorySink()
+
+    @tg.mutating
+    def anyargs(**kw: Any) -> str:
+        return "ok"
+
+    with tg.JsonlSink(tmp_path / "audit.jsonl") as sink:
+        result = tg.Guard(tools=[anyargs], audit=[events, sink]).task("t").call("anyargs", args)
+    assert result.decision is D.INVALID and "integer" in result.reason
+    assert [e.decision for e in events.events] == ["invalid"]
+    assert len((tmp_path / "audit.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_lone_surrogate_never_drops_an_audit_line(tmp_path: Path) -> None:
+    """Regression: the event of a tool name holding a lone surrogate was not written to the
+    JSONL file (UTF-8 cannot hold it): each event is one line, the surrogate as its escape."""
+    path = tmp_path / "audit.jsonl"
+    events = tg.MemorySink()
+
+    @tg.mutating
+    def anyargs(**kw: Any) -> str:
+        return "ok"
+
+    with tg.JsonlSink(path) as sink:
+        task = tg.Guard(tools=[anyargs], audit=[events, sink]).task("t")
+        task.call("\ud800", {"x": 1})
+        task.call("anyargs", {"k\udc80": "v\ud800"})
+        task.call("anyargs", {"ok": "fine"})
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == len(events.events) >= 3
+    assert lines[0]["tool"] == "\\ud800"

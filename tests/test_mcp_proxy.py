@@ -19,12 +19,14 @@ import mcp.types as mt
 import pytest
 from mcp.client.session import ClientRequestContext, ElicitationFnT
 
+import toolguard as tg
 from tests.mcp_support import (
     EXAMPLE_SERVER,
     EXPECTED_READS,
     EXPECTED_WRITES,
     ROOT,
     TEST_TIMEOUT_S,
+    approve_at_a_terminal,
     audit_events,
     call,
     counts,
@@ -161,7 +163,7 @@ async def test_without_elicitation_a_call_needing_approval_is_a_review(
         async with http_session(http_proxy.url) as session:
             result = await session.call_tool("delete_note", {"title": "todo"})
     assert label(result) == "review"
-    assert "toolguard approve " in str(result.content[0])  # names the key to approve
+    assert "toolguard approve" not in str(result.content[0])  # the model is not told how
     assert _delta(before, counts(http_proxy.count_file)) == {}
 
 
@@ -180,14 +182,10 @@ async def test_review_approved_with_toolguard_approve_and_a_task_shared_on_redis
         async with stdio_session(command, env=env) as session:
             review = await session.call_tool("delete_note", {"title": "todo"})
             assert label(review) == "review"
-            assert "toolguard approve shared-task:delete_note:" in str(review.content[0])
-            found = re.search(r"toolguard approve ([^`\s]+)", str(review.content[0]))
-            assert found is not None
-            approved = await anyio.run_process(
-                [sys.executable, "-m", "toolguard.cli", "approve", found[1]],
-                env={**os.environ, **env}, check=False)
-            assert approved.returncode == 0, approved.stderr
-            assert approved.stdout.decode().startswith(f"approved {found[1]}")
+            key = f"shared-task:delete_note:{tg.args_hash({'title': 'todo'})}"
+            code, out = await anyio.to_thread.run_sync(
+                approve_at_a_terminal, key, "y", {**os.environ, **env})
+            assert code == 0 and f"approved {key}" in out, out
             assert await call(session, "delete_note", {"title": "todo"}) == "allow"
             assert await call(session, "delete_note", {"title": "todo"}) == "cached"
         # another proxy process on the same store and task id shares the state
@@ -216,15 +214,11 @@ def test_loop_auto_is_uvloop_where_it_imports_and_asyncio_elsewhere(
 
 
 def test_approve_needs_a_shared_store_and_a_key() -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "toolguard.cli", "approve", *args],
-                              capture_output=True, text=True, timeout=TEST_TIMEOUT_S,
-                              check=False, env={k: v for k, v in os.environ.items()
-                                                if not k.startswith("TOOLGUARD_")})
-    memory = run("mcp-1:delete_note:" + "0" * 32)
-    assert memory.returncode == 2 and "TOOLGUARD_STORE__URL" in memory.stderr
-    not_a_key = run("nonsense")
-    assert not_a_key.returncode == 2 and "not an idempotency key" in not_a_key.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGUARD_")}
+    code, out = approve_at_a_terminal("mcp-1:delete_note:" + "0" * 32, "y", env)
+    assert code == 2 and "TOOLGUARD_STORE__URL" in out
+    code, out = approve_at_a_terminal("nonsense", "y", env)
+    assert code == 2 and "not an idempotency key" in out
 
 
 @pytest.mark.parametrize("loop", ["auto", "asyncio"])

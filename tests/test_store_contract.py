@@ -619,6 +619,11 @@ def test_approvals(store: Store, clock: FakeClock) -> None:
     assert store.pending_approvals(TASK) == {}
     assert begin(store, clock, key=KEY, claim=True).approval == approved
     assert store.pending_approvals("task-2") == {}
+    assert store.approvals(TASK) == {KEY: approved, f"{TASK}:pay:s9": ApprovalRecord(
+        ApprovalState.REJECTED, 0.0, "no")}
+    signed = ApprovalRecord(ApprovalState.APPROVED, 0.0, "", "pay", {"a": 1}, "h", "p" * 64)
+    store.set_approval(TASK, KEY, signed, 3600.0)
+    assert store.approvals(TASK)[KEY] == signed == begin(store, clock, key=KEY).approval
 
 
 def test_clear_task(store: Store, clock: FakeClock) -> None:

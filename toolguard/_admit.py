@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ._approve import _checked
 from ._call import T, _Config, _Prepared
 from ._core import CallContext, Verdict, decide
 from ._errors import (
@@ -23,6 +24,7 @@ from ._types import (
 )
 from .stores._base import (
     ApprovalRecord,
+    ApprovalState,
     BeginRequest,
     Snapshot,
 )
@@ -47,9 +49,14 @@ def _begin(task: Task, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
         cfg.policy.idempotency.in_progress_ttl_s, p.call_id,
     ))
     try:
-        return task.guard._store.begin(task.task_id, req)
+        snap = task.guard._store.begin(task.task_id, req)
     except Exception as exc:  # noqa: BLE001 - _store_failed re-raises or falls back
         return _begin_failed(task, cfg, p, exc, req.now)
+    approval = snap.approval
+    if approval is not None and approval.state == ApprovalState.APPROVED:
+        # only a human (or this guard's approver) can sign an approval in a shared store
+        return snap._replace(approval=_checked(task, p.key, approval))
+    return snap
 
 
 def _begin_failed(task: Task, cfg: _Config, p: _Prepared, exc: Exception, now: float

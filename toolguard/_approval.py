@@ -2,10 +2,13 @@
 
 A tool marked ``@requires_approval`` (or ``requires_approval = true`` in the policy) never runs
 without an approval. The guard first looks for a stored decision for the call's idempotency
-key (``task.approve(key)`` pre-approves one), and otherwise asks its *approver*: any sync or
-async callable taking an :class:`ApprovalRequest` and returning an :class:`ApprovalDecision`.
-Nothing the model sends can approve a call: the key is computed by the guard from the task id,
-the tool and the canonical arguments, and an ``approved: true`` argument only changes the key.
+key (``task.approve(key)`` decides a call that waits in review; none can be approved in
+advance), and otherwise asks its *approver*: any sync or async callable taking an
+:class:`ApprovalRequest` and returning an :class:`ApprovalDecision`. Nothing the model sends
+can approve a call: the key is computed by the guard from the task id, the tool and the
+canonical arguments, and an ``approved: true`` argument only changes the key; in a shared
+store an approval also needs the proof only the approval secret gives
+(:mod:`toolguard._approval_secret`).
 
 An approval binds to the exact values the tool will receive (:func:`exact_hash`), not to the
 loop-detection signature: with ``normalize``, ``case`` or ``ignore`` options, two calls share
@@ -98,8 +101,9 @@ Approver = Callable[[ApprovalRequest], "ApprovalDecision | Awaitable[ApprovalDec
 
 
 def deny_all(request: ApprovalRequest) -> ApprovalDecision:
-    """The default approver: rejects every call that needs approval (pre-approvals made with
-    ``task.approve(key)`` still pass, since they are looked up before the approver is asked)."""
+    """The default approver: rejects every call that needs approval (the host may still
+    approve one it rejected with ``task.approve(key)``: a stored decision is looked up before
+    the approver is asked)."""
     return reject(f"{request.reason}; no approver is configured, so it was not executed")
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
 
 from ._approval import (
     ApprovalDecision,
@@ -17,11 +20,14 @@ from ._approval import (
     Approver,
     defer,
 )
+from ._approval_secret import load_secret, proof, secret_path, valid
 from ._call import _Approve, _Config, _Prepared
 from ._content import safe_repr as _safe_repr
 from ._content import safe_str as _safe_str
 from ._core import Verdict
 from ._execute import _discard
+from ._limits import oversized
+from ._redact import redact
 from ._types import (
     ALLOW,
     BLOCK,
@@ -32,11 +38,33 @@ from .stores._base import (
     ApprovalState,
     Snapshot,
 )
+from .stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from ._engine import Task
 
 log = logging.getLogger("toolguard")
+
+MAX_KEPT_ARGS_BYTES: Final = 65_536
+"""An approval record keeps a call's arguments in full up to this many bytes (compact JSON);
+larger ones as a redacted preview of :data:`PREVIEW_CHARS` characters, so that waiting
+calls cannot pin memory or store space (300 pending 1 MB calls pinned 303 MB). The approver
+asked in process still gets them in full; ``toolguard approve`` refuses to approve a call it
+cannot show whole."""
+PREVIEW_CHARS: Final = 2_000
+TRUNCATED: Final = "$truncated"
+"""The key that marks kept arguments as a preview: ``{TRUNCATED: size, "preview": text}``."""
+
+
+def _kept_args(cfg: _Config, args: Mapping[str, Any]) -> dict[str, Any]:
+    """What an approval record keeps of ``args`` (:data:`MAX_KEPT_ARGS_BYTES`)."""
+    if oversized(args, MAX_KEPT_ARGS_BYTES) is None:
+        return dict(args)
+    audit = cfg.policy.audit
+    shown = orjson.dumps(redact(args, audit.redact_pattern, audit.max_value_chars),
+                         default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    size = len(orjson.dumps(args, default=str, option=orjson.OPT_NON_STR_KEYS))
+    return {TRUNCATED: size, "preview": shown[:PREVIEW_CHARS]}
 
 
 def _ask(approver: Approver, request: ApprovalRequest) -> Any:
@@ -76,15 +104,71 @@ def _sync_answer(answer: Any) -> ApprovalDecision:
     return _answer(answer)
 
 
+_SECRETS: dict[str, bytes] = {}  # approval secret by file path: read once per process
+
+
+def _secret(task: Task) -> bytes | None:
+    """The approval secret that signs and checks approvals in the guard's store; ``None``
+    for a memory store (only this process writes it: nothing to prove).
+
+    Raises:
+        ApprovalSecretError: the secret file cannot be used.
+    """
+    if isinstance(task.guard._store, MemoryStore):
+        return None
+    path = secret_path()
+    secret = _SECRETS.get(str(path))
+    if secret is None:
+        secret = _SECRETS[str(path)] = load_secret(path)
+    return secret
+
+
+def _signed(task: Task, key: str, record: ApprovalRecord) -> ApprovalRecord:
+    """``record`` with the proof of its decision when it approves and the store is shared."""
+    if record.state != ApprovalState.APPROVED:
+        return record
+    secret = _secret(task)
+    if secret is None:
+        return record
+    return replace(record, proof=proof(secret, key, record.state, record.args_hash))
+
+
+def _checked(task: Task, key: str, approval: ApprovalRecord) -> ApprovalRecord:
+    """An approval read from the store, or the pending request it stands for when its proof
+    does not hold (written by someone without the approval secret: not a human's decision)."""
+    secret = _secret(task)
+    if secret is None or valid(secret, approval.proof, key, approval.state,
+                               approval.args_hash):
+        return approval
+    log.warning("toolguard: an approval of %s without a valid proof was ignored",
+                approval.tool)
+    return replace(approval, state=ApprovalState.PENDING, proof="")
+
+
+def _waiting(task: Task, key: str, revoke: bool = False) -> ApprovalRecord:
+    """The request a human decides: a call the guard asked about that has not run on an
+    approval (pending, or rejected, which a human may overturn; with ``revoke``, also
+    approved and not run yet, which a human may take back).
+
+    Raises:
+        ValueError: no call of the task is waiting under ``key``.
+    """
+    record = task.guard._store.approvals(task.task_id).get(key)
+    states = (ApprovalState.PENDING, ApprovalState.REJECTED) + (
+        (ApprovalState.APPROVED,) if revoke else ())
+    if record is None or record.state not in states:
+        raise ValueError(f"no call is waiting for approval under {key!r}: only a call the "
+                         "guard asked about can be approved (no approval in advance)")
+    return record
+
+
 def _decide_approval(task: Task, key: str, state: str, reason: str) -> None:
     prefix = f"{task.task_id}:"
     if not isinstance(key, str) or not key.startswith(prefix):
         raise ValueError(f"key {key!r} does not belong to task {task.task_id!r}")
-    pending = task.pending_approvals.get(key)
-    tool = pending.tool if pending else key[len(prefix):].rpartition(":")[0]  # task:tool:h
-    record = ApprovalRecord(state, pending.requested_at if pending else 0.0, reason,
-                            tool, pending.args if pending else {},
-                            pending.args_hash if pending else "")
+    waiting = _waiting(task, key, revoke=state == ApprovalState.REJECTED)
+    record = _signed(task, key, ApprovalRecord(state, waiting.requested_at, reason,
+                                               waiting.tool, waiting.args, waiting.args_hash))
     task.guard._store.set_approval(task.task_id, key, record,
                                    task.guard._config.policy.idempotency.ttl_s)
     approved = state == ApprovalState.APPROVED
@@ -108,8 +192,8 @@ def _store_approval(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot,
                     req: ApprovalRequest, answer: ApprovalDecision) -> Snapshot:
     state = {"approve": ApprovalState.APPROVED, "reject": ApprovalState.REJECTED}.get(
         answer.verdict, ApprovalState.PENDING)
-    record = ApprovalRecord(state, req.requested_at, answer.reason, req.tool, dict(req.args),
-                            p.exact)
+    record = _signed(task, p.key, ApprovalRecord(state, req.requested_at, answer.reason,
+                                                 req.tool, _kept_args(cfg, req.args), p.exact))
     task._store_op(cfg, p, lambda: task.guard._store.set_approval(
         task.task_id, p.key, record, cfg.policy.idempotency.ttl_s), fallback=lambda: None)
     task._event("validating->needs_review", p.entry.spec.name, REVIEW,

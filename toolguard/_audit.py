@@ -136,6 +136,40 @@ class LoggingSink:
             )
 
 
+def _jsonl(event: AuditEvent) -> bytes:
+    """One JSON line of ``event``; strings that are not valid Unicode (a lone surrogate, which
+    UTF-8 cannot hold) written with the surrogate as ``\\udXXX`` text, and ``args`` and
+    ``extra`` replaced by a note when even that cannot be serialized."""
+    try:  # orjson writes the dataclass itself: no dict is built, nothing copied
+        return orjson.dumps(event, default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    record = event.to_dict()
+    try:
+        return orjson.dumps(_valid_text(record), default=_safe_repr,
+                            option=orjson.OPT_APPEND_NEWLINE)
+    except (TypeError, orjson.JSONEncodeError, RecursionError) as exc:
+        note = {"$unserializable": f"{type(exc).__name__}: {exc}"}
+        return orjson.dumps(_valid_text({**record, "args": note, "extra": note}),
+                            default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _valid_text(value: Any) -> Any:
+    """``value`` with every string (keys too) valid Unicode: a lone surrogate becomes its
+    ``\\udXXX`` escape (``backslashreplace``)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_valid_text(v) for v in value]
+    return value
+
+
 class JsonlSink:
     """Appends one JSON line per event to ``path`` and flushes it at once.
 
@@ -160,12 +194,7 @@ class JsonlSink:
         Raises:
             OSError: the file cannot be written (the guard logs that the event was lost).
         """
-        try:  # orjson writes the dataclass itself: no dict is built, nothing copied
-            line = orjson.dumps(event, default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
-        except (TypeError, orjson.JSONEncodeError) as exc:
-            note = {"$unserializable": f"{type(exc).__name__}: {exc}"}
-            line = orjson.dumps({**event.to_dict(), "args": note, "extra": note},
-                                default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
+        line = _jsonl(event)
         with self._lock:
             self._file.write(line)
             self._file.flush()

@@ -86,6 +86,22 @@ class _Entry:
     # typed int, at the top or inside: an integral float (5.0) is passed as 5
     int_params: tuple[tuple[str, IntFix | None], ...] = ()
     injected: frozenset[str] = frozenset()  # a framework passes them: not arguments
+    # arguments the tool requires (its schema's, and parameters without a default): a null
+    # for one of them is the value it receives; a null for any other is dropped (:meth:`given`)
+    required: frozenset[str] = frozenset()
+
+    def given(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``args`` without the top-level nulls of the arguments the tool does not require
+        (``args`` itself when there is none): the tool then gets its default, exactly as for
+        an omitted argument, which is what the canonical hash already takes them for. A null
+        a model sends for ``dry_run: bool | None = True`` (OpenAI strict mode sends one for
+        every optional argument) or for a ``**kwargs`` key never reaches the tool as a
+        ``None`` that an approval or a stored result of the omitted spelling would cover."""
+        for value in args.values():
+            if value is None:  # rare: filter only then
+                required = self.required
+                return {k: v for k, v in args.items() if v is not None or k in required}
+        return args
 
     def bound(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
         """``args`` with the tool's defaults filled in: an omitted argument, an explicit null

@@ -6,9 +6,11 @@ sorted, no insignificant white space; and adds the normalizations of DESIGN.md �
 core-engine issue:
 
 * object keys sorted recursively, by Unicode code point (RFC 8785 sorts by UTF-16 code
-  units; the two differ only between astral-plane characters and U+E000-U+FFFF); entries
-  whose value is ``None``/null dropped (so an omitted optional argument and an explicit
-  null are the same call); nulls inside arrays are kept (their position matters);
+  units; the two differ only between astral-plane characters and U+E000-U+FFFF);
+* a top-level argument whose value is ``None``/null is dropped: an omitted optional argument
+  and an explicit null are one call, and the guard hands the tool its default for both
+  (``toolguard._prepare``); a null anywhere deeper (``{"opts": {"dry_run": null}}``, an
+  array item) is a value the tool receives, and is kept (version 3);
 * numbers: ``1`` and ``1.0`` are equal (integral floats become integers, exactly, via
   ``int(float)``), ``-0.0`` equals ``0``, ``True`` differs from ``1``, integers are exact at
   any size (never through a float; beyond 64 bits they take the tagged form
@@ -48,6 +50,7 @@ same orjson serialization of the same normalized value, so they give identical b
 
 from __future__ import annotations
 
+import enum
 import re
 import threading
 from collections.abc import Mapping
@@ -74,11 +77,13 @@ __all__ = [
     "value_digest",
 ]
 
-CANONICAL_VERSION: Final = 2
+CANONICAL_VERSION: Final = 3
 """Version of the canonical form; the hash seed. Bump it whenever the bytes would change.
 
-2: object keys with a leading ``$`` are escaped (one more ``$``), so literal objects never
-collide with the tagged forms. 1: the first form."""
+3: a null nested in an object is kept (the tool receives it; ``{"dry_run": null}`` inside
+an argument is not the same call as ``{}``); only top-level nulls are dropped. 2: object
+keys with a leading ``$`` are escaped (one more ``$``), so literal objects never collide with
+the tagged forms. 1: the first form."""
 
 _OPTS: Final = (
     orjson.OPT_SORT_KEYS
@@ -259,7 +264,7 @@ def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None
         out = dumped or dump_for_hash(args)
     if not out:
         return _walked_bytes(args), True, False
-    if (_NULL.search(out) is None if len(out) < LONG_OUTPUT else not _LONG_NULL(out)):
+    if not _has_null(out):
         # The usual case, decided by one search for each thing to normalize (each search is
         # ~50 µs on 100 KB, half the dump itself: none is repeated).
         if _suspect(out):
@@ -267,19 +272,39 @@ def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None
         return out, bool(options), not options
     if not _suspect(out):
         # Nulls and nothing else to normalize: the common case of models that send every
-        # optional argument (OpenAI strict mode sends null for each). Drop them from the
-        # JSON-native value orjson just took and serialize again: 4 µs on 1 KB where the
-        # full walk takes 36 µs. Nulls left (in arrays, or an Enum whose value is None)
-        # take the walk.
-        out = orjson.dumps(_without_nulls(args), option=orjson.OPT_SORT_KEYS)
-        if not _has_null(out):
-            return out, bool(options), False
+        # optional argument (OpenAI strict mode sends null for each). Drop the top-level
+        # ones from the JSON-native value orjson just took and serialize again: 4 µs on
+        # 1 KB where the full walk takes 36 µs. A null left (nested, which is a value the
+        # tool receives and is kept; or a NaN, which orjson writes as null and which has
+        # no canonical form) takes the walk, which tells them apart.
+        top = _without_top_nulls(args)
+        if top is not None and top is not args:
+            out = orjson.dumps(top, option=orjson.OPT_SORT_KEYS)
+            if not _has_null(out):
+                return out, bool(options), False
     return _walked_bytes(args), True, False
 
 
+def _without_top_nulls(args: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``args`` itself when no top-level value serializes as null; else a copy without the
+    ``None`` ones; ``None`` when an Enum member whose value is None (or an Enum) is among
+    them: orjson writes it as its value, and only the walk tells whether that is null."""
+    out: dict[str, Any] | None = None
+    for value in args.values():
+        if value is None:
+            if out is None:
+                out = {k: v for k, v in args.items() if v is not None}
+        elif isinstance(value, enum.Enum) and (value.value is None
+                                               or isinstance(value.value, enum.Enum)):
+            return None
+    return args if out is None else out
+
+
 def _walked_bytes(args: Mapping[str, Any]) -> bytes:
-    """The canonical bytes through the full Python walk (:func:`canonicalize`)."""
-    normalized = canonicalize(args)  # outside the try: CanonicalizationError is a TypeError
+    """The canonical bytes through the full Python walk (:func:`canonicalize`), without the
+    top-level nulls."""
+    walked = canonicalize(args)  # outside the try: CanonicalizationError is a TypeError
+    normalized = {k: v for k, v in walked.items() if v is not None}
     try:
         return orjson.dumps(normalized, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError) as exc:  # orjson's depth limit (255)
@@ -301,21 +326,6 @@ def _suspect(out: bytes) -> bool:
             or (_INTEGRAL.search(out) is not None if len(out) < LONG_OUTPUT
                 else _LONG_INTEGRAL(out))
             or (36 in out and _dollar_key(out)))
-
-
-def _without_nulls(value: Any) -> Any:
-    """``value`` without the null entries of its objects, for what orjson serialized natively
-    (exact dicts, lists and tuples; anything else is returned as it is)."""
-    kind = type(value)
-    if kind is dict:
-        return {k: _without_nulls(v) if type(v) in _CONTAINERS else v
-                for k, v in value.items() if v is not None}
-    if kind is list or kind is tuple:
-        return [_without_nulls(v) if type(v) in _CONTAINERS else v for v in value]
-    return value
-
-
-_CONTAINERS: Final = frozenset({dict, list, tuple})  # recursing into scalars cost 2x
 
 
 def _dollar_key(out: bytes) -> bool:

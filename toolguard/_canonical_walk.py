@@ -101,7 +101,12 @@ def _walk(value: Any, path: str | None) -> Any:
         value = int(value)
         if _I64_MIN <= value <= _U64_MAX:
             return value
-        return {"$int": str(value)}
+        try:
+            return {"$int": str(value)}
+        except ValueError:  # past sys.get_int_max_str_digits() (4,300 by default)
+            raise CanonicalizationError(
+                path or "args", f"an integer of about {value.bit_length() * 0.30103:,.0f} "
+                "digits is beyond the interpreter's limit for integer text") from None
     if isinstance(value, float):
         if not math.isfinite(value):
             raise CanonicalizationError(path or "args", f"{value!r} is not a finite number "
@@ -177,7 +182,8 @@ def _walk_str(value: str, path: str | None) -> str:
 
 
 def _walk_container(value: Any, path: str | None) -> Any:
-    """A mapping (keys checked, nulls dropped, ``$`` keys escaped) or a list/tuple."""
+    """A mapping (keys checked, ``$`` keys escaped; a null is a value, kept: only the
+    top-level nulls of a call's arguments are dropped, by the caller) or a list/tuple."""
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -185,11 +191,9 @@ def _walk_container(value: Any, path: str | None) -> Any:
                 raise CanonicalizationError(
                     f"{path}[{key!r}]", f"object keys must be strings, got {type(key).__name__}"
                 )
-            if item is not None:
-                walked = _walk(item, None if path is None else f"{path}.{key}")
-                if walked is not None:  # e.g. an Enum member whose value is None
-                    name = str(key)
-                    out["$" + name if name.startswith("$") else name] = walked
+            name = str(key)
+            out["$" + name if name.startswith("$") else name] = (
+                None if item is None else _walk(item, None if path is None else f"{path}.{key}"))
         return out
     if path is None:
         return [_walk(item, None) for item in value]

@@ -238,7 +238,7 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
         if approval is not None and approval.state == ApprovalState.USED:
             approval = None  # spent by the call it approved: ask afresh
         elif (approval is not None and approval.state == ApprovalState.APPROVED
-              and approval.args_hash and approval.args_hash != ctx.exact_hash):
+              and approval.args_hash != ctx.exact_hash):
             # The same key (argument options fold them together) but other values than the
             # reviewer approved: another path, another spelling, another memo. Ask afresh.
             approval = None

@@ -3,6 +3,7 @@ name arguments the tool has, and problems say where a value was set."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -78,3 +79,16 @@ def _close_names(name: str, entries: Mapping[str, Any]) -> str:
 
     close = difflib.get_close_matches(name, list(entries), n=1)
     return f"did you mean {close[0]!r}? " if close else ""
+
+
+def _required(schema: Mapping[str, Any], signature: inspect.Signature | None,
+              injected: frozenset[str]) -> frozenset[str]:
+    """The arguments a tool requires: its schema's ``required`` names, and the parameters of
+    its signature that have no default (not ``*args`` / ``**kwargs``, not injected ones)."""
+    listed = schema.get("required")
+    names = {n for n in listed if isinstance(n, str)} if isinstance(listed, list) else set()
+    if signature is not None:
+        names.update(name for name, p in signature.parameters.items()
+                     if p.default is p.empty and name not in injected
+                     and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+    return frozenset(names)

@@ -22,7 +22,7 @@ from ._call import _Config, _Entry
 from ._coerce import coercing_call, int_parameters
 from ._cost import Price, check_prices
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, check_options, is_recorded, spec_of
-from ._entries import _check_argument_names, _close_names, _source
+from ._entries import _check_argument_names, _close_names, _required, _source
 from ._errors import (
     PolicyError,
     PolicyProblem,
@@ -296,7 +296,8 @@ class Guard:
             schema = dict(spec.args_schema or {"type": "object"})
             validator = (tool_validator(spec.name, spec.args_schema, "Guard")
                          if spec.args_schema is not None else None)
-            return _Entry(spec, settings, None, {}, validator, schema, True, spec.func)
+            return _Entry(spec, settings, None, {}, validator, schema, True, spec.func,
+                          required=_required(schema, None, frozenset()))
         try:
             signature: inspect.Signature | None = inspect.signature(spec.func)
         except (TypeError, ValueError):
@@ -316,7 +317,8 @@ class Guard:
         ints = int_parameters(spec.func) if call is spec.func else ()  # else pydantic does it
         validator = tool_validator(spec.name, schema, "Guard")
         return _Entry(spec, settings, signature, defaults, validator, schema,
-                      maybe_async, call, not spec.is_async, False, ints, injected)
+                      maybe_async, call, not spec.is_async, False, ints, injected,
+                      _required(schema, signature, injected))
 
     @property
     def policy(self) -> Policy:

@@ -389,32 +389,50 @@ def approve(
     policy: PolicyOption = None,
     env: EnvOption = None,
 ) -> None:
-    """Approve (or --reject) a call waiting in review, in a shared (Redis) store.
+    """Approve (or --reject) a call waiting in review in a shared (Redis) store, at a terminal.
 
-    The store is the one the policy and environment select (TOOLGUARD_STORE__URL), the same as
-    the proxy's: the call's next identical attempt then runs once (or is blocked)."""
+    A human runs it in a terminal: it shows the waiting call (its tool and arguments in full)
+    and asks y/N there; with stdin not a terminal (an agent's shell) it refuses. Only a call
+    the proxy asked about can be decided, never one in advance. An approval is signed with
+    the approval secret (~/.config/toolguard/approval.key, or under XDG_CONFIG_HOME; made on
+    first use, readable by its owner only), which the proxy checks: run it as the user who
+    runs the proxy. The store is the one the policy and environment select
+    (TOOLGUARD_STORE__URL), the same as the proxy's; the key is in the proxy's log."""
     # the docstring is the command's --help, printed as plain text: no reST markup in it
+    from ._approval import ApprovalRequest, ConsoleApprover
+    from ._approval_secret import ApprovalSecretError
+    from ._approve import TRUNCATED, _waiting
     from ._cli_common import shared_store_guard
     from ._errors import StoreError
 
+    if not sys.stdin.isatty():
+        _fail("toolguard approve asks a human at a terminal, and its stdin is not one: run "
+              "it yourself in a terminal")
     task_id, sep, rest = key.rpartition(":")
     task_id = task_id.rpartition(":")[0] if sep else ""
     if policy is not None and env is not None:
         _fail("give --policy FILE or --env, not both")
     if not task_id or not rest:
-        _fail(f"{key!r} is not an idempotency key (TASK:TOOL:HASH, as a review result names it)")
+        _fail(f"{key!r} is not an idempotency key (TASK:TOOL:HASH, as the proxy's log names "
+              "it)")
     task = shared_store_guard(policy, env).task(task_id)
     try:
-        waiting = key in task.pending_approvals
+        waiting = _waiting(task, key, revoke=refuse)
         if refuse:
             task.reject(key, reason)
         else:
+            if TRUNCATED in waiting.args:
+                _fail(f"the arguments of this {waiting.tool} call are too large to show in "
+                      f"full ({waiting.args[TRUNCATED]:,} bytes): it cannot be approved here")
+            request = ApprovalRequest(task_id, waiting.tool, waiting.args, key,
+                                      waiting.reason or "requires approval",
+                                      waiting.requested_at)
+            if ConsoleApprover()(request).verdict != "approve":
+                _fail("not approved: the call keeps waiting", 1)
             task.approve(key)
-    except (StoreError, ValueError) as exc:
+    except (StoreError, ValueError, ApprovalSecretError) as exc:
         _fail(str(exc))
-    verdict = "rejected" if refuse else "approved"
-    note = "" if waiting else " (no call was waiting with this key: this decides its next one)"
-    typer.echo(f"{verdict} {key}{note}")
+    typer.echo(f"{'rejected' if refuse else 'approved'} {key}")
 
 
 def register(app: typer.Typer) -> None:

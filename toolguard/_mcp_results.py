@@ -100,8 +100,11 @@ def tool_failure(result: Mapping[str, Any]) -> Exception | None:
         return invalid
 
 
-def review_hint(key: str) -> str:
-    return f"approve it with `toolguard approve {key}` (needs a shared Redis store)"
+def review_hint(tool: str, key: str) -> str:
+    """What a human reads of a call waiting for approval: the proxy's log (its stderr, the
+    client's server log), never the tool result the model reads."""
+    return (f"toolguard: {tool} waits for a human's approval; approve it at a terminal with "
+            f"`toolguard approve {key}` (needs a shared Redis store)")
 
 
 class HaltError(Exception):
@@ -140,8 +143,6 @@ def to_result(outcome: ToolResult,
             Decision.ALLOW, Decision.WARN, Decision.CACHED):
         return _with_notice(outcome.value, outcome.notice)
     text = outcome.content if isinstance(outcome.content, str) else str(outcome.content)
-    if outcome.decision is Decision.REVIEW and "toolguard approve" not in text:
-        text = f"{text}\n\n[toolguard] {review_hint(outcome.idempotency_key)}"
     return error_result(text)
 
 

@@ -64,11 +64,20 @@ class _UpstreamProtocol(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
+def upstream_env() -> dict[str, str]:
+    """The environment of an upstream process: the proxy's, without its ``TOOLGUARD_*``
+    variables. They configure the guard (the store's URL, with its password; the policy), and
+    an upstream with a shell tool would hand them to the model's commands, which could then
+    reach the store the guard keeps its approvals in."""
+    return {k: v for k, v in os.environ.items() if not k.upper().startswith("TOOLGUARD_")}
+
+
 class StdioUpstream:
     """The upstream as a subprocess speaking MCP on stdio.
 
     Args:
-        command: its command line (run with the proxy's environment).
+        command: its command line, run with the proxy's environment minus the proxy's own
+            ``TOOLGUARD_*`` settings (:func:`upstream_env`).
     """
 
     def __init__(self, command: list[str]) -> None:
@@ -93,7 +102,7 @@ class StdioUpstream:
         try:
             self._transport, self._protocol = await loop.subprocess_exec(
                 lambda: _UpstreamProtocol(self), *self.command, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=self._errlog)
+                stdout=subprocess.PIPE, stderr=self._errlog, env=upstream_env())
         except OSError as exc:
             raise UpstreamFailed(f"the upstream MCP server `{self.name}` could not start "
                                  f"({type(exc).__name__}: {exc})") from None

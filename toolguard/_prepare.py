@@ -82,6 +82,12 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
     effect, sig, floats, denied = settings.effect, "", False, settings.deny
     plain = 0
     if invalid is None:
+        # A null for an argument the tool does not require is the argument left out: the
+        # tool gets its default, so the values it receives are the ones the hash, an
+        # approval and an idempotency record stand for.
+        given = entry.given(args)
+        if given is not args:
+            args, dumped = given, b""  # no longer the bytes of these arguments
         # rules see the defaults too: one signature, one effect
         bound = entry.bound(args) if entry.defaults else args
         if settings.rules and (ruled := entry.effect_for(bound)) is not None:
@@ -113,12 +119,6 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
                 bound is args or (len(bound) == len(args)
                                   and None not in args.values())) else ""
             problems = validator.problems(args, known)
-            if problems is not None and None in args.values():
-                # OpenAI strict mode sends null for an optional argument not given
-                # (tool_schemas(strict=True)): null means omitted, as for the hash
-                given = {k: v for k, v in args.items() if v is not None}
-                if validator.problems(given) is None:
-                    args, problems = given, None
             if problems is not None:
                 pattern = cfg.policy.audit.redact_pattern
                 invalid = describe(problems, partial(scrub, pattern=pattern))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
+from ._approve import _kept_args
 from ._call import CallRecord, _Config, _Outcome, _Prepared
 from ._canonical import value_digest
 from ._content import as_text as _as_text
@@ -87,7 +88,7 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
         # a fresh decision.
         record = ApprovalRecord(ApprovalState.PENDING, task.guard._clock(),
                                 "outcome unknown", p.entry.spec.name,
-                                dict(p.args), p.exact)
+                                _kept_args(cfg, p.args), p.exact)
         task._store_op(cfg, p, lambda: task.guard._store.set_approval(
             task.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
             fallback=lambda: None)

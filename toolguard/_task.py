@@ -309,11 +309,21 @@ class Task:
     def approve(self, key: str) -> None:
         """Approve the call with idempotency ``key`` (from ``ToolResult.idempotency_key`` or
         ``pending_approvals``); its next identical attempt executes. Host code only: nothing
-        the model sends reaches this."""
+        the model sends reaches this.
+
+        Raises:
+            ValueError: ``key`` is not of this task, or no call waits for a decision under it
+                (the guard never asked, or it ran already): nothing is approved in advance.
+            ApprovalSecretError: a shared store, and the approval secret cannot be used.
+        """
         self._decide_approval(key, ApprovalState.APPROVED, "")
 
     def reject(self, key: str, reason: str = "rejected by the reviewer") -> None:
-        """Reject the call with idempotency ``key``; its attempts are blocked with ``reason``."""
+        """Reject the call with idempotency ``key``; its attempts are blocked with ``reason``.
+
+        Raises:
+            ValueError: as for :meth:`approve`.
+        """
         self._decide_approval(key, ApprovalState.REJECTED, reason)
 
 

@@ -16,8 +16,9 @@ sees:
 
 - allow: the tool's own ``CallToolResult``; warn and cached: the same with the guard's notice
   appended as one more text block (cached: the stored result, not run again);
-- block, invalid, review: ``CallToolResult(isError=true)`` with the guard's text (a review names
-  the idempotency key, approvable with ``toolguard approve KEY`` against a shared Redis store);
+- block, invalid, review: ``CallToolResult(isError=true)`` with the guard's text. A review
+  tells the model to wait, never how to approve: the key and the ``toolguard approve KEY``
+  command go to the log (the proxy's stderr) for a human, who approves at a terminal;
 - halt: a JSON-RPC error (code :data:`HALT_ERROR_CODE`) whose message says why, and the same for
   every later call of that task (the task is the client session) until a new session starts.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import logging
 import os
 import secrets
 import threading
@@ -82,6 +84,8 @@ __all__ = [
 ]
 
 SESSION_HEADER = "mcp-session-id"
+
+log = logging.getLogger("toolguard")
 
 
 
@@ -157,7 +161,8 @@ async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
     """
     asker = _ASKER.get()
     if asker is None or not asker.can_elicit:
-        return defer(review_hint(request.idempotency_key))
+        log.warning(review_hint(request.tool, request.idempotency_key))
+        return defer("waiting for a human decision outside this conversation")
     schema: dict[str, Any] = {
         "type": "object",
         "properties": {"approve": {
@@ -171,7 +176,9 @@ async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
     try:
         answer = await asker.elicit(message, schema)
     except ElicitationFailed as exc:  # the client refused the request itself
-        return defer(f"elicitation failed ({exc}); {review_hint(request.idempotency_key)}")
+        log.warning(review_hint(request.tool, request.idempotency_key))
+        return defer(f"the client could not ask its user ({exc}); waiting for a human "
+                     "decision outside this conversation")
     action = answer.get("action")
     content = answer.get("content")
     if action == "accept" and isinstance(content, Mapping) and content.get("approve") is True:

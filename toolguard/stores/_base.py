@@ -92,7 +92,9 @@ class ApprovalRecord:
     pre-approval); ``tool`` and ``args`` (in full, as the reviewer was shown them) describe
     the pending call; ``args_hash`` is the hash of exactly those argument values (no
     ``normalize``/``case``/``ignore`` options applied): an approval is good only for a call
-    that would receive the same values ("" for a pre-approval of the key)."""
+    that would receive the same values. ``proof``: for an approval in a shared store, the
+    HMAC of the decision under the approval secret (:mod:`toolguard._approval_secret`):
+    without a valid one the guard does not take the record for an approval."""
 
     state: str
     requested_at: float
@@ -100,6 +102,7 @@ class ApprovalRecord:
     tool: str = ""
     args: dict[str, Any] = field(default_factory=dict)
     args_hash: str = ""
+    proof: str = ""
 
 
 class BeginRequest(NamedTuple):
@@ -293,6 +296,10 @@ class Store(Protocol):
 
     def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
         """Pending approval requests of the task, by key."""
+        ...
+
+    def approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
+        """Every approval record of the task (pending, decided, used), by key."""
         ...
 
     def clear_task(self, task_id: str) -> None:

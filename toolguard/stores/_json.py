@@ -70,10 +70,10 @@ _MAX_DEPTH: Final = 200  # below orjson's recursion limit of 255
 def _approval(raw: bytes | str) -> ApprovalRecord:
     """An approval record from the JSON :func:`_approval_json` wrote."""
     state, requested_at, reason, tool, args, *bound = orjson.loads(raw)
-    return ApprovalRecord(state, float(requested_at), reason, tool, args, *bound[:1])
+    return ApprovalRecord(state, float(requested_at), reason, tool, args, *bound[:2])
 
 
 def _approval_json(record: ApprovalRecord) -> bytes:
     """``record`` as :func:`_approval` reads it back."""
     return _dumps([record.state, record.requested_at, record.reason, record.tool, record.args,
-                   record.args_hash])
+                   record.args_hash, record.proof])

@@ -445,6 +445,10 @@ class MemoryStore:
             return {k: r for k, r in self._task(task_id).approvals.items()
                     if r.state == ApprovalState.PENDING}
 
+    def approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
+        with self._lock:
+            return dict(self._task(task_id).approvals)
+
     def clear_task(self, task_id: str) -> None:
         with self._lock:
             self._tasks.pop(task_id, None)

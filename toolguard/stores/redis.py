@@ -543,10 +543,18 @@ class RedisStore:
         Raises:
             StoreError: Redis failed or timed out, or the task's state was lost.
         """
-        raw = self._eval("pending_approvals", task_id, _READ_HASH_SCRIPT,
+        return {k: r for k, r in self.approvals(task_id).items()
+                if r.state == ApprovalState.PENDING}
+
+    def approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
+        """Every approval record of the task, by idempotency key.
+
+        Raises:
+            StoreError: Redis failed or timed out, or the task's state was lost.
+        """
+        raw = self._eval("approvals", task_id, _READ_HASH_SCRIPT,
                          self._keys(task_id)[:5], ["4", self._state_ms_arg])
-        records = {_text(k): _approval(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
-        return {k: r for k, r in records.items() if r.state == ApprovalState.PENDING}
+        return {_text(k): _approval(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
 
     def clear_task(self, task_id: str) -> None:
         """Delete every key of the task, its idempotency records included, and start it over

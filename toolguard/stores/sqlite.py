@@ -538,14 +538,22 @@ class SQLiteStore:
         Raises:
             StoreError: SQLite failed (see the class doc).
         """
+        return {k: r for k, r in self.approvals(task_id).items()
+                if r.state == ApprovalState.PENDING}
+
+    def approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
+        """Every approval record of the task, by idempotency key.
+
+        Raises:
+            StoreError: SQLite failed (see the class doc).
+        """
         def body(conn: sqlite3.Connection) -> dict[str, ApprovalRecord]:
             self._put_task(conn, task_id, self._task(conn, task_id, self._clock()))
             rows = conn.execute("SELECT key, record FROM approvals WHERE task = ? "
                                 "ORDER BY rowid", (task_id,))
-            records = {key: _approval(raw) for key, raw in rows}
-            return {k: r for k, r in records.items() if r.state == ApprovalState.PENDING}
+            return {key: _approval(raw) for key, raw in rows}
 
-        return self._run("pending_approvals", task_id, body)
+        return self._run("approvals", task_id, body)
 
     def clear_task(self, task_id: str) -> None:
         """Delete every row of the task, its idempotency records included.
