@@ -318,6 +318,21 @@ def test_restart_without_persistence_is_a_store_fault() -> None:
             store.close()
 
 
+def test_restart_with_persistence_keeps_the_task() -> None:
+    # With AOF (appendfsync always) a restart loses nothing: the halted task stays halted
+    # with its counts, and no worker sees a loss.
+    with private_server("--appendonly", "yes", "--appendfsync", "always") as srv:
+        runs: list[str] = []
+        task = _halted_task(srv, runs)
+        counted = task.usage.tool_calls
+        srv.kill()
+        srv.start()
+        with pytest.raises(tg.BudgetExceeded):
+            task.call("pay", {"order": "a"})
+        assert task.usage.tool_calls == counted
+        assert runs == ["a", "b", "c"]
+
+
 def test_restart_without_persistence_fails_open_when_asked() -> None:
     # fail_open runs the call that found the state gone unguarded (with a warning), then
     # guards the task again on fresh state: each payment, retried at once, is paid once.
