@@ -196,8 +196,10 @@ def drop_task(conn: sqlite3.Connection, task_id: str) -> None:
 
 
 def bound(conn: sqlite3.Connection, table: str, max_rows: int) -> None:
-    """Right after an insert into ``table``: keep its ``max_rows`` most recently written rows
-    (rowids grow with every write, and ``INSERT OR REPLACE`` gives the row a new one)."""
+    """Right after an insert into ``table`` added a row: keep its ``max_rows`` most recently
+    written rows (rowids grow with every write, and ``INSERT OR REPLACE`` gives the row a new
+    one). Every row left has a rowid within ``max_rows`` of the newest, so at most
+    ``max_rows`` remain; a rewrite, which adds no row, need not call this."""
     conn.execute(f"DELETE FROM {table} WHERE rowid <= last_insert_rowid() - ?",  # noqa: S608
                  (max_rows,))
 

@@ -323,7 +323,8 @@ class SQLiteStore:
         self._put_task(conn, task_id, state)
         conn.execute("INSERT OR REPLACE INTO sigs VALUES (?, ?, ?, ?, ?, ?, ?)",
                      (task_id, signature, sig_epoch, repeats, polls, resets, digest))
-        bound(conn, "sigs", self._max_entries)
+        if row is None:  # one more row (a rewritten one only moves to the newest rowid)
+            bound(conn, "sigs", self._max_entries)
         approval = None
         if key:
             found = conn.execute("SELECT record FROM approvals WHERE task = ? AND key = ?",
@@ -387,7 +388,8 @@ class SQLiteStore:
                 sig[4] = result_digest
                 conn.execute("INSERT OR REPLACE INTO sigs VALUES (?, ?, ?, ?, ?, ?, ?)",
                              (task_id, signature, *sig))
-                bound(conn, "sigs", self._max_entries)
+                if row is None:
+                    bound(conn, "sigs", self._max_entries)
         if outcome:  # after progress: a call that made progress starts a new run
             if (tool_state[2] != epoch or tool_state[4] != outcome):
                 tool_state[2:] = [epoch, 1, outcome, signature]
