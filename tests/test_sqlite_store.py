@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import toolguard as tg
+from toolguard._policy import IdempotencyPolicy
 from toolguard.stores import BeginRequest, FinishRequest
 from toolguard.stores.sqlite import SQLiteStore, default_path, path_from_url
 from toolguard.testing import FakeClock, capture_audit
@@ -275,6 +276,35 @@ def test_a_short_lock_is_waited_for(tmp_path: Path) -> None:
     assert tg.Guard(tools=[pay], store=store).task(TASK).call(
         "pay", {"order": "o-1"}).decision is tg.Decision.ALLOW
     holder.close()
+
+
+def test_a_finish_the_file_refuses_returns_the_result_and_holds_the_claim(tmp_path: Path
+                                                                           ) -> None:
+    """The tool ran, then the file stayed locked past the busy timeout: the result is
+    returned with a warning; the outcome is not kept, so the claim holds identical calls
+    (CallInProgress) until in_progress_ttl_s, never a second run meanwhile."""
+    db = tmp_path / "state.db"
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    runs: list[str] = []
+
+    @tg.mutating
+    def charge(order: str) -> str:
+        runs.append(order)
+        holder.execute("BEGIN EXCLUSIVE")  # another process takes the file meanwhile
+        return f"charged {order}"
+
+    store = SQLiteStore(db, timeout_s=0.2)
+    policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=0.3))
+    guard = tg.Guard(policy, tools=[charge], store=store)
+    with capture_audit(guard) as events:
+        assert guard.task(TASK).call("charge", {"order": "o-1"}).value == "charged o-1"
+    assert any("state not recorded" in e.reason and str(db) in e.reason for e in events)
+    holder.execute("ROLLBACK")
+    holder.close()
+    with pytest.raises(tg.CallInProgress):
+        guard.task(TASK).call("charge", {"order": "o-1"})
+    assert runs == ["o-1"]
+    store.close()
 
 
 # -- bounds ------------------------------------------------------------------------------
