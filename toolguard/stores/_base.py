@@ -206,7 +206,8 @@ class TaskUsage:
 @runtime_checkable
 class Store(Protocol):
     """Per-task state, atomically. Implementations: :class:`~toolguard.stores.MemoryStore`,
-    :class:`~toolguard.stores.RedisStore`. All times are seconds on the guard's clock.
+    :class:`~toolguard.stores.SQLiteStore`, :class:`~toolguard.stores.RedisStore`. All times
+    are seconds on the guard's clock.
 
     Every method may raise :class:`toolguard.StoreError` when the back-end fails.
 
