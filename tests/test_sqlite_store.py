@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import sqlite3
 import stat
@@ -399,3 +400,21 @@ def test_threads_share_one_file(tmp_path: Path, clock: FakeClock) -> None:
     assert sorted(claims) == [False] * 7 + [True]
     assert store.usage(TASK).tool_calls == 8
     store.close()
+
+
+@pytest.mark.redis
+def test_the_benchmark_runs(tmp_path: Path) -> None:
+    # benchmarks/sqlite_store.py, wall clock only, one short round: every figure and ratio
+    # is there (no timing asserted)
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "sqlite_store.json"
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "sqlite_store.py"), "--rounds", "1",
+         "--batch-s", "0.001", "--no-callgrind", "--json", str(out)],
+        cwd=root / "benchmarks", capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    report = json.loads(out.read_text(encoding="utf-8"))["wall_clock"]
+    assert set(report["us_per_call"]) == {f"{s}/{p}" for s in ("memory", "sqlite", "redis")
+                                          for p in ("allow", "executed")}
+    assert all(report[f"sqlite/{other}/{path}"] > 0 for other in ("memory", "redis")
+               for path in ("allow", "executed"))
