@@ -16,12 +16,12 @@ the allow path without repeats); they share the bulky parts, so a pool of them i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from typing_extensions import NotRequired, TypedDict  # pydantic needs it on Python < 3.12
 
-__all__ = ["SIZES", "Sized", "args_for", "distinct", "json_bytes", "sized"]
+__all__ = ["SIZES", "Sized", "args_for", "distinct", "invalid", "json_bytes", "sized"]
 
 
 class DateRange(TypedDict):
@@ -187,6 +187,31 @@ def args_for(size: str) -> dict[str, Any]:
 def distinct(size: str, i: int) -> dict[str, Any]:
     """The ``i``-th distinct argument set of ``size``."""
     return SIZES[size].build(i)
+
+
+def invalid(size: str) -> dict[str, Any]:
+    """The arguments of ``size`` with their last integer (in document order; for ``large`` the
+    id of the 600th row, at the end of 100 KB) given as a string: one problem, found only by
+    walking the whole value."""
+    def broken(value: Any) -> tuple[Any, bool]:
+        if isinstance(value, dict):
+            items = list(value.items())
+        elif isinstance(value, list):
+            items = list(enumerate(value))
+        else:
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            return (str(value) if is_int else value), is_int
+        for key, child in reversed(items):
+            new, done = broken(child)
+            if done:
+                copy: Any = dict(value) if isinstance(value, dict) else list(value)
+                copy[key] = new
+                return copy, True
+        return value, False
+
+    args, done = broken(args_for(size))
+    assert done, f"the {size} arguments hold no integer"
+    return cast("dict[str, Any]", args)
 
 
 def json_bytes(value: Any) -> int:

@@ -14,7 +14,7 @@ fresh ``tgbench:<hex>`` prefix and is deleted at the end.
   process sharing one guard (and one connection pool), and as separate processes (forked,
   each with its own guard, store and pool); against one task per worker (``distinct``) or
   one task for all (``shared``: every call serializes on that task's keys in Redis).
-* Thread scaling (issue 18's Redis target: N threads >= 0.7 N x one thread's calls/s, "the
+* Thread scaling (the Redis target: N threads >= 0.7 N x one thread's calls/s, "the
   calls wait on I/O, not on a lock"): :func:`thread_scaling`, run by ``python
   benchmarks/_redis_bench.py`` on a private ``redis-server`` (see :func:`main`). The
   executed path (a mutating no-op with new arguments: begin and finish, two round trips)
@@ -235,7 +235,7 @@ def throughput(url: str | None, prefix: str, worker_counts: tuple[int, ...],
     return out
 
 
-# -- thread scaling (issue 18) --------------------------------------------------------------
+# -- thread scaling ----------------------------------------------------------------------
 def _scaling_store(url: str, client: str, prefix: str) -> RedisStore:
     """``own``: the store builds its client (a connection per thread); ``passed``: a client
     passed in, used as it is (one redis-py pool shared by the threads). (``bare``, no store

@@ -86,7 +86,8 @@ def summarise(variants: Sequence[Variant]) -> list[Row]:
 
 
 # -- targets ------------------------------------------------------------------------------------
-# Issue 18, read against the sketches measured in the same rounds: (variant, metric, limit).
+# The per-call targets, read against the sketches measured in the same rounds:
+# (variant, metric, limit).
 _TARGETS: list[tuple[str, str, float]] = [
     ("memory/sync/small/allow/rs", "x_sketch_book", 2.0),
     ("memory/sync/small/cached/rs", "x_sketch_book", 2.0),
@@ -99,7 +100,7 @@ _TARGETS: list[tuple[str, str, float]] = [
 
 def evaluate_targets(rows: Sequence[Row], redis_trips: Sequence[Row] | None,
                      growth: Row | None = None, imports: Row | None = None) -> list[Row]:
-    """Every target of issue 18 with its value and PASS/MISS (Redis round trips, growth and
+    """Every per-call target with its value and PASS/MISS (Redis round trips, growth and
     import time when those sections ran)."""
     by_name = {row["name"]: row for row in rows}
     out: list[Row] = []

@@ -1,4 +1,4 @@
-"""The two pure-Python guard sketches the per-call targets are read by (issue 18).
+"""The two pure-Python guard sketches the per-call targets are read by.
 
 Neither is a guard anyone should ship; each is the least code that does what a guard on this
 path must do, written as plainly and as fast as Python allows, so that "toolguard costs N times the

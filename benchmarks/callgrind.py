@@ -8,7 +8,8 @@ set-up cancelled out. Variants:
 
 * ``guard/<size>/<path>``: ``task.call`` of the default guard (jsonschema-rs) on the
   benchmark tools and policies of ``_cases.py`` (``allow``, ``cached``, ``block``, ``warn``,
-  ``executed``: never-seen arguments, ``allow_new``: likewise on the read-only tool);
+  ``executed``: never-seen arguments, ``allow_new``: likewise on the read-only tool,
+  ``invalid``: arguments with one integer given as a string, the last in the value);
   ``.../async``: ``await task.acall`` of the async tool; ``.../json``: arguments as JSON text;
   ``.../text``: the tool returns a fixed shell-like text (``_cases.TEXT_RESULT``), which the
   result normalization reads;
@@ -17,11 +18,11 @@ set-up cancelled out. Variants:
 
 Run::
 
-    python benchmarks/callgrind.py                  # the issue-18 set, ~2 min on 2 cores
+    python benchmarks/callgrind.py                  # the per-call targets' set, ~2 min on 2 cores
     python benchmarks/callgrind.py guard/small/allow book/small/allow
     python benchmarks/callgrind.py --json benchmarks/results/callgrind.json
 
-Prints one line per variant (instructions per call) and the issue-18 ratios.
+Prints one line per variant (instructions per call) and the ratios the targets are read by.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ DEFAULT = (
     "guard/small/executed", "guard/small/allow/async", "guard/medium/allow",
     "guard/medium/cached", "guard/large/allow", "book/small/allow", "book/small/cached",
     "book/small/block", "book/medium/allow", "book/medium/cached", "min/small/allow",
-    "dump/large",
+    "dump/large", "guard/small/invalid", "guard/large/invalid",
 )
 # (guard variant, its reference, target ratio)
 TARGETS = (
@@ -55,6 +56,8 @@ TARGETS = (
     ("guard/small/block", "book/small/block", 2.0),
     ("guard/medium/allow", "book/medium/allow", 1.5),
     ("guard/large/allow", "dump/large", 1.3),
+    ("guard/small/invalid", "guard/small/allow", 2.0),
+    ("guard/large/invalid", "guard/large/allow", 2.0),
 )
 _TOTAL = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
@@ -107,9 +110,13 @@ def _runner(name: str) -> Callable[[int], None]:
     flags = set(parts[3:])
     from _cases import TEXT_RESULT
 
-    task, tool = make_task(size, "allow" if path == "allow_new" else path, "rs",
+    task, tool = make_task(size, "allow" if path in ("allow_new", "invalid") else path, "rs",
                            is_async="async" in flags,
                            returns=TEXT_RESULT if "text" in flags else None)
+    if path == "invalid":
+        from _args import invalid
+
+        args = invalid(size)
     given: Any = orjson.dumps(args).decode() if "json" in flags else args
     fresh = path in ("executed", "allow_new")
     ids = itertools.count()

@@ -1,4 +1,4 @@
-"""Throughput of the Redis store on one node against a 3-master Redis Cluster (issue 19).
+"""Throughput of the Redis store on one node against a 3-master Redis Cluster.
 
 Both deployments are private ``redis-server`` processes this script starts on free loopback
 ports (``tests/redis_servers.py``) and stops at the end; the shared server is not used, so
@@ -14,7 +14,7 @@ calls/s over rounds. Beside it, the CPUs the Redis processes used meanwhile (``I
 where that stays well under one CPU while the workers fill the machine, the clients, not
 Redis, are the limit, and more Redis nodes cannot help.
 
-Threads (issue 18's Redis target): 1, 2 and 4 threads of one process sharing one guard and
+Threads (the Redis target): 1, 2 and 4 threads of one process sharing one guard and
 one ``RedisStore`` (one connection pool) on the single node, each on its own task, same
 workload, interleaved with the rest; the target is N threads ≥ 0.7 N x one thread's calls/s.
 

@@ -1,5 +1,5 @@
 """The HTTP stacks the MCP proxy could listen and call upstream with, measured alone: CPU per
-request of the process under test, the other side fixed (issue 14: why aiohttp).
+request of the process under test, the other side fixed (why aiohttp).
 
 ::
 

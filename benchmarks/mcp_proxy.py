@@ -74,7 +74,7 @@ max_tool_calls = 100000000
 [tools.read_note]
 ladder = { warn_at = 99999997, block_at = 99999998, halt_at = 99999999 }
 """
-TARGET_RATIO = 1.2  # issue 14: proxied round trip ≤ 1.2x the direct one
+TARGET_RATIO = 1.2  # the target: proxied round trip ≤ 1.2x the direct one
 
 
 TRANSPORTS = ("stdio", "http")

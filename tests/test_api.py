@@ -19,7 +19,7 @@ def test_public_names_are_pinned() -> None:
         "ApprovalTimedOut", "Approver", "AuditEvent", "BudgetExceeded", "CallInProgress",
         "CallRecord", "CanonicalizationError", "ConsoleApprover", "Decision", "Effect", "Guard",
         "Halt", "IdempotencyScope", "JsonlSink", "LoggingSink", "MemorySink", "Mode", "Policy",
-        "PolicyError", "PolicyProblem", "RepeatedToolCalls", "StoreError", "Task",
+        "PendingCall", "PolicyError", "PolicyProblem", "RepeatedToolCalls", "StoreError", "Task",
         "ToolBlocked", "ToolGuardError", "ToolResult", "ToolSettings", "ToolSpec", "Usage",
         "approve", "args_hash", "canonical_args", "current_idempotency_key", "defer",
         "deny_all", "load_policy", "load_policy_dict", "mutating", "policy_from_env",

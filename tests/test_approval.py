@@ -166,7 +166,7 @@ def test_resume_after_an_approval_timeout_gives_the_call_another_chance(
 
 
 def test_approval_request_shape_and_full_arguments(clock: FakeClock) -> None:
-    """The reviewer sees every value as the tool will get it (issue 17, item 4)."""
+    """The reviewer sees every value as the tool will get it."""
     seen: list[tg.ApprovalRequest] = []
 
     @tg.requires_approval

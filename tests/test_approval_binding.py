@@ -1,5 +1,4 @@
-"""An approval is good for exactly the call the reviewer saw, and for one execution of it
-(issue 17, items 4 and 5)."""
+"""An approval is good for exactly the call the reviewer saw, and for one execution of it."""
 
 from __future__ import annotations
 

@@ -204,6 +204,7 @@ class CountingValidator:
         return bool(self.inner.is_valid(instance))
 
     def iter_errors(self, instance: Any) -> Any:
+        self.calls += 1
         return self.inner.iter_errors(instance)
 
 
@@ -229,7 +230,7 @@ def test_a_signature_validated_once_is_not_validated_again(
     task = guard.task("t")
     first = task.call("book", {"user_id": "u", "seats": 1, "cabin": "economy"})
     assert checks() == 1
-    assert len(validator._valid) == 1
+    assert len(validator._seen) == 1
     task.new_turn()
     # the same arguments as JSON text, in another key order and spacing: not validated again
     again = task.call("book", '{"cabin": "economy",   "seats": 1, "user_id": "u"}')
@@ -244,13 +245,15 @@ def test_a_signature_validated_once_is_not_validated_again(
     assert spelled.args_hash == first.args_hash and checks() == 2
     task.call("book", {"user_id": "u", "seats": 2, "cabin": "economy"})
     assert checks() == 3
-    # invalid arguments are never remembered as valid
+    # invalid arguments are remembered as invalid, with their problems: never as valid
+    messages = set()
     for _ in range(2):
         task.new_turn()
         bad = task.call("book", {"user_id": "u", "seats": "2", "cabin": "economy"})
         assert bad.decision is tg.Decision.INVALID
-    assert checks() == 5
-    assert len(validator._valid) == 3
+        messages.add(str(bad.content))
+    assert checks() == 4 and len(messages) == 1 and "args.seats: '2'" in messages.pop()
+    assert len(validator._seen) == 4
 
 
 def test_explicit_null_for_an_optional_argument_means_omitted_memo_or_not() -> None:
@@ -812,3 +815,69 @@ def test_every_wrong_item_of_an_optional_list_is_named_up_to_the_cap(items: list
     for index, item in enumerate(items[:8]):
         assert f"args.tags[{index}]: {item} is not of type 'string'" in message
     assert ("more" in message) is (len(items) > 8)
+
+
+# Schemas of the keywords a tool's arguments use (from type hints and hand-written
+# args_schema=), and JSON instances, to hold the two validators' wording equal.
+_LEAF_SCHEMAS = st.one_of(
+    st.sampled_from([{"type": t} for t in
+                     ("string", "integer", "number", "boolean", "null", "array", "object")]),
+    st.just({"type": ["integer", "string"]}),
+    st.builds(lambda n: {"type": "integer", "minimum": n}, st.integers(-3, 3)),
+    st.builds(lambda n: {"type": "number", "exclusiveMaximum": n}, st.integers(-3, 3)),
+    st.builds(lambda n: {"type": "string", "minLength": n}, st.integers(0, 3)),
+    st.builds(lambda n: {"type": "string", "maxLength": n}, st.integers(0, 3)),
+    st.builds(lambda n: {"type": "array", "maxItems": n}, st.integers(0, 2)),
+    st.builds(lambda n: {"type": "array", "minItems": n}, st.integers(0, 2)),
+    st.just({"type": "string", "pattern": "^[a-c]+$"}),
+    st.just({"enum": ["economy", "business", 3]}),
+    st.just({"const": "x"}),
+    st.just({"type": "integer", "multipleOf": 3}),
+    st.just({"type": "array", "uniqueItems": True}),
+)
+
+
+def _object_of(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.builds(
+        lambda props, required, closed: {
+            "type": "object", "properties": props,
+            "required": [k for k in props if k in required],
+            **({"additionalProperties": False} if closed else {})},
+        st.dictionaries(st.sampled_from("abc"), children, max_size=3),
+        st.sets(st.sampled_from("abc")), st.booleans())
+
+
+_SCHEMAS = st.recursive(
+    _LEAF_SCHEMAS,
+    lambda inner: st.one_of(
+        _object_of(inner),
+        st.builds(lambda items: {"type": "array", "items": items}, inner),
+        # a union as type hints give it: one branch per type, at most one can match by type
+        st.builds(lambda items: {"anyOf": [{"type": "array", "items": items},
+                                           {"type": "null"}]}, inner),
+        st.builds(lambda obj: {"anyOf": [obj, {"type": "string"}]}, _object_of(inner))),
+    max_leaves=6)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from([1.5, 0.25])
+    | st.sampled_from(["", "a", "abc", "x", "economy", "zz", "1"]),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from("abcd"), inner, max_size=3),
+    max_leaves=8)
+
+
+@given(schema=_object_of(_SCHEMAS), args=st.dictionaries(st.sampled_from("abcd"), _JSON,
+                                                         max_size=4))
+def test_jsonschema_rs_words_every_problem_as_jsonschema_does(
+        schema: dict[str, Any], args: dict[str, Any]) -> None:
+    """The model reads the same message whichever validator found the problems: jsonschema-rs
+    (a dependency) or pure-Python jsonschema (where no wheel exists)."""
+    fast = ArgsValidator(schema)
+    import toolguard._schema as schema_module
+
+    saved = schema_module.fast_validators()
+    schema_module._rs = None
+    try:
+        slow = ArgsValidator(schema)
+    finally:
+        schema_module._rs = saved
+    assert fast.validate(args) == slow.validate(args)

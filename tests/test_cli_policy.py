@@ -265,7 +265,7 @@ def test_version_prints_the_installed_package_version(runner: CliRunner) -> None
 
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0
-    assert result.output == f"toolguard {version('toolguard')}\n"
+    assert result.output == f"toolguard {version('agent-toolguard')}\n"
     assert "--version" in runner.invoke(app, ["--help"]).output
 
 

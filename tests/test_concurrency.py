@@ -285,10 +285,10 @@ async def test_a_call_cancelled_while_asking_the_approver_gives_its_claim_back()
 
 @pytest.mark.parametrize("forwards", [False, True])
 async def test_a_cancelled_acall_records_what_its_sync_tool_really_did(forwards: bool) -> None:
-    """A worker thread cannot be stopped: the cancellation returns at once (issue 17, item
-    10: it used to wait for the tool), the tool's real result is recorded when it ends, and
-    neither a concurrent duplicate nor a retry runs it again (before, the retry went to
-    review, or, with a forwarded key, ran beside the first)."""
+    """A worker thread cannot be stopped: the cancellation returns at once (it does not
+    wait for the tool), the tool's real result is recorded when it ends, and neither a
+    concurrent duplicate nor a retry runs it again (the retry neither goes to review nor,
+    with a forwarded key, runs beside the first)."""
     log: list[str] = []
     release = threading.Event()
 

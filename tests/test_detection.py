@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (fixtures are imported, then taken as parameters)
-"""Detection that means something (issue 16), through Guard and Task on both stores: result
+"""Detection that means something, through Guard and Task on both stores: result
 normalisation before comparing, the stagnation rule, the cap on endless progress, typed
 result digests; each with the legitimate look-alikes it must leave alone."""
 
@@ -279,12 +279,14 @@ def test_a_changing_progress_bar_is_progress(store: Store, clock: FakeClock) -> 
     assert set(replay(task, "status", calls)) == {D.ALLOW}
 
 
-def test_endless_progress_is_capped(store: Store, clock: FakeClock) -> None:
-    """A counter that changes on every call, back to back: after max_progress_resets resets
-    it climbs the ladder (readonly: warn 3, block 4, halt 5)."""
+def test_endless_change_without_progress_fields_is_capped(store: Store, clock: FakeClock
+                                                         ) -> None:
+    """An output that changes on every call, back to back, without any progress field
+    moving (a token): after max_progress_resets resets it climbs the ladder (readonly: warn
+    3, block 4, halt 5)."""
     task = task_for(store, clock, tg.Policy(ladder=LadderPolicy(max_progress_resets=3),
                                             tools=READONLY.tools))
-    calls = [({"service": "x"}, f"counter={i}") for i in range(10)]
+    calls = [({"service": "x"}, f"token={i}") for i in range(10)]
     assert replay(task, "status", calls) == [D.ALLOW] * 5 + [D.WARN, D.BLOCK, D.HALT]
 
 
@@ -294,7 +296,7 @@ def test_another_call_in_between_keeps_a_poll_of_moving_output_alive(
                                             tools=READONLY.tools))
     decided = []
     for i in range(10):
-        decided += replay(task, "status", [({"service": "x"}, f"counter={i}")])
+        decided += replay(task, "status", [({"service": "x"}, f"token={i}")])
         decided += replay(task, "search_files", [({"regex": f"r{i}"}, f"hit {i}")])
     assert set(decided) == {D.ALLOW}
 

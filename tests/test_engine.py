@@ -353,7 +353,7 @@ def test_unknown_tools_are_counted_halted_and_laddered(clock: FakeClock) -> None
         task.call("nope", '{"a": 2}')
     with pytest.raises(tg.BudgetExceeded):  # halted: even an unknown name raises
         task.call("other", {})
-    # names no tool has share one counter (issue 17, item 12: they come from the model)
+    # names no tool has share one counter (they come from the model)
     assert task.usage.per_tool == {"<unknown tools>": 2, "lookup": 1}
 
     looping = tg.Guard(tools=[lookup], clock=clock).task("u")

@@ -25,9 +25,11 @@ def test_every_example_is_exercised() -> None:
     assert {p.name for p in TRACES} == {
         "grep-loop.jsonl", "duplicate-payment.jsonl", "test-rerun-after-edit.jsonl",
         "openai-airline.json", "anthropic-coding.json"}
+    # retail.toml and telecom.toml: tests/test_replay_realruns.py replays them
     assert [p.name for p in POLICIES] == ["airline.toml", "claude-code.toml", "codex.toml",
-                                          "coding-agent.toml", "openhands.toml",
-                                          "swe-agent.toml"]
+                                          "coding-agent.toml", "gemini.toml",
+                                          "openhands.toml", "retail.toml", "swe-agent.toml",
+                                          "telecom.toml"]
 
 
 def test_quickstart_prints_allow_warn_block_halt() -> None:

@@ -1,5 +1,5 @@
-"""Tools that act on the outside world remember a completed call for the whole task (issue 17,
-item 3): ``until_change`` re-ran a completed payment after any other write."""
+"""Tools that act on the outside world remember a completed call for the whole task:
+under ``until_change`` a completed payment would run again after any other write."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The consecutive-failure budget counts calls in flight (issue 17, item 15): 32 concurrent
-calls of a failing tool all ran, since failures are counted only as calls finish."""
+"""The consecutive-failure budget counts calls in flight: 32 concurrent calls of a failing
+tool do not all run, as they would if failures were counted only as calls finish."""
 
 from __future__ import annotations
 

@@ -210,8 +210,15 @@ async def _cancelled(task: tg.Task, tool: str, args: Any, func: Callable[..., An
     return "cancelled"
 
 
-def _run(policy: tg.Policy, steps: list[Any], fast: bool, is_async: bool = False
-         ) -> list[Any]:
+One = Callable[[asyncio.AbstractEventLoop, tg.Task, Callable[..., Any], str, Any, str],
+              "tg.ToolResult | str"]
+
+
+def _run(policy: tg.Policy, steps: list[Any], fast: bool, is_async: bool = False,
+         one: One = _one) -> list[Any]:
+    """Run ``steps`` on a fresh guard (each call made by ``one``, :func:`_one`'s way by
+    default) and return everything a run leaves: results, halts, the tools' runs, history,
+    usage and the store's state."""
     runs: list[tuple[str, Any, Any]] = []
     functions = _functions(runs)
     clock = FakeClock(1000.0)
@@ -233,8 +240,8 @@ def _run(policy: tg.Policy, steps: list[Any], fast: bool, is_async: bool = False
         if as_text:
             args = f'{{"q": {arg!r}}}'.replace("'", '"') if arg is not None else "{}"
         try:
-            result = _one(loop, task, functions.get(tool, functions["nope"]), tool, args,
-                          how[0] if how else "call")
+            result = one(loop, task, functions.get(tool, functions["nope"]), tool, args,
+                         how[0] if how else "call")
             seen.append(result if isinstance(result, str) else _view(result))
         except tg.Halt as halt:
             seen.append(("halt", type(halt).__name__, str(halt)))

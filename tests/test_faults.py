@@ -218,9 +218,9 @@ def test_a_store_failure_before_the_tool_runs_gives_the_claim_back() -> None:
 
 def test_the_forwarded_key_changes_when_the_guard_runs_a_new_execution(
         clock: FakeClock) -> None:
-    """Regression (issue 17, item 11): after another write the guard ran an identical
-    charge again as a new call, but forwarded the same key, so a Stripe-like backend
-    replayed the first response and the real second charge never happened."""
+    """After another write, an identical charge the guard runs again as a new call forwards
+    a new key, so a Stripe-like backend does not replay the first response in place of the
+    real second charge."""
     backend: dict[str, str] = {}
     charges: list[int] = []
 

@@ -1,5 +1,5 @@
 """Whatever the model sends: a clear ``invalid`` (never an internal error), bounded memory,
-and an audit event for every call that is never silently dropped (issue 17, items 7, 12).
+and an audit event for every call that is never silently dropped.
 The fault-injection scenarios (a sink that fails, a sink that cannot serialize) are here too.
 """
 

@@ -1,6 +1,6 @@
 """The package's import structure: no import circles, and heavy packages load only when used.
 
-``import toolguard`` must stay light (issue 18: ≤ 8x a bare ``python -c pass``, measured in
+``import toolguard`` must stay light (≤ 8x a bare ``python -c pass``, measured in
 ``benchmarks/``): pydantic, pydantic-settings, jsonschema, typer, rich and asyncio load when a
 guard, a policy file, the environment, a CLI command or ``acall`` needs them. The timing lives
 in the benchmarks; these tests pin what is loaded, which is what the timing follows from.
@@ -117,7 +117,7 @@ def test_the_package_has_no_import_circle() -> None:
 
 def test_the_circle_finder_finds_the_circles_this_package_used_to_have() -> None:
     # _core -> _resolve -> _decorators -> (deferred) _engine -> _core, and
-    # _policy_loader <-> (deferred) _settings: the two circles of issue 18
+    # _policy_loader <-> (deferred) _settings: the two import circles
     graph = {"toolguard._core": {"toolguard._resolve"},
              "toolguard._resolve": {"toolguard._decorators"},
              "toolguard._decorators": {"toolguard._engine"},

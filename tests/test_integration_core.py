@@ -206,7 +206,7 @@ def test_run_sees_the_idempotency_key_and_a_timeout_is_an_unknown_outcome() -> N
     again = task.call("pay", {"cents": 100}, run=run)
     assert again.decision is D.BLOCK  # never re-run blind: the approver (deny_all) said no
     assert "without a known outcome" in again.content
-    (forwarded,) = keys  # the guard's key and the execution it belongs to (issue 17, 11)
+    (forwarded,) = keys  # the guard's key and the execution it belongs to
     assert forwarded is not None and forwarded.startswith(f"{first.idempotency_key}:")
 
 

@@ -1,4 +1,4 @@
-"""The package's layout (issue 18): no module over ~500 lines of code, so each stage of the
+"""The package's layout: no module over ~500 lines of code, so each stage of the
 call path and each concern of the CLI, the stores and the proxy reads on its own.
 
 A module's docstring does not count: the Redis store's key layout, the loader's pipeline and

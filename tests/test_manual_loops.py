@@ -357,12 +357,13 @@ def test_record_usage_keeps_its_count_signature_and_refuses_what_it_cannot_read(
                                           total_tokens=2), 5)
 
 
-# -- the README's loops, run as written against hand-made SDK responses --------------------
-def _readme_blocks() -> list[str]:
+# -- the documented loops, run as written against hand-made SDK responses -----------------
+def _documented_loops() -> list[str]:
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = text.split("### A manual OpenAI or Anthropic loop", 1)[1].split("\n### ", 1)[0]
+    page = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "manual-loops.md"
+    text = page.read_text()
+    section = text.split("## A manual OpenAI or Anthropic loop", 1)[1].split("\n## ", 1)[0]
     return [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
 
 
@@ -384,7 +385,7 @@ def _completion(message: ChatCompletionMessage) -> ChatCompletion:
                                                 total_tokens=12))
 
 
-def test_the_readme_openai_loop_runs_as_written() -> None:
+def test_the_documented_openai_loop_runs_as_written() -> None:
     from types import SimpleNamespace
 
     world = World()
@@ -393,17 +394,17 @@ def test_the_readme_openai_loop_runs_as_written() -> None:
     client = SimpleNamespace(chat=SimpleNamespace(completions=replies))
     scope: dict[str, Any] = {"guard": world.guard(), "client": client, "MODEL": "gpt-test",
                              "messages": []}
-    code = _readme_blocks()[0]
+    code = _documented_loops()[0]
     toolguard_lines = [ln for ln in code.splitlines() if "task." in ln or "guard." in ln]
     assert len([ln for ln in toolguard_lines if "record_usage" not in ln]) <= 3
-    exec(code, scope)  # the README's own code
+    exec(code, scope)  # the documented code
     tool_messages = [m for m in scope["messages"] if isinstance(m, dict)]
     assert [m["content"] for m in tool_messages] == ["contents of notes.txt", "wrote out.txt"]
     assert scope["task"].usage.input_tokens == 30
     assert world.runs == Counter({"read": 1, "write out.txt": 1})
 
 
-def test_the_readme_anthropic_loop_runs_as_written() -> None:
+def test_the_documented_anthropic_loop_runs_as_written() -> None:
     from types import SimpleNamespace
 
     world = World()
@@ -413,7 +414,7 @@ def test_the_readme_anthropic_loop_runs_as_written() -> None:
     replies = _Replies([anthropic_message([READ, READ]), done])
     scope: dict[str, Any] = {"guard": world.guard(), "MODEL": "claude-test", "messages": [],
                              "client": SimpleNamespace(messages=replies)}
-    exec(_readme_blocks()[1], scope)  # the README's own code
+    exec(_documented_loops()[1], scope)  # the documented code
     results = scope["messages"][-1]["content"]
     assert [r["content"].split("\n")[0] for r in results] == ["contents of notes.txt"] * 2
     assert world.runs["read"] == 1  # identical calls in one message: one execution

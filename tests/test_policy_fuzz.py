@@ -1,4 +1,4 @@
-"""A bad policy is a clear PolicyError, never a traceback (issue 17, item 6).
+"""A bad policy is a clear PolicyError, never a traceback.
 
 The three crashes the break-it pass found are regression tests on its own files (in
 ``../shared/repro/reliability/``); the hypothesis properties mutate every shipped and fixture

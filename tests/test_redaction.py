@@ -1,5 +1,5 @@
 """Redaction catches the usual key names in any spelling and credentials by their shape, in
-every output channel (issue 17, item 8). The shapes are checked against detect-secrets' own
+every output channel. The shapes are checked against detect-secrets' own
 plugins: whatever their patterns generate, no plugin finds anything in what we show."""
 
 from __future__ import annotations
@@ -200,3 +200,21 @@ def test_every_channel_redacts_alike(clock: tg.testing.FakeClock) -> None:
                                           str(invalid.content), invalid.reason]
     assert all(secret not in text for text in shown)
     assert events[0].args == info.value.args
+
+
+def test_a_validation_message_never_quotes_a_secret_it_points_at() -> None:
+    """The value under a secret key, and a secret inside a quoted value, are redacted in the
+    message the model reads; the rest of the message stays."""
+
+    @tg.readonly
+    def login(user: str, password: str, headers: list[str]) -> str:
+        return "ok"
+
+    task = tg.Guard(tools=[login]).task("t")
+    result = task.call("login", {"user": "ann", "password": 31415926535,
+                                 "headers": [{"token": "tok-live-2718281828"}, "ok"]})
+    assert result.decision is tg.Decision.INVALID
+    message = str(result.content)
+    assert "31415926535" not in message and "tok-live-2718281828" not in message
+    assert "args.password: [REDACTED] is not of type 'string'" in message
+    assert "args.headers[0]: {'token': [REDACTED]" in message

@@ -1,4 +1,4 @@
-"""The Redis store on a real Redis Cluster under faults (issue 19), each test on its own
+"""The Redis store on a real Redis Cluster under faults, each test on its own
 private cluster (``redis_servers.Cluster``, stopped afterwards whatever happens):
 
 - a master killed with a replica present: calls fail closed with a clear StoreError while

@@ -157,7 +157,7 @@ def test_environment_selects_a_cluster(redis_prefix: str) -> None:
 # -- round trips ------------------------------------------------------------------------
 @pytest.mark.parametrize("deployment", ["node", "cluster"])
 def test_round_trips_per_call(redis_prefix: str, deployment: str) -> None:
-    # A cached or blocked call is 1 round trip, an executed call 2 (issue 18's Redis target),
+    # A cached or blocked call is 1 round trip, an executed call 2,
     # on one node and on a cluster alike.
     ran: list[str] = []
     if deployment == "node":

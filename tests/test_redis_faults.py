@@ -4,7 +4,7 @@ reply was lost is its own retry's, a stall never freezes the event loop, a resta
 persistence is a store fault rather than a silent reset, an outcome Redis did not take is
 written before the next call, and key prefixes and task ids never share keys.
 
-Regression tests of issue 17 items 1, 9, 13 and 14 (``../shared/repro/reliability/``).
+The reproductions in ``../shared/repro/reliability/`` run here as regression tests.
 """
 # ruff: noqa: F811  (the redis_prefix fixture is imported, then taken as a parameter)
 

@@ -1,4 +1,4 @@
-"""RedisStore under threads and its round trips per call (issue 18's Redis targets).
+"""RedisStore under threads and its round trips per call (the Redis targets of the benchmarks).
 
 Round trips are counted three ways, on a private ``redis-server``: by the server itself
 (``MONITOR``: every command a client sent, not those its scripts ran), by a client that

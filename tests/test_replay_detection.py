@@ -35,7 +35,7 @@ def test_list_formats_names_every_reader() -> None:
     assert result.exit_code == 0
     names = [r.name for r in readers()]
     assert names == ["inspect", "langfuse", "otel", "openhands", "swe-agent", "mini-swe-agent",
-                     "claude-code", "codex", "responses", "chat", "trace"]
+                     "tau2-simulations", "claude-code", "codex", "responses", "chat", "trace"]
     for name in names:
         assert name in result.stdout
 
@@ -123,7 +123,7 @@ def test_a_directory_walk_takes_every_extension_a_reader_claims(tmp_path: Path) 
 
 
 def test_one_bad_trace_header_is_a_problem_of_its_run_and_the_rest_replays() -> None:
-    """Issue 17: a header regex too big to compile aborted the whole replay."""
+    """A header regex too big to compile is a problem of its run, not of the whole replay."""
     path = REPRO / "replay_header_effects_crash.jsonl"
     result = replay(path, "--format", "json")
     assert result.exit_code == 2

@@ -72,12 +72,14 @@ def finish(store: Store, clock: FakeClock, sig: str = "s1", *, tool: str = "pay"
            mutating: bool = True, digest: str = "d1", store_result: bool = False,
            content: Any = None, release: bool = False, ttl_s: float = 3600.0,
            halt: dict[str, Any] | None = None, call_id: str = "", task: str = TASK,
-           outcome: str = "", max_progress_resets: int = 0) -> None:
+           outcome: str = "", max_progress_resets: int = 0, transient: bool = False,
+           progress: str = "") -> None:
     store.finish(task, FinishRequest(
         tool=tool, signature=sig, idempotency_key=key, executed=executed, success=success,
         unknown=unknown, mutating=mutating, result_digest=digest, store_result=store_result,
         content=content, release=release, ttl_s=ttl_s, now=clock(), halt=halt,
-        call_id=call_id, outcome=outcome, max_progress_resets=max_progress_resets))
+        call_id=call_id, outcome=outcome, max_progress_resets=max_progress_resets,
+        transient=transient, progress=progress))
 
 
 def test_is_a_store(store: Store) -> None:
@@ -97,9 +99,50 @@ def test_stagnation_run_grows_under_other_arguments(store: Store, clock: FakeClo
     runs = [_search(store, clock, f"search:q{i}") for i in range(4)]
     assert [(s.stagnation, s.stagnation_outcome) for s in runs] == [
         (0, ""), (1, "0empty"), (2, "0empty"), (3, "0empty")]
-    assert runs[-1].stagnation_signature == "search:q2"
+    assert runs[-1].stagnation_signature == "search:q0\nsearch:q1\nsearch:q2"
     assert begin(store, clock, "search:q9", tool="search").stagnation == 4
     assert begin(store, clock, "other:x", tool="other").stagnation == 0  # per tool
+
+
+def test_a_transient_failure_is_no_repeat_and_counts_in_a_row(store: Store,
+                                                               clock: FakeClock) -> None:
+    for expected in range(3):
+        snap = begin(store, clock, "read:o1", tool="read")
+        assert (snap.count, snap.transient) == (1, expected)
+        finish(store, clock, "read:o1", tool="read", success=False, mutating=False, digest="",
+               transient=True)
+    snap = begin(store, clock, "read:o1", tool="read")
+    finish(store, clock, "read:o1", tool="read", mutating=False, digest="order")
+    snap = begin(store, clock, "read:o1", tool="read")
+    assert (snap.count, snap.transient) == (2, 0)  # the success ended the streak
+    finish(store, clock, "read:o1", tool="read", success=False, mutating=False, digest="")
+    assert begin(store, clock, "read:o1", tool="read").count == 3  # other failures repeat
+
+
+def test_new_progress_fields_restart_the_count_without_the_cap(store: Store,
+                                                               clock: FakeClock) -> None:
+    """Each output change restarts the count; back to back, only max_progress_resets times,
+    unless the change moved progress fields to values the signature never had."""
+    for i in range(6):
+        snap = begin(store, clock, "poll:j", tool="poll")
+        assert snap.count == min(i + 1, 2), i  # each change took the count back to 1
+        finish(store, clock, "poll:j", tool="poll", mutating=False, digest=f"d{i}",
+               progress=f"p{i}", max_progress_resets=2)
+    for i in range(4):  # the output changes, its progress fields go back to earlier values
+        snap = begin(store, clock, "poll:j", tool="poll")
+        finish(store, clock, "poll:j", tool="poll", mutating=False, digest=f"e{i}",
+               progress=f"p{i % 2}", max_progress_resets=2)
+    assert begin(store, clock, "poll:j", tool="poll").count == 4  # two resets, then climbs
+
+
+def test_stagnation_a_cycle_neither_grows_nor_breaks_it(store: Store, clock: FakeClock) -> None:
+    """An A/B alternation (and any cycle of up to four calls) is the repeat ladder's to judge:
+    two different calls, however often they alternate."""
+    for name in ("search:a", "search:b", "search:a", "search:b", "search:a"):
+        _search(store, clock, name)
+    snap = begin(store, clock, "search:b", tool="search")
+    assert (snap.stagnation, snap.stagnation_signature) == (2, "search:a\nsearch:b")
+    assert snap.count == 3  # the ladder counts the repeats
 
 
 def test_stagnation_same_arguments_neither_grow_nor_break_it(store: Store,

@@ -1,5 +1,5 @@
 """Timeouts of HTTP and RPC clients leave the outcome unknown: an identical retry is not re-run
-blindly (issue 17, item 2). The requests and httpx timeouts are raised for real, by the
+blindly. The requests and httpx timeouts are raised for real, by the
 clients themselves against a loopback server that takes the request and never answers."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Stops loops (the warn → block → halt ladder over canonical argument hashes), duplicate writes
 (a TTL idempotency cache of completed mutating calls) and overspending (hard per-task budgets),
-and holds irreversible tools for human approval. See the README for a tour.
+and holds irreversible tools for human approval. The documentation site (``docs/``) gives a tour.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
+from ._pending import PendingCall
 from ._resolve import ToolSettings
 from ._results import ToolResult, Usage
 from ._types import Decision, Effect, IdempotencyScope, Mode
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from ._policy import Policy
     from ._policy_loader import load_policy, load_policy_dict, policy_from_env
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "CANONICAL_VERSION",
@@ -68,6 +69,7 @@ __all__ = [
     "LoggingSink",
     "MemorySink",
     "Mode",
+    "PendingCall",
     "Policy",
     "PolicyError",
     "PolicyProblem",

@@ -107,7 +107,8 @@ class ConsoleApprover:
     """Asks on a terminal: shows the tool and its arguments in full, reads ``y``/``N``.
 
     Args:
-        stdin / stdout: streams to use (default ``sys.stdin`` / ``sys.stderr``).
+        stdin: the stream answers are read from (default ``sys.stdin``).
+        stdout: the stream questions are written to (default ``sys.stderr``).
         page_lines: lines shown per page; a longer request pauses (Enter shows more, ``q``
             rejects), so nothing is cut and nothing scrolls past unread.
         width: characters per line; a longer line (a long string value) is wrapped, not cut.

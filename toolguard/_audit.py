@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -24,7 +24,7 @@ import orjson
 if TYPE_CHECKING:
     from pathlib import Path
 
-from ._redact import REDACTED, KeyPattern, redact, redact_text, secrets_in
+from ._redact import REDACTED, KeyPattern, _secret_key, redact, redact_text, secrets_in
 
 __all__ = [
     "AuditEvent",
@@ -64,20 +64,30 @@ class AuditEvent:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the event."""
-        return asdict(self)
+        """The event's fields as a dict. Shallow: ``args`` and ``extra`` are the event's own
+        (redacted) objects, not copies, so a sink must not change them."""
+        return {name: getattr(self, name) for name in _EVENT_FIELDS}
 
+
+_EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
 
 AuditSink = Callable[[AuditEvent], None]
 
 
-def scrub(message: str, args: Mapping[str, Any], pattern: KeyPattern | None) -> str:
-    """``message`` with the value of every key matching ``pattern``, at any depth of
-    ``args``, replaced by ``"[REDACTED]"`` (validation messages quote the offending value,
-    which may be a container holding a secret: ``[{'token': '…'}] is not of type 'object'``),
-    and credentials of a known shape too (:func:`toolguard._redact.redact_text`)."""
+def scrub(message: str, path: Sequence[str | int] | None, quoted: Any,
+          pattern: KeyPattern | None) -> str:
+    """``message``, a validation problem at ``path`` (``["flights", 1]``) that may quote the
+    offending value ``quoted``, without the secrets it could show: all of ``quoted`` when a key
+    on ``path`` matches ``pattern``, else the value of every key matching ``pattern`` at any
+    depth of ``quoted`` (``[{'token': '…'}] is not of type 'object'``), each replaced by
+    ``"[REDACTED]"``; and credentials of a known shape too
+    (:func:`toolguard._redact.redact_text`). A message quotes nothing but ``quoted`` and
+    schema values, so the search is bounded by the failing value, not the arguments."""
     if pattern is not None:
-        for value in secrets_in(args, pattern):
+        inside = any(isinstance(key, str) and _secret_key(key, pattern) for key in path or ())
+        for value in [quoted] if inside else secrets_in(quoted, pattern):
+            if value is None or value == "":
+                continue
             text = value if isinstance(value, str) else _safe_repr(value)
             message = message.replace(_safe_repr(value), REDACTED).replace(text, REDACTED)
     return redact_text(message)
@@ -144,12 +154,12 @@ class JsonlSink:
         Raises:
             OSError: the file cannot be written (the guard logs that the event was lost).
         """
-        record = event.to_dict()
-        try:
-            line = orjson.dumps(record, default=_safe_repr) + b"\n"
+        try:  # orjson writes the dataclass itself: no dict is built, nothing copied
+            line = orjson.dumps(event, default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
         except (TypeError, orjson.JSONEncodeError) as exc:
             note = {"$unserializable": f"{type(exc).__name__}: {exc}"}
-            line = orjson.dumps({**record, "args": note, "extra": note}, default=_safe_repr) + b"\n"
+            line = orjson.dumps({**event.to_dict(), "args": note, "extra": note},
+                                default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
         with self._lock:
             self._file.write(line)
             self._file.flush()

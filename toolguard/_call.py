@@ -55,6 +55,12 @@ class _NotStarted(BaseException):  # a control-flow signal, not an error
     store operation ran off the loop: the tool never started, so its claim is given back."""
 
 
+class _Handover(BaseException):  # a control-flow signal, not an error
+    """Thrown into the pipeline at its execute request by a caller that records the
+    outcome elsewhere, later (another process: :mod:`toolguard._pending`): the pipeline
+    ends without recording anything and keeps the claim held."""
+
+
 class _RecordedError(Exception):
     """Raised by a replay executor for a recorded error result (content shown verbatim)."""
 
@@ -174,11 +180,17 @@ Executor = Callable[[dict[str, Any]], Any]
 
 
 class _Execute(NamedTuple):
-    """I/O request of the pipeline: run the tool (answer: an ``_Outcome``)."""
+    """I/O request of the pipeline: run the tool (answer: an ``_Outcome``). ``snap``,
+    ``verdict`` and ``observed`` are what the pipeline records the outcome with: a caller
+    that runs the tool in another process (:mod:`toolguard._pending`) keeps them and
+    throws :class:`_Handover` into the pipeline instead of answering."""
 
     cfg: _Config
     p: _Prepared
     executor: Executor | None
+    snap: Any = None
+    verdict: Any = None
+    observed: Any = None
 
 
 class _Approve(NamedTuple):

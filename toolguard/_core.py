@@ -21,8 +21,12 @@ ValidateSchema, with the ladder of DESIGN.md §1):
 6. approval (``requires_approval``, or an earlier identical call with an unknown outcome) →
    review / block (rejected) / halt (``ApprovalTimedOut``);
 7. idempotency: a completed record → cached;
-8. ladder: count ≥ ``block_at`` → block; ≥ ``warn_at`` → warn; else allow (a call a human
-   approved skips this rung: its earlier attempts were waiting, not looping);
+8. ladder: count ≥ ``block_at`` → block; then the retry of a call whose last attempts failed
+   with a transient error (a rate limit, a 5xx, a timeout: ``snap.transient``) → warn with
+   a notice to back off, or block once ``transient_retries`` of them failed (such failures
+   are not repeats: the store takes their attempts back from the count); count ≥ ``warn_at``
+   → warn; else allow (a call a human approved skips this rung: its earlier attempts were
+   waiting, not looping);
 9. stagnation: the tool's calls since the last progress form a run of ``stagnation_block_at
    - 1`` calls with other arguments each and one outcome → block (its next call would most
    likely only repeat that outcome).
@@ -105,6 +109,8 @@ class Verdict:
         budget / limit / usage: for ``BudgetExceeded`` (names the budget; calls, tokens or s).
         ask_approval: no stored decision yet: ask the approver, then decide again.
         wait: an identical call is in progress: wait for it, then decide again.
+        retry: the retry of a call that failed with a transient error: its notice goes with
+            its result even when it fails again.
     """
 
     decision: Decision
@@ -116,6 +122,7 @@ class Verdict:
     usage: float = 0.0
     ask_approval: bool = False
     wait: bool = False
+    retry: bool = False
 
 
 ALLOWED = Verdict(ALLOW)
@@ -279,6 +286,8 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
                 reason=f"{ctx.tool} was called {_times(snap.count)} with the same arguments "
                        "without progress",
             )
+        if snap.transient and s.transient_retries:
+            return _transient(ctx.tool, snap.transient, s.transient_retries)
         if snap.count >= ladder.warn_at:
             return _verdict(
                 WARN,
@@ -288,6 +297,28 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
                        "query, the path or the arguments, or use another tool.",
             )
     return ALLOWED
+
+
+def _transient(tool: str, failed: int, retries: int) -> Verdict:
+    """The verdict on an identical retry of a call whose last ``failed`` attempts failed with
+    a transient error: a retry with a notice to back off, until ``retries`` have failed."""
+    if failed > retries:
+        return _verdict(
+            BLOCK,
+            reason=f"{tool} failed {_times(failed)} in a row with a transient error "
+                   f"(transient_retries {retries})",
+            notice=f"{tool} keeps failing with a temporary error (a rate limit, a server error "
+                   "or a timeout): the service looks unavailable. Do not retry it now; tell "
+                   "the user, or continue with what does not need it.",
+        )
+    return _verdict(
+        WARN,
+        reason=f"retry {failed} of {retries} after a transient error",
+        notice=f"The previous identical {tool} call failed with a temporary error (a rate "
+               f"limit, a server error or a timeout). Wait a moment or back off before "
+               f"retrying; after {retries} failed retries it will not run again.",
+        retry=True,
+    )
 
 
 # Outcome kinds: the first character of a stagnation outcome digest (FinishRequest.outcome).
@@ -322,6 +353,12 @@ def _stagnated(tool: str, run: int, outcome: str) -> str:
     return f"{run} different {tool} calls {what}"
 
 
+def _grows(recent: str, signature: str) -> bool:
+    """Whether a call with ``signature`` grows a run whose recent signatures are ``recent``
+    (newline-separated, oldest first; :func:`~toolguard.stores._base.stagnation_recent`)."""
+    return signature not in recent.split("\n")
+
+
 def stagnation_possible(settings: ToolSettings, signature: str, snap: Snapshot) -> bool:
     """Whether :func:`stagnation_after` can give a warn for this call, whatever its outcome:
     False when even an outcome that repeats the run's cannot make the run ``warn_at`` long.
@@ -332,7 +369,7 @@ def stagnation_possible(settings: ToolSettings, signature: str, snap: Snapshot) 
     warn_at = settings.stagnation_warn_at
     if not warn_at:
         return False
-    return max(1, snap.stagnation + (snap.stagnation_signature != signature)) >= warn_at
+    return max(1, snap.stagnation + _grows(snap.stagnation_signature, signature)) >= warn_at
 
 
 def stagnation_after(settings: ToolSettings, signature: str, snap: Snapshot, outcome: str
@@ -341,17 +378,18 @@ def stagnation_after(settings: ToolSettings, signature: str, snap: Snapshot, out
 
     ``signature`` is the call's ``tool:args_hash``; ``snap`` the snapshot its decision read;
     ``outcome`` its outcome digest (its kind character, then the digest of its normalised
-    result or error; "" for a call the rule does not count: a poll, an unknown outcome).
-    The run grows when the outcome repeats under other arguments than the run's last call;
-    the same arguments again are the repeat ladder's to judge, and neither grow nor break
-    the run. Pure: it mirrors what the store records for the same call.
+    result or error; "" for a call the rule does not count: a poll, an unknown outcome, a
+    transient failure). The run grows when the outcome repeats under other arguments than
+    the run's last ``CYCLE_CALLS - 1`` calls; arguments among those again (the same call, or
+    a cycle such as an A/B alternation) are the repeat ladder's to judge, and neither grow
+    nor break the run. Pure: it mirrors what the store records for the same call.
     """
     warn_at = settings.stagnation_warn_at
     if not warn_at or not outcome:
         return None
     run = 1
     if outcome == snap.stagnation_outcome:
-        run = snap.stagnation + (snap.stagnation_signature != signature)
+        run = snap.stagnation + _grows(snap.stagnation_signature, signature)
     if run < warn_at:
         return None
     what = _stagnated(settings.name, run, outcome)

@@ -36,7 +36,7 @@ from ._core import CallContext, Verdict, decide, stagnation_after, stagnation_po
 from ._execute import _close_awaitable
 from ._limits import UNKNOWN_TOOLS
 from ._pipeline import _failed, _interrupted, _origin
-from ._record import _digest, _executed_result, _finish_failed
+from ._record import _digest, _executed_result, _finish_failed, progress_of
 from ._results import ToolResult
 from ._types import ALLOW, ENFORCE, HALT, MUTATING, POLL, WARN
 from .stores._base import Snapshot
@@ -190,6 +190,7 @@ def _memory_record(task: Task, cfg: _Config, store: MemoryStore, tool: str, p: _
         settings = p.entry.settings
         effect = p.effect
         digest, kind = _digest(task._digests, settings.result, value)
+        progress = progress_of(task, p.signature, settings.result, value, digest)
         judged = (kind + digest if effect is not POLL and (
             settings.stagnation_warn_at or settings.stagnation_block_at) else "")
         try:
@@ -197,7 +198,7 @@ def _memory_record(task: Task, cfg: _Config, store: MemoryStore, tool: str, p: _
                 task.task_id, p.entry.spec.name, p.signature, p.key, True, True, False,
                 effect is MUTATING, digest, p.claim and p.remember, value, snap.claimed,
                 settings.idempotency_ttl_s, task.guard._clock(), None, p.call_id, judged,
-                settings.max_progress_resets)
+                settings.max_progress_resets, False, progress)
         except Exception as exc:  # noqa: BLE001 - _finish_failed re-raises or falls back
             if _finish_failed(task, cfg, p, exc, True):
                 judged = ""  # not recorded: no stagnation warn either

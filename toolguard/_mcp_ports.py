@@ -3,7 +3,7 @@ upstream session, the client session) as protocols, the errors a link raises, th
 error codes it answers with, and :func:`handshake`, the proxy's own ``initialize`` of the
 upstream; and the link's small helpers (its JSON-RPC ids and errors, the reasons a guarded
 call ends without an answer, its elicitation :class:`_LinkAsker`). Split from
-:mod:`toolguard._mcp_link` (issue 18's layout), which re-exports the public names.
+:mod:`toolguard._mcp_link`, which re-exports the public names.
 """
 
 from __future__ import annotations

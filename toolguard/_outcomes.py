@@ -22,9 +22,12 @@ Either way subclasses match: ``requests.exceptions.ReadTimeout`` is a
 
 from __future__ import annotations
 
-from typing import Final
+import functools
+import json
+import re
+from typing import Any, Final
 
-__all__ = ["DEFAULT_TIMEOUT_EXCEPTIONS", "forwarded_key", "is_unknown_outcome"]
+__all__ = ["DEFAULT_TIMEOUT_EXCEPTIONS", "forwarded_key", "is_transient", "is_unknown_outcome"]
 
 DEFAULT_TIMEOUT_EXCEPTIONS: Final = (
     "TimeoutError",  # builtin; also socket.timeout, asyncio.TimeoutError (3.11+)
@@ -92,6 +95,94 @@ def _status(exc: BaseException) -> str:
     except Exception:  # noqa: BLE001 - a foreign code() that fails: no status
         return ""
     return str(getattr(value, "name", value) or "")
+
+
+# An error that says the service, not the call, failed for now: an HTTP 429 or 5xx status
+# (after a word that names it as one, or with its reason phrase), a rate limit, a timeout, a
+# refused or reset connection, "temporarily unavailable", "try again later". Searched in
+# the first _TRANSIENT_CHARS characters of the error's text, case-insensitively.
+_TRANSIENT: Final = (
+    r"(?i)(?:\b(?:http|status|status[ _]code|code|error)[\s:=/]*(?:429|5\d\d)\b"
+    r"|\b(?:429|5\d\d)\s+(?:too many requests|internal server error|bad gateway"
+    r"|service unavailable|gateway time-?out|server error)"
+    r"|too many requests|rate[ -]?limit|service unavailable|temporarily unavailable"
+    r"|timed out|\btime-?out\b|deadline exceeded|connection (?:reset|refused|aborted)"
+    r"|try again later|please retry|overloaded)"
+)
+_TRANSIENT_CHARS: Final = 2000
+_STATUS_ATTRIBUTES: Final = ("status_code", "status")
+
+
+def is_transient(content: Any, exc: BaseException | None, extra: Any = None) -> bool:
+    """Whether a failed call failed for now rather than for good: an identical retry may
+    succeed (rate limits, 5xx, timeouts; the retry policy of HTTP clients and of
+    tenacity-style ``retry_if_exception_type``).
+
+    Args:
+        content: the failure's content as the model reads it (the error text, or the
+            tool's error object).
+        exc: the exception the tool raised, or None (an error result).
+        extra: the tool's own patterns (``[tools.X.result] transient``), a compiled
+            :class:`~toolguard._regex.PolicyRegex`, or None.
+
+    Returns:
+        True for an error with a ``retryable`` flag that is true (an attribute of the
+        exception, or a key of the error object at its top level or under ``error``), an
+        HTTP status 429 or 5xx on the exception (``status_code``, ``status``,
+        ``response.status_code``), a :class:`TimeoutError` or :class:`ConnectionError`, or
+        an error text matching the built-in patterns or ``extra``. A ``retryable`` flag that
+        is false wins over everything else.
+    """
+    flag = _retryable(content)
+    if flag is None and exc is not None:
+        given = getattr(exc, "retryable", None)
+        flag = given if isinstance(given, bool) else None
+    if flag is not None:
+        return flag
+    if exc is not None:
+        if isinstance(exc, (TimeoutError, ConnectionError)):
+            return True
+        response = getattr(exc, "response", None)
+        for holder, name in ((exc, "status_code"), (exc, "status"), (response, "status_code")):
+            status = getattr(holder, name, None) if holder is not None else None
+            if isinstance(status, int) and (status == 429 or 500 <= status <= 599):
+                return True
+    text = content if isinstance(content, str) else _text(content)
+    if not text:
+        return False
+    text = text[:_TRANSIENT_CHARS]
+    if _transient_regex().search(text) is not None:
+        return True
+    return extra is not None and bool(extra.search(text))
+
+
+def _retryable(content: Any) -> bool | None:
+    if isinstance(content, str) and content.lstrip()[:1] == "{":
+        try:
+            content = json.loads(content)
+        except ValueError:
+            return None
+    if not isinstance(content, dict):
+        return None
+    for holder in (content, content.get("error")):
+        flag = holder.get("retryable") if isinstance(holder, dict) else None
+        if isinstance(flag, bool):
+            return flag
+    return None
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    try:
+        return json.dumps(content, default=str)
+    except (TypeError, ValueError):
+        return str(content)
+
+
+@functools.cache
+def _transient_regex() -> re.Pattern[str]:
+    return re.compile(_TRANSIENT)
 
 
 def forwarded_key(key: str, execution: str) -> str:

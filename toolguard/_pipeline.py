@@ -28,6 +28,7 @@ from ._types import (
     MODE_OFF,
     UNKNOWN,
     WARN,
+    Decision,
 )
 from .stores._base import Snapshot
 from .stores.memory import MemoryStore
@@ -43,6 +44,7 @@ from ._call import (
     _Config,
     _Detached,
     _Execute,
+    _Handover,
     _Io,
     _NotStarted,
     _Outcome,
@@ -149,9 +151,11 @@ def _pipeline(task: Task, tool: str, raw: Any, executor: Executor | None,
                 _origin(p, snap)
                 executing = True
                 try:
-                    outcome = yield _Execute(cfg, p, executor)
+                    outcome = yield _Execute(cfg, p, executor, snap, final, observed)
                 except _NotStarted:  # cancelled before the tool started: claim back
                     executing = False
+                    raise
+                except _Handover:  # recorded elsewhere, later: the claim stays held
                     raise
                 except BaseException:  # interrupted or cancelled (e.g. asyncio.wait_for)
                     task._abandon(cfg, p, snap)
@@ -249,12 +253,14 @@ def _interrupted(task: Task, cfg: _Config, tool: str, p: _Prepared, snap: Snapsh
 
 
 def _recorded(task: Task, cfg: _Config, tool: str, p: _Prepared, snap: Snapshot,
-              verdict: Verdict, outcome: _Outcome) -> tuple[ToolResult, BaseException | None]:
-    """Record a straight call's outcome and build its result."""
+              verdict: Verdict, outcome: _Outcome, observed: Decision | None = None
+              ) -> tuple[ToolResult, BaseException | None]:
+    """Record a straight call's outcome and build its result (``observed``: the decision
+    enforcement would have taken, outside enforce mode)."""
     try:
         if p.claim:
             task._notify(p)
-        return task._conclude(cfg, p, snap, verdict, outcome, None), outcome.exc
+        return task._conclude(cfg, p, snap, verdict, outcome, observed), outcome.exc
     except BaseException as exc:
         _failed(task, cfg, tool, exc, (p, snap) if snap.claimed else None, True)
         raise
@@ -309,19 +315,30 @@ def _run_sync(task: Task, tool: str, raw: Any, executor: Executor | None,
         io = next(pipeline)
         while True:
             try:
-                if isinstance(io, _Execute):
-                    answer: Any = task._execute_sync(io.cfg, io.p, io.executor)
-                elif isinstance(io, _Approve):
-                    answer = _sync_answer(_ask(io.approver, io.request))
-                else:
-                    task._wait_sync(io.cfg, io.p)
-                    answer = None
+                answer: Any = (task._execute_sync(io.cfg, io.p, io.executor)
+                               if isinstance(io, _Execute) else _answer_sync(task, io))
             except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
                 io = pipeline.throw(exc)
             else:
                 io = pipeline.send(answer)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+def _answer_sync(task: Task, io: _Approve | _Wait) -> Any:
+    """Answer an approval or a wait request of the pipeline, blocking."""
+    if isinstance(io, _Approve):
+        return _sync_answer(_ask(io.approver, io.request))
+    task._wait_sync(io.cfg, io.p)
+    return None
+
+
+async def _answer_async(task: Task, io: _Approve | _Wait) -> Any:
+    """Answer an approval or a wait request of the pipeline, awaiting."""
+    if isinstance(io, _Approve):
+        return await task._ask_async(io)
+    await task._wait_async(io.cfg, io.p)
+    return None
 
 
 async def _run_async(task: Task, tool: str, raw: Any, executor: Executor | None,
@@ -364,11 +381,8 @@ async def _run_async(task: Task, tool: str, raw: Any, executor: Executor | None,
                     answer = detached.outcome(handoff.value, handoff.exc,
                                               handoff.duration_s)
                     cancelled = detached.cancel
-            elif isinstance(io, _Approve):
-                answer = await task._ask_async(io)
             else:
-                await task._wait_async(io.cfg, io.p)
-                answer = None
+                answer = await _answer_async(task, io)
         except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
             done, io = await task._resume(pipeline, None, exc)
         else:

@@ -83,6 +83,7 @@ class LadderOverride(_Frozen):
     halt_at: int | None = Field(default=None, ge=2, le=MAX_COUNT)
     stagnation_warn_at: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     stagnation_block_at: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    transient_retries: int | None = Field(default=None, ge=0, le=MAX_COUNT)
 
 
 class LadderPolicy(_Frozen):
@@ -100,7 +101,15 @@ class LadderPolicy(_Frozen):
         max_progress_resets: a signature whose result changes on every call, called
             back to back with no other call in between, stops counting as progress after
             this many consecutive resets: its repeats then climb the ladder (``0``: no cap;
-            poll calls are limited by ``max_polls`` instead).
+            poll calls are limited by ``max_polls`` instead). A result whose explicit
+            progress fields (percentages, ratios, counters, "step k of n", a status) moved to
+            values the signature never had is progress without this cap.
+        transient_retries: identical retries of a call whose last attempts failed with a
+            transient error (HTTP 429 or 5xx, a timeout, "temporarily unavailable", a
+            ``retryable`` flag, the tool's ``result.transient`` patterns): each runs with a
+            notice to wait or back off, and none counts as a repeat; once the call has
+            failed transiently this many times in a row, the next retry is blocked. ``0``:
+            a transient failure is a failure like any other (its retries climb the ladder).
     """
 
     reset_on_user_turn: bool = True
@@ -109,6 +118,7 @@ class LadderPolicy(_Frozen):
     stagnation_warn_at: int = Field(default=4, ge=0, le=MAX_COUNT)
     stagnation_block_at: int = Field(default=6, ge=0, le=MAX_COUNT)
     max_progress_resets: int = Field(default=10, ge=0, le=MAX_COUNT)
+    transient_retries: int = Field(default=3, ge=0, le=MAX_COUNT)
 
 
 class BudgetPolicy(_Frozen):
@@ -257,11 +267,14 @@ class ResultPolicy(_Frozen):
         ignore_fields: JSONPath-style paths (``$.meta.request_id``, ``$.items[*].etag``,
             ``$..timestamp``) removed from JSON results, and from text results that parse
             as JSON.
+        transient: regexes (RE2, as ``ignore``) that mark an error of this tool as
+            transient, besides the built-in ones (``toolguard._outcomes.is_transient``).
     """
 
     strip_volatile: bool = True
     ignore: tuple[str, ...] = ()
     ignore_fields: tuple[str, ...] = ()
+    transient: tuple[str, ...] = ()
 
 
 class ToolPolicy(_Frozen):

@@ -196,9 +196,10 @@ def _regex_problems(layer: _Layer) -> list[PolicyProblem]:
                 candidates.append((("tools", name, "rules", i, "match", arg), pattern))
     problems: list[PolicyProblem] = []
     for name, table in _result_tables(layer):
-        ignore = table.get("ignore")
-        for i, pattern in enumerate(ignore if isinstance(ignore, list) else ()):
-            candidates.append((("tools", name, "result", "ignore", i), pattern))
+        for key in ("ignore", "transient"):
+            given = table.get(key)
+            for i, pattern in enumerate(given if isinstance(given, list) else ()):
+                candidates.append((("tools", name, "result", key, i), pattern))
         fields = table.get("ignore_fields")
         for i, entry in enumerate(fields if isinstance(fields, list) else ()):
             if isinstance(entry, str) and (why := field_path_problem(entry)) is not None:

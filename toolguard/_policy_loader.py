@@ -52,6 +52,7 @@ from ._policy_checks import (
 )
 from ._policy_layers import KeyPath, _KeyLines, _Layer, _leaves, _provenance_key
 from ._settings import EnvironmentOverrides, read_environment
+from ._shipped import is_policy_name, shipped_policies, shipped_policy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -80,8 +81,10 @@ def load_policy(
     per tool by ``resolve_tool``). See :mod:`toolguard._settings`.
 
     Args:
-        path: the policy file (TOML). ``None``: the file ``TOOLGUARD_POLICY`` or
-            ``TOOLGUARD_ENV`` selects, or none (built-in defaults).
+        path: the policy file (TOML), or the name of a policy the package ships
+            (``"default"``, ``"prod"``, ``"coding-agent"``: a name has no path separator
+            and no ``.toml`` suffix; ``toolguard policies`` lists them). ``None``: the file
+            ``TOOLGUARD_POLICY`` or ``TOOLGUARD_ENV`` selects, or none (built-in defaults).
         env: the environment variables; ``None`` reads ``os.environ``; ``{}`` ignores the
             environment.
 
@@ -126,7 +129,7 @@ def _load(path: str | os.PathLike[str] | None, env: Mapping[str, str] | None,
     source = os.fspath(path) if path is not None else os.fspath(environment.policy_file or "")
     try:
         if path is not None:
-            layers, complete = _read_chain(Path(path), problems)
+            layers, complete = _read_chain(os.fspath(path), problems)  # "./x" as given
         elif environment.policy_file is not None:
             layers, complete = _read_chain(
                 environment.policy_file, problems, selected_by=environment.selected_by
@@ -176,7 +179,7 @@ def load_policy_dict(data: Mapping[str, Any], *, source: str = "<dict>") -> Poli
     layers, complete = [layer], True
     extends = data.get("extends")
     if isinstance(extends, str):
-        parents, complete = _read_chain(Path(extends), problems, extending=layer)
+        parents, complete = _read_chain(extends, problems, extending=layer)
         layers = [*parents, layer]
     return _build(layers, complete, problems, None)
 
@@ -210,7 +213,7 @@ def check_policy_files(paths: Iterable[str | os.PathLike[str]]) -> list[PolicyPr
 
 
 def _read_chain(
-    path: Path,
+    path: str | Path,
     problems: list[PolicyProblem],
     *,
     extending: _Layer | None = None,
@@ -236,6 +239,16 @@ def _read_chain(
             problems.append(extending.problem(("extends",), nul) if extending is not None
                             else PolicyProblem(display.replace("\0", "\\0"), "", nul))
             return chain[::-1], False
+        if is_policy_name(display):  # a shipped policy, by name
+            found = shipped_policy(display)
+            if found is None:
+                message = (f"no policy named {_show(display)} ships with toolguard (shipped: "
+                           f"{', '.join(shipped_policies())}); a path to a file of yours needs "
+                           "a directory (./NAME) or the .toml suffix")
+                problems.append(extending.problem(("extends",), message) if extending is not None
+                                else PolicyProblem(display, "", message))
+                return chain[::-1], False
+            display = os.fspath(found)
         resolved = Path(display).resolve()
         start = next((i for i, (real, _) in enumerate(seen) if real == resolved), None)
         if start is not None and extending is not None:
@@ -283,6 +296,9 @@ def _read_chain(
             problems.append(layer.problem(
                 ("extends",), "must be a file path, got a path holding a NUL byte"))
             return chain[::-1], False
+        if is_policy_name(extends):  # resolved at the top of the loop
+            display = extends
+            continue
         target = Path(display).parent / extends
         # Shown tidied ("a/../b.toml" as "b.toml") only where that is the same file: through
         # a symbolic link, ".." goes up from the link's target, as the system reads it.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._approval import exact_hash
@@ -18,7 +19,7 @@ from ._errors import CanonicalizationError
 from ._json_text import ArgumentsError, parse_arguments
 from ._limits import dict_bounds, oversized, short_name, too_deep
 from ._results import ToolResult
-from ._schema import ArgsValidator
+from ._schema_words import describe
 from ._shell import classify_argv
 from ._types import (
     MUTATING,
@@ -31,28 +32,16 @@ if TYPE_CHECKING:
     from ._engine import Task
 
 
-def _validate_typed(validator: ArgsValidator, args: Mapping[str, Any], invalid: str) -> str | None:
-    """A direct call may pass typed values (an Enum, a date, a dataclass, a pydantic model)
-    that the JSON Schema cannot judge as Python objects: judge their JSON form, the one a
-    model would send, which the tool then receives converted by pydantic."""
-    from pydantic_core import to_jsonable_python
-
-    try:
-        as_json = to_jsonable_python(args)
-    except Exception:  # noqa: BLE001 - no JSON form: the first verdict stands
-        return invalid
-    return invalid if as_json == args else validator.validate(as_json)
-
-
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
     raise RuntimeError("an unknown tool was executed")
 
 
 def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
-             virtual: bool) -> _Prepared | ToolResult:
+             virtual: bool, call_id: str = "") -> _Prepared | ToolResult:
     # a name that is not a string (None from a message missing it) is an unknown tool
     entry = cfg.entries.get(tool) if type(tool) is str else None
-    call_id = f"{task.task_id}#{next(task._ids)}{task._id_suffix}"
+    # call_id: a call begun elsewhere keeps its own (toolguard._pending.attach)
+    call_id = call_id or f"{task.task_id}#{next(task._ids)}{task._id_suffix}"
     if entry is None:
         tool = short_name(tool)  # the model's: kept in counters, results and history
         entry = task._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)
@@ -123,19 +112,16 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
             known = sig if plain >= validator.memo_bytes and (
                 bound is args or (len(bound) == len(args)
                                   and None not in args.values())) else ""
-            invalid = validator.validate(args, known)
-            if invalid is not None and None in args.values():
+            problems = validator.problems(args, known)
+            if problems is not None and None in args.values():
                 # OpenAI strict mode sends null for an optional argument not given
                 # (tool_schemas(strict=True)): null means omitted, as for the hash
                 given = {k: v for k, v in args.items() if v is not None}
-                if validator.validate(given) is None:
-                    args, invalid = given, None
-            # a direct call's typed values (not parsed JSON text): judge their JSON form
-            if invalid is not None and not isinstance(raw, (str, bytes)):
-                invalid = _validate_typed(validator, args, invalid)
-            if invalid is not None:
-                audit = cfg.policy.audit
-                invalid = scrub(invalid, args, audit.redact_pattern)
+                if validator.problems(given) is None:
+                    args, problems = given, None
+            if problems is not None:
+                pattern = cfg.policy.audit.redact_pattern
+                invalid = describe(problems, partial(scrub, pattern=pattern))
         # the serialized arguments showed an integral float (rare): convert for int hints
         for name, fix in entry.int_params if floats else ():
             value = args.get(name)

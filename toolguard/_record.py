@@ -17,6 +17,8 @@ from ._errors import (
     Halt,
     StoreError,
 )
+from ._normalize import progress_marks
+from ._outcomes import is_transient
 from ._results import ToolResult, new_result
 from ._types import (
     ALLOW,
@@ -54,13 +56,17 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
     content = outcome.content if outcome is not None and success else None
     mutating = p.effect is MUTATING
     settings = p.entry.settings
-    result_digest, judged = "", ""
+    result_digest, judged, progress, transient = "", "", "", False
     if outcome is not None and not outcome.unknown:
         # compared without its volatile parts (the model still gets it whole)
         digest, kind = _digest(task._digests, settings.result, outcome.content)
         result_digest = digest if success else ""
-        if p.effect is not POLL and (settings.stagnation_warn_at
-                                     or settings.stagnation_block_at):
+        if success:
+            progress = progress_of(task, p.signature, settings.result, outcome.content, digest)
+        transient = (not success and settings.transient_retries > 0
+                     and is_transient(outcome.content, outcome.exc, settings.result.transient))
+        if p.effect is not POLL and not transient and (settings.stagnation_warn_at
+                                                       or settings.stagnation_block_at):
             judged = (kind if success else ERROR_RESULT) + digest
     req: FinishRequest = _new(FinishRequest, (  # every field, in order (hot path)
         p.entry.spec.name, p.signature, p.key, executed, success,
@@ -68,7 +74,7 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
         mutating, result_digest,
         success and p.claim and p.remember,  # store_result
         content, snap.claimed, settings.idempotency_ttl_s, task.guard._clock(),
-        halt, p.call_id, judged, settings.max_progress_resets,
+        halt, p.call_id, judged, settings.max_progress_resets, transient, progress,
     ))
     try:
         task.guard._store.finish(task.task_id, req)
@@ -145,6 +151,25 @@ def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: Resu
     return digest, kind
 
 
+def progress_of(task: Task, signature: str, normalizer: ResultNormalizer, content: Any,
+                digest: str) -> str:
+    """The digest of the explicit progress fields (:func:`progress_marks`) of a successful
+    result whose output moved, "" otherwise (:class:`~toolguard.stores.FinishRequest`'s
+    ``progress``). Searched only when this task handle saw another output of the signature
+    last: a result that repeats, or a first one, costs nothing (a first output's fields are
+    then new at the next change, one reset beyond ``max_progress_resets`` at most)."""
+    last = task._last_digest
+    before = last.get(signature)
+    last[signature] = digest
+    last.move_to_end(signature)
+    if len(last) > task._limit:
+        last.popitem(last=False)
+    if before is None or before == digest:
+        return ""
+    marks = progress_marks(normalizer(content))
+    return value_digest(marks) if marks else ""
+
+
 def _halt_exc(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
     kind = verdict.halt or halt_kind("Halt")
     common: dict[str, Any] = {
@@ -201,7 +226,7 @@ def _executed_result(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, ver
         if observed is not None:
             observed = decision
     notice = verdict.notice if observed is None else None
-    if notice and (success or verdict is stagnant):
+    if notice and (success or verdict is stagnant or verdict.retry):
         content = _with_notice(content, notice)
     elif success is False:
         notice = None

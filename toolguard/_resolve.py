@@ -35,8 +35,9 @@ class ToolSettings:
     ``"deny"``; a call that matches one of its ``rules`` is still classified (and allowed).
     ``shell`` names the argument whose command line classifies each call
     (``toolguard._shell``); ``result`` normalises results before they are compared;
-    ``stagnation_warn_at``, ``stagnation_block_at`` and ``max_progress_resets`` are the
-    policy's ``[ladder]`` values (``0``: off). ``sources`` maps each field name to where its
+    ``stagnation_warn_at``, ``stagnation_block_at``, ``max_progress_resets`` and
+    ``transient_retries`` are the policy's ``[ladder]`` values (``0``: off; the first two
+    and the last may be the tool's own). ``sources`` maps each field name to where its
     value came from.
     """
 
@@ -59,6 +60,7 @@ class ToolSettings:
     stagnation_warn_at: int = 0
     stagnation_block_at: int = 0
     max_progress_resets: int = 0
+    transient_retries: int = 0
     sources: dict[str, str] = field(default_factory=dict)
 
     def ladder_for(self, effect: Effect) -> LadderThresholds:
@@ -174,7 +176,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     src["shell"] = from_tool("shell")
     src["result"] = from_tool("result")
     stagnation: dict[str, int] = {}
-    for key in ("stagnation_warn_at", "stagnation_block_at"):
+    for key in ("stagnation_warn_at", "stagnation_block_at", "transient_retries"):
         own = getattr(tp.ladder, key) if tp.ladder is not None else None
         if own is not None:
             stagnation[key], src[key] = own, from_tool(f"ladder.{key}")
@@ -202,6 +204,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         stagnation_warn_at=stagnation["stagnation_warn_at"],
         stagnation_block_at=stagnation["stagnation_block_at"],
         max_progress_resets=policy.ladder.max_progress_resets,
+        transient_retries=stagnation["transient_retries"],
         sources=src,
     )
 

@@ -2,10 +2,10 @@
 before execution.
 
 Validators are compiled once per tool. ``jsonschema-rs`` (a dependency; a wheel exists for
-every common platform) decides validity; jsonschema writes the path-located messages of invalid
-arguments and is imported only then. Where no jsonschema-rs wheel exists, pure-Python
-jsonschema decides too, and arguments that validated once are not validated again (bounded
-LRU per tool). See benchmarks/README.md for the numbers.
+every common platform) decides validity and finds the path-located problems of invalid
+arguments, which are worded as jsonschema words them. Where no jsonschema-rs wheel exists,
+pure-Python jsonschema decides and words the problems, and arguments that validated once are
+not validated again (bounded LRU per tool). See benchmarks/README.md for the numbers.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import xxhash
 
 if TYPE_CHECKING:
     from cachetools import LRUCache
-    from jsonschema.exceptions import ValidationError
     from pydantic import ConfigDict
 
 from ._injected import injected_parameters
+from ._schema_words import Problem, describe, python_problem, rs_problems
 
 __all__ = ["ArgsValidator", "schema_from_signature"]
 
@@ -52,9 +52,6 @@ def __getattr__(name: str) -> Any:
     if name == "_rs":  # before the first validator: import it now
         return fast_validators()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-_MAX_ERRORS = 8
 
 
 def schema_from_signature(func: Callable[..., Any]) -> dict[str, Any]:
@@ -218,42 +215,14 @@ def _unresolvable_ref(exc: BaseException) -> bool:
     return isinstance(exc, Unresolvable)
 
 
-def _leaves(error: ValidationError) -> list[ValidationError]:
-    """The errors to report for ``error``: itself, or, for an ``anyOf``/``oneOf`` whose
-    branch the value matched by type and failed inside (``tags: list[str] | None`` given
-    ``[1, 2]``), every error of that branch, found by jsonschema's ``best_match``, so each
-    failing path is named (``args.tags[0]: 1 is not of type 'string'``). Built only for
-    invalid arguments."""
-    if not error.context:
-        return [error]
-    from jsonschema.exceptions import best_match
-
-    best = best_match([error])
-    if best is None or len(best.absolute_path) <= len(error.absolute_path):
-        return [error]  # no branch got further than the value itself: say what each wanted
-    while best.parent is not None and best.parent is not error:
-        best = best.parent
-    branch = best.relative_schema_path[0]
-    return [leaf for inner in error.context if inner.relative_schema_path[0] == branch
-            for leaf in _leaves(inner)]
+_UNSEEN: Any = object()
+_SMALL_CHARS = 256
 
 
-def _message(error: ValidationError) -> str:
-    """jsonschema's message, except for an ``anyOf``/``oneOf`` every branch of which wants
-    another type: then the types (``'x' is not of type 'array' or 'null'``)."""
-    context = error.context or []
-    if context and all(e.validator == "type" and not e.relative_path for e in context):
-        wanted = dict.fromkeys(repr(t) for e in context for t in (
-            e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]))
-        return f"{error.instance!r} is not of type {' or '.join(wanted)}"
-    return str(error.message)
-
-
-def _path(error: ValidationError) -> str:
-    out = "args"
-    for part in error.absolute_path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
+def _small(value: Any) -> bool:
+    """Whether a memo may keep ``value``: a scalar, a string of at most 256 characters."""
+    return value is None or isinstance(value, (bool, int, float)) or (
+        isinstance(value, str) and len(value) <= _SMALL_CHARS)
 
 
 class ArgsValidator:
@@ -262,7 +231,8 @@ class ArgsValidator:
     Args:
         schema: a JSON Schema of the arguments object (draft 2020-12 assumed unless
             ``$schema`` says otherwise).
-        cache_size: how many validated signatures to remember.
+        cache_size: how many judged signatures to remember (valid ones, and invalid ones whose
+            problems quote only small values).
 
     Thread-safe for concurrent ``validate`` calls (the LRU is only a hint: a lost update
     means one extra validation).
@@ -283,7 +253,7 @@ class ArgsValidator:
                                f"{_first_line(exc)}") from None
         from cachetools import LRUCache  # with the first guard, not with import toolguard
 
-        self._valid: LRUCache[bytes | str, bool] = LRUCache(maxsize=cache_size)
+        self._seen: LRUCache[bytes | str, Any] = LRUCache(maxsize=cache_size)
 
     def _compile(self) -> None:
         rs = fast_validators()
@@ -321,7 +291,13 @@ class ArgsValidator:
 
     def validate(self, args: Mapping[str, Any], known: str = "") -> str | None:
         """Validate ``args``; ``None`` if valid, else a short message listing each failing
-        path and what was expected (at most 8 problems), meant for the model.
+        path and what was expected (at most 8 problems), meant for the model: the
+        :func:`describe` of :meth:`problems`."""
+        found = self.problems(args, known)
+        return None if found is None else describe(found)
+
+    def problems(self, args: Mapping[str, Any], known: str = "") -> list[Problem] | None:
+        """Validate ``args``; ``None`` if valid, else each problem found.
 
         Arguments seen valid before skip validation when they come with a memo key: ``known``,
         a key that determines ``args`` exactly up to the order of keys (the engine passes the
@@ -333,6 +309,11 @@ class ArgsValidator:
 
         Args:
             args: the arguments object. known: the memo key, or ``""``.
+
+        Returns:
+            ``None``, or ``(instance path, message, offending value)`` triples: jsonschema-rs
+            finds them where it can judge the arguments (JSON values), jsonschema otherwise;
+            the messages are jsonschema's words either way.
         """
         signature: bytes | str = known
         if not known and self._fast is None:  # jsonschema-rs decides faster than a key
@@ -340,35 +321,50 @@ class ArgsValidator:
             with contextlib.suppress(TypeError, orjson.JSONEncodeError):
                 signature = xxhash.xxh3_128_digest(
                     orjson.dumps(args, option=orjson.OPT_SORT_KEYS))
-        if signature and signature in self._valid:
-            return None
-        if self._fast is not None:
-            try:
-                ok = self._fast.is_valid(args)
-            except (ValueError, TypeError):
-                ok = False
-        else:
-            try:
-                ok = self._py().is_valid(args)
-            except Exception as exc:
-                if _unresolvable_ref(exc):
-                    return _unresolvable(exc)
-                raise
-        if ok:
-            if signature:
-                self._valid[signature] = True
-            return None
+        if signature:
+            seen = self._seen.get(signature, _UNSEEN)
+            if seen is not _UNSEEN:
+                return cast("list[Problem] | None", seen)
+        found = self._find(args)
+        if signature and (found is None or all(_small(quoted) for _, _, quoted in found)):
+            self._seen[signature] = found  # valid, or problems that pin no large value
+        return found
+
+    def _find(self, args: Mapping[str, Any]) -> list[Problem] | None:
+        fast = self._fast
+        if fast is None:
+            found = self._find_py(args)
+            return None if found is None else self._typed(args, found)
+        try:
+            if fast.is_valid(args):
+                return None
+        except (ValueError, TypeError):  # not JSON: a direct call's typed values
+            return self._typed(args, None)
+        tops = sorted(fast.iter_errors(args), key=lambda e: list(e.instance_path))
+        return [problem for top in tops for problem in rs_problems(top)]
+
+    def _find_py(self, args: Mapping[str, Any]) -> list[Problem] | None:
         try:
             errors = sorted(self._py().iter_errors(args), key=lambda e: list(e.absolute_path))
         except Exception as exc:
             if _unresolvable_ref(exc):
-                return _unresolvable(exc)
+                return [(None, _unresolvable(exc), None)]
             raise
-        if not errors:  # the fast validator disagreed (e.g. non-JSON values): trust jsonschema
-            return None
-        errors = sorted((leaf for e in errors for leaf in _leaves(e)),
-                        key=lambda e: list(e.absolute_path))
-        lines = [f"{_path(e)}: {_message(e)}" for e in errors[:_MAX_ERRORS]]
-        if len(errors) > _MAX_ERRORS:
-            lines.append(f"... and {len(errors) - _MAX_ERRORS} more")
-        return "; ".join(lines)
+        return [problem for top in errors for problem in python_problem(top)] or None
+
+    def _typed(self, args: Mapping[str, Any], found: list[Problem] | None
+               ) -> list[Problem] | None:
+        """A direct call may pass typed values (an Enum, a date, a dataclass, a pydantic
+        model) that the JSON Schema cannot judge as Python objects: judge their JSON form, the
+        one a model would send, which the tool then receives converted by pydantic. ``found``:
+        the problems jsonschema saw in the objects themselves (``None``: jsonschema-rs could
+        not read them); they stand when the arguments have no other JSON form."""
+        from pydantic_core import to_jsonable_python
+
+        try:
+            as_json = to_jsonable_python(args)
+        except Exception:  # noqa: BLE001 - no JSON form: judged as they are
+            as_json = args
+        if as_json == args:
+            return found if found is not None else self._find_py(args)
+        return self._find(as_json)

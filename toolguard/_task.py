@@ -19,6 +19,7 @@ from . import _batch as _batch_stage
 from . import _events as _events_stage
 from . import _execute as _execute_stage
 from . import _fast as _fast_stage
+from . import _pending as _pending_stage
 from . import _pipeline as _pipeline_stage
 from . import _prepare as _prepare_stage
 from . import _record as _record_stage
@@ -36,6 +37,7 @@ from ._errors import (
 from ._integration import sync_runner
 from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
 from ._outcomes import forwarded_key
+from ._pending import PendingCall
 from ._results import ToolResult, Usage
 from ._types import (
     ALLOW,
@@ -131,6 +133,8 @@ class Task:
         self._tokens: list[contextvars.Token[Task | None]] = []
         # short text result -> (its normalizer, digest, kind); bounded (_record._digest)
         self._digests: dict[str, tuple[ResultNormalizer, str, str]] = {}
+        # signature -> digest of its last successful result here (_record.progress_of)
+        self._last_digest: OrderedDict[str, str] = OrderedDict()
         # the fused in-memory path (toolguard._fast) is taken; tests turn it off to
         # compare it with the general path
         self._fast = True
@@ -176,11 +180,12 @@ class Task:
         """Report model token usage (counts toward ``budget.max_tokens``).
 
         Args:
-            input_tokens / output_tokens: token counts of one model call (integers ≥ 0).
-                Or, as the only argument, an SDK response or its ``usage``: OpenAI Chat
-                (``prompt_tokens`` / ``completion_tokens``), OpenAI Responses and Anthropic
-                (``input_tokens`` / ``output_tokens``; Anthropic's cache creation and cache
-                read tokens are added to the input), SDK objects or dicts.
+            input_tokens: input tokens of one model call (an integer ≥ 0). Or, as the only
+                argument, an SDK response or its ``usage``: OpenAI Chat (``prompt_tokens`` /
+                ``completion_tokens``), OpenAI Responses and Anthropic (``input_tokens`` /
+                ``output_tokens``; Anthropic's cache creation and cache read tokens are added
+                to the input), SDK objects or dicts.
+            output_tokens: output tokens of the same call (an integer ≥ 0).
 
         Raises:
             ValueError: a count is not an integer ≥ 0.
@@ -316,6 +321,40 @@ class Task:
         if run is None:
             self._runnable(tool)
         return (await self._run_async(tool, args, run, approver, resumed))[0]
+
+    def begin(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
+              approver: Approver | None = None) -> PendingCall:
+        """Decide one call now and record its outcome later, for a host whose tool runs
+        elsewhere (a hook pair, an SDK's before/after callbacks): the first half of
+        :meth:`call` with ``run=``, stopped where ``run`` would be called.
+
+        ``pending.result`` is the guard's answer when the call must not run (blocked,
+        cached, invalid, review); otherwise run the tool with ``pending.args`` (for
+        ``warn``, ``pending.notice`` is the hint for the model) and report what happened
+        with ``pending.finish(value)``, ``pending.fail(exc)`` or ``pending.unknown()``,
+        which record it exactly as :meth:`call` records what ``run`` returned or raised
+        and return the same :class:`ToolResult`. A call never reported holds its claim
+        until ``idempotency.in_progress_ttl_s`` passes, then counts as an unknown outcome.
+
+        Args:
+            tool, args, approver: as for :meth:`call`. A name no registered tool has is
+                guarded as a tool known by name only, as with ``run=``.
+
+        Returns:
+            A :class:`PendingCall`.
+
+        Raises:
+            Halt: the turn must end (the task halted, or halts with this call).
+            CallInProgress, StoreError, ToolGuardError: as for :meth:`call`.
+        """
+        return _pending_stage.begin(self, tool, args, approver)
+
+    async def abegin(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None,
+                     *, approver: Approver | None = None) -> PendingCall:
+        """:meth:`begin` for asyncio: approvers and waits are awaited, a store that waits
+        on I/O is called from a worker thread; report with ``pending.afinish(value)``,
+        ``afail(exc)`` or ``aunknown()``."""
+        return await _pending_stage.abegin(self, tool, args, approver)
 
     def _runnable(self, tool: str) -> None:
         entry = self.guard._config.entries.get(tool) if isinstance(tool, str) else None

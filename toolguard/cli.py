@@ -66,7 +66,7 @@ def _print_version(given: bool) -> None:
     if given:
         from importlib.metadata import version  # only for --version: not at every start-up
 
-        typer.echo(f"toolguard {version('toolguard')}")
+        typer.echo(f"toolguard {version('agent-toolguard')}")
         raise typer.Exit()
 
 
@@ -189,12 +189,49 @@ def explain(
         "resolution, decorator included.", style="dim"))
 
 
+
+@app.command()
+def policies() -> None:
+    """List the policies the package ships: load one by name (tg.load_policy("default"),
+    --policy default, extends = "default")."""
+    from rich.text import Text
+
+    from ._shipped import shipped_policies
+
+    out = _stdout()
+    shipped = shipped_policies()
+    width = max(map(len, shipped), default=0)
+    for name, path in shipped.items():
+        out.print(Text.assemble((name.ljust(width), "bold"), "  ", _summary(path)))
+    out.print(Text(f"(files: {', '.join(sorted({str(p.parent) for p in shipped.values()}))})",
+                   style="dim"))
+
+
+def _summary(path: Path) -> str:
+    """A policy file's first sentence, from its leading comment (after the ``#:schema``
+    line)."""
+    words: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#:"):
+            continue
+        if not line.startswith("#") or not line.strip("# "):
+            break
+        words += line.lstrip("#").split()
+    text = " ".join(words)
+    end = text.find(". ")
+    return text if end < 0 else text[:end + 1]
+
+
 def _register_commands() -> None:
+    from ._hook_cli import register as register_hooks
     from ._mcp_proxy import register as register_mcp_proxy
     from ._replay_cli import register
+    from ._tune import register as register_tune
 
     register(app)
     register_mcp_proxy(app)
+    register_tune(app)
+    register_hooks(app)
 
 
 _register_commands()

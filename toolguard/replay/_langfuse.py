@@ -9,19 +9,21 @@ generation requested and no observation has answered yet (LangChain's tool spans
 are ``gen_ai.tool.call.arguments``, else the observation's ``input`` (LangChain's
 ``metadata.inputs`` when ``input`` is Python text); the result its ``output``; an error when its
 ``level`` is ``ERROR``. Generations are model turns; their ``usageDetails`` (``input``,
-``output``) the usage.
+``output``) the usage. A trace in which no observation is a call (a framework that exports
+only its model turns) takes its calls from the generations' outputs (``tool_calls``), each
+answered by the ``tool`` message with its ``tool_call_id`` in a later generation's input.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
 from ._model import Reader, Run, Source, TokenUsage, field_dict, usage_counts
-from ._otel import SpanView, span_steps
+from ._otel import SpanView, requested_calls, span_steps
 
 __all__ = ["READER"]
 
@@ -60,7 +62,7 @@ def _views(observations: list[dict[str, Any]]) -> list[SpanView]:
         if kind == "GENERATION":
             # a model turn even when it recorded no usage
             usage = usage_counts(o.get("usageDetails"), ("input",), ("output",)) or TokenUsage()
-            requested.update(_requested(o.get("output")))
+            requested.update(name for _, name, _ in requested_calls(o.get("output")))
         tool = kind == "TOOL" or (kind == "SPAN" and requested[name] > 0)
         if tool and requested[name] > 0:
             requested[name] -= 1
@@ -72,28 +74,6 @@ def _views(observations: list[dict[str, Any]]) -> list[SpanView]:
                               error=o.get("level") == "ERROR", input=given,
                               output=o.get("output"), usage=usage, tool=tool))
     return views
-
-
-def _requested(output: Any, depth: int = 0) -> list[str]:
-    """Names of the tool calls in a generation's output (``tool_calls`` lists anywhere)."""
-    names: list[str] = []
-    if depth > 8:
-        return names
-    if isinstance(output, Mapping):
-        calls = output.get("tool_calls")
-        for tc in calls if isinstance(calls, list) else []:
-            function = tc.get("function") if isinstance(tc, dict) else None
-            name = (function or {}).get("name") if isinstance(function, dict) else (
-                tc.get("name") if isinstance(tc, dict) else None)
-            if isinstance(name, str):
-                names.append(name)
-        for key, item in output.items():
-            if key != "tool_calls":
-                names += _requested(item, depth + 1)
-    elif isinstance(output, list):
-        for item in output:
-            names += _requested(item, depth + 1)
-    return names
 
 
 READER: Final = Reader(

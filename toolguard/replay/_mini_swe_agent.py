@@ -4,8 +4,10 @@
 message of role ``exit`` (the run's end and its submission, not a problem). Token usage is in
 each assistant message's ``extra.response.usage``. Runs recorded before tool calling
 (``mini-swe-agent-1.0``) hold each command in a ```` ```bash ```` block of the assistant's
-text; each is one call of the tool ``bash`` (``{"command": ...}``), answered by the next user
-message.
+text; a message with exactly one such block is one call of the tool ``bash``
+(``{"command": ...}``), answered by the next user message. A message with none or several is
+the harness's format error: it runs nothing (mini-swe-agent 1.x ``DefaultAgent.parse_action``).
+A run whose configuration sets another ``agent.action_regex`` is read with that one.
 """
 
 from __future__ import annotations
@@ -55,12 +57,23 @@ def _read(source: Source) -> Iterator[Run]:
             run.id, run.format = meta.get("instance_id", run.id), "mini-swe-agent"
             yield run
         return
+    agent = info.get("config", {}).get("agent") if isinstance(info.get("config"), dict) else None
+    given = agent.get("action_regex") if isinstance(agent, dict) else None
+    action = _BASH
+    if isinstance(given, str):
+        try:  # the harness's own regex (mini-swe-agent's agent.action_regex)
+            action = re.compile(given, re.DOTALL)
+        except re.error as exc:
+            source.problem(None, f"its agent.action_regex does not compile ({exc}): the "
+                           "commands the harness ran cannot be told; run skipped")
+            return
     yield Run(meta.get("instance_id", source.default_id()), source.file, "mini-swe-agent",
-              meta, _text_steps(source, messages))
+              meta, _text_steps(source, messages, action))
 
 
-def _text_steps(source: Source, messages: list[Any]) -> list[Step]:
-    """Steps of a run whose commands are ```bash blocks in the assistant's text."""
+def _text_steps(source: Source, messages: list[Any], action: re.Pattern[str]) -> list[Step]:
+    """Steps of a run whose commands are ```bash blocks (``action`` matches them) in the
+    assistant's text."""
     steps: list[Step] = []
     pending: int | None = None  # the step index of the command waiting for its output
     for m in messages:
@@ -75,10 +88,14 @@ def _text_steps(source: Source, messages: list[Any]) -> list[Step]:
                                  ("completion_tokens", "output_tokens"))
             if spent is not None:
                 steps.append(spent)
-            found = _BASH.findall(content) if isinstance(content, str) else []
-            if found:
+            found = action.findall(content) if isinstance(content, str) else []
+            # The harness runs a message's block only when it holds exactly one; none or
+            # several is a format error, answered by a user message, and nothing runs.
+            if len(found) == 1:
                 pending = len(steps)
                 steps.append(RecordedCall("bash", {"command": found[0]}))
+            else:
+                pending = None
         elif role == "user" and pending is not None:  # the output of the command just run
             # (other user messages are the harness's format errors, not a person)
             call = steps[pending]

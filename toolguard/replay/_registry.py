@@ -32,12 +32,13 @@ def readers() -> tuple[Reader, ...]:
         _otel,
         _responses,
         _swe_agent,
+        _tau2,
         _trace,
     )
 
     return (_inspect.READER, _langfuse.READER, _otel.READER, _openhands.READER,
-            _swe_agent.READER, _mini_swe_agent.READER, _claude_code.READER, _codex.READER,
-            _responses.READER, _chat.READER, _trace.READER)
+            _swe_agent.READER, _mini_swe_agent.READER, _tau2.READER, _claude_code.READER,
+            _codex.READER, _responses.READER, _chat.READER, _trace.READER)
 
 
 def detect(path: Path, head: bytes) -> Reader | None:

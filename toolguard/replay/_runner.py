@@ -67,6 +67,8 @@ class StepReport:
         line: the 1-based line of the call in a JSONL file, or ``None``.
         arguments: the call's recorded arguments (``RecordedCall.arguments``), or ``None``.
         audit: the ``[audit]`` policy that redacts the excerpt.
+        stale: a ``cached`` answer that differs from what the recorded call returned (the
+            model would have read an outdated result).
     """
 
     index: int
@@ -79,6 +81,7 @@ class StepReport:
     arguments: Mapping[str, Any] | str | None = field(default=None, repr=False, compare=False)
     line: int | None = None
     audit: AuditPolicy | None = field(default=None, repr=False, compare=False)
+    stale: bool = False
 
     @property
     def args(self) -> str:
@@ -390,8 +393,9 @@ def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[Rec
 
 def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy
           ) -> StepReport:
+    stale = result.decision is Decision.CACHED and (call.is_error or result.value != call.result)
     return _new_step(index, call.tool, result.args_hash, result.effect, result.decision,
-                     result.reason, result.count, call.arguments, call.line, audit)
+                     result.reason, result.count, call.arguments, call.line, audit, stale)
 
 
 _new_step: Final[Callable[..., StepReport]] = _fast_constructor(StepReport)

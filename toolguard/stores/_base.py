@@ -18,7 +18,7 @@ Every back-end passes one contract suite (``tests/test_store_contract.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
 from toolguard._types import RecordState
 
@@ -27,6 +27,7 @@ from toolguard._types import RecordState
 new_tuple = tuple.__new__
 
 __all__ = [
+    "CYCLE_CALLS",
     "ApprovalRecord",
     "ApprovalState",
     "BeginRequest",
@@ -36,6 +37,19 @@ __all__ = [
     "Store",
     "TaskUsage",
 ]
+
+
+CYCLE_CALLS: Final = 4
+"""A stagnation run remembers its last ``CYCLE_CALLS - 1`` signatures: a call with one of
+them again is part of a cycle of at most ``CYCLE_CALLS`` calls (an A/B alternation of two
+argument sets, A B C A B C), which the repeat ladder judges; it does not grow the run."""
+
+
+def stagnation_recent(recent: str, signature: str) -> str:
+    """A run's ``recent`` signatures (newline-separated, oldest first) with ``signature``
+    added, the oldest beyond ``CYCLE_CALLS - 1`` dropped."""
+    kept = [*recent.split("\n"), signature] if recent else [signature]
+    return "\n".join(kept[-(CYCLE_CALLS - 1):])
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +141,11 @@ class Snapshot(NamedTuple):
     The stagnation rule's state of the call's tool, since the last progress (as of before
     this call): ``stagnation`` is how many calls of the tool in a row, each with other
     arguments than the one before, had the outcome ``stagnation_outcome``; the last of
-    them had ``stagnation_signature`` (0, "" and "" when there is no such run).
+    them and the ones before it (up to ``CYCLE_CALLS - 1``, newline-separated) had
+    ``stagnation_signature`` (0, "" and "" when there is no such run).
+
+    ``transient`` is how many times in a row the signature's last executed calls failed
+    with a transient error (a rate limit, a 5xx, a timeout), as of before this call.
     """
 
     halted: dict[str, Any] | None
@@ -145,6 +163,7 @@ class Snapshot(NamedTuple):
     stagnation: int = 0
     stagnation_outcome: str = ""
     stagnation_signature: str = ""
+    transient: int = 0
 
 
 class FinishRequest(NamedTuple):
@@ -169,6 +188,15 @@ class FinishRequest(NamedTuple):
             repeats under other arguments, and restarts at another outcome or at progress.
         max_progress_resets: after this many consecutive output changes of the signature
             with no other call in between, a change no longer restarts its count (0: no cap).
+        transient: the call failed with a transient error: it does not count as a repeat
+            (its attempt is taken back from the signature's count) but as a transient
+            failure in a row (``Snapshot.transient``); any other executed outcome ends that
+            streak.
+        progress: a fingerprint of the result's explicit progress fields (percentages,
+            ratios, counters, a status), "" when it has none. A changed output whose
+            fingerprint the signature never had before in the task is progress without the
+            ``max_progress_resets`` cap; any other change (a timestamp, an id, fields that
+            oscillate between values they had before) is bounded by that cap.
     """
 
     tool: str
@@ -188,6 +216,8 @@ class FinishRequest(NamedTuple):
     call_id: str = ""
     outcome: str = ""
     max_progress_resets: int = 0
+    transient: bool = False
+    progress: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,7 @@ if raw then
   if tonumber(e) == epoch then n, polls = tonumber(c), tonumber(p) end
 end
 local run_n, run_outcome, run_sig = 0, '', ''
+local transient = tonumber(redis.call('HGET', KEYS[1], 'x:' .. sig) or '0')
 if m[11] then
   local e, c, o, g = string.match(m[11], '^(%d+) (%d+) (%S+) (.*)$')
   if tonumber(e) == epoch then run_n, run_outcome, run_sig = tonumber(c), o, g end
@@ -148,7 +149,7 @@ redis.call('HSET', KEYS[2], sig,
 touch(state_ms)
 return {gen, {epoch, calls, tool_calls, tonumber(m[8] or '0'), tonumber(m[3] or '0'),
         tonumber(m[4] or '0'), started, math.max(n, 1), polls, record, approval, claimed, m[6],
-        run_n, run_outcome, run_sig}}
+        run_n, run_outcome, run_sig, transient}}
 """
 
 # MemoryStore.finish, line for line. The seen pair is length-prefixed: unambiguous for any
@@ -160,6 +161,7 @@ local digest, mode, tail = ARGV[7], ARGV[8], ARGV[9]
 local rec_ms, now, rec_exp = tonumber(ARGV[10]), ARGV[11], ARGV[12]
 local halt, state_ms = ARGV[13], tonumber(ARGV[14])
 local outcome, max_resets = ARGV[15], tonumber(ARGV[16])
+local transient, progress = ARGV[17] == '1', ARGV[18]
 local gen = generation(true)
 if not gen then return redis.error_reply(LOST) end
 local epoch = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
@@ -173,6 +175,19 @@ if executed then
   else
     redis.call('HINCRBY', KEYS[1], 'f:' .. tool, 1)
   end
+  if transient then
+    local raw = redis.call('HGET', KEYS[2], sig)
+    if raw then
+      local se, c, p, d, r = string.match(raw, '^(%d+) (%d+) (%d+) (%S*) ?(%d*)$')
+      if tonumber(c) > 0 then  -- a retry of a transient failure is not a repeat
+        redis.call('HSET', KEYS[2], sig,
+                   se .. ' ' .. (tonumber(c) - 1) .. ' ' .. p .. ' ' .. d .. ' ' .. r)
+      end
+    end
+    redis.call('HINCRBY', KEYS[1], 'x:' .. sig, 1)
+  else
+    redis.call('HDEL', KEYS[1], 'x:' .. sig)
+  end
   if success and digest ~= '' then
     local e, n, polls, last, resets = epoch, 0, 0, '', 0
     local raw = redis.call('HGET', KEYS[2], sig)
@@ -180,15 +195,22 @@ if executed then
       local se, c, p, d, r = string.match(raw, '^(%d+) (%d+) (%d+) (%S*) ?(%d*)$')
       e, n, polls, last, resets = tonumber(se), tonumber(c), tonumber(p), d, tonumber(r) or 0
     end
+    local moved = progress ~= '' and
+                  redis.call('SADD', KEYS[3], #sig .. ':' .. sig .. '\\0' .. progress) == 1
     if mutating and redis.call('SADD', KEYS[3], #sig .. ':' .. sig .. digest) == 1 then
       -- progress (a): the world changed; this call is the first of the new epoch
       epoch = redis.call('HINCRBY', KEYS[1], 'epoch', 1)
       e, n, polls = epoch, 1, 0
     elseif last ~= '' and last ~= digest then
-      -- progress (b): this signature's output moved, unless it moved on every one of the
-      -- last max_resets back-to-back calls
-      if max_resets == 0 or resets < max_resets then n = 1 end
-      resets = resets + 1
+      if moved then
+        -- progress (b): its progress fields moved to values it never had
+        n, resets = 1, 0
+      else
+        -- progress (c): its output moved, unless it moved on every one of the last
+        -- max_resets back-to-back calls
+        if max_resets == 0 or resets < max_resets then n = 1 end
+        resets = resets + 1
+      end
     end
     redis.call('HSET', KEYS[2], sig,
                e .. ' ' .. n .. ' ' .. polls .. ' ' .. digest .. ' ' .. resets)
@@ -200,9 +222,20 @@ if outcome ~= '' then  -- after progress: a call that made progress starts a new
   if run then re, rn, ro, rs = string.match(run, '^(%d+) (%d+) (%S+) (.*)$') end
   if not run or tonumber(re) ~= epoch or ro ~= outcome then
     redis.call('HSET', KEYS[1], 's:' .. tool, epoch .. ' 1 ' .. outcome .. ' ' .. sig)
-  elseif rs ~= sig then
-    redis.call('HSET', KEYS[1], 's:' .. tool,
-               epoch .. ' ' .. (tonumber(rn) + 1) .. ' ' .. outcome .. ' ' .. sig)
+  else
+    -- the run's last signatures (newline-separated): a call with one of them again is a
+    -- cycle's (the repeat ladder's to judge), any other grows the run
+    local kept, cycle = {}, false
+    for g in string.gmatch(rs, '[^\\n]+') do
+      kept[#kept + 1] = g
+      if g == sig then cycle = true end
+    end
+    if not cycle then
+      kept[#kept + 1] = sig
+      while #kept > 3 do table.remove(kept, 1) end
+      redis.call('HSET', KEYS[1], 's:' .. tool, epoch .. ' ' .. (tonumber(rn) + 1) .. ' '
+                 .. outcome .. ' ' .. table.concat(kept, '\\n'))
+    end
   end
 end
 if key ~= '' then

@@ -39,6 +39,7 @@ from ._base import (
     IdempotencyRecord,
     Snapshot,
     TaskUsage,
+    stagnation_recent,
 )
 from ._base import new_tuple as _new
 
@@ -51,7 +52,7 @@ _record: Callable[..., IdempotencyRecord] = _fast_constructor(IdempotencyRecord)
 
 
 class _Sig:
-    __slots__ = ("count", "epoch", "last_digest", "polls", "resets")
+    __slots__ = ("count", "epoch", "last_digest", "polls", "resets", "transient")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
@@ -59,6 +60,7 @@ class _Sig:
         self.polls = 0
         self.resets = 0  # output changes in a row, with no other call in between
         self.last_digest = ""
+        self.transient = 0  # transient failures in a row (any epoch)
 
 
 @dataclass(slots=True)
@@ -76,11 +78,13 @@ class _Task:
     failures: dict[str, int] = field(default_factory=dict)
     # signature -> history, least recently used first (bounded by max_entries)
     sigs: OrderedDict[str, _Sig] = field(default_factory=OrderedDict)
-    # (signature, result digest) pairs of successful mutating calls, oldest first (bounded)
+    # (signature, result digest) pairs of successful mutating calls, and (signature, "\0" +
+    # progress fingerprint) pairs of successful calls, oldest first (bounded)
     seen: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
     approvals: dict[str, ApprovalRecord] = field(default_factory=dict)
     last_signature: str = ""  # of the last counted call (max_progress_resets)
-    # tool -> (epoch, run length, outcome, last signature): the stagnation rule's run
+    # tool -> (epoch, run length, outcome, its last signatures, newline-separated): the
+    # stagnation rule's run
     stagnation: dict[str, tuple[int, int, str, str]] = field(default_factory=dict)
 
     def sig(self, signature: str) -> _Sig:
@@ -276,7 +280,7 @@ class MemoryStore:
                 state.input_tokens + state.output_tokens,  # tokens
                 state.started_at,
                 repeats if repeats > 1 else 1,  # count
-                sig.polls, record, approval, claimed, run[1], run[2], run[3],
+                sig.polls, record, approval, claimed, run[1], run[2], run[3], sig.transient,
             ))
         finally:
             lock.release()
@@ -288,8 +292,8 @@ class MemoryStore:
                       executed: bool, success: bool, unknown: bool, mutating: bool,
                       result_digest: str, store_result: bool, content: Any, release: bool,
                       ttl_s: float, at: float, halt: dict[str, Any] | None = None,
-                      call_id: str = "", outcome: str = "", max_progress_resets: int = 0
-                      ) -> None:
+                      call_id: str = "", outcome: str = "", max_progress_resets: int = 0,
+                      transient: bool = False, progress: str = "") -> None:
         """:meth:`finish` with the :class:`FinishRequest`'s fields as arguments (``at``: its
         ``now``), for the engine's in-memory path (``toolguard._fast``)."""
         lock = self._raw_lock
@@ -303,30 +307,42 @@ class MemoryStore:
                 state.changes += 1
             if executed:
                 state.failures[tool] = 0 if success else state.failures.get(tool, 0) + 1
+                sig = state.sigs.get(signature)
+                if transient:
+                    sig = state.sig(signature)
+                    if sig.count > 0:
+                        sig.count -= 1  # a retry of a transient failure is not a repeat
+                    sig.transient += 1
+                elif sig is not None:
+                    sig.transient = 0
                 if success and result_digest:
                     sig = state.sig(signature)
-                    pair = (signature, result_digest)
-                    if mutating and pair not in state.seen:
+                    moved = bool(progress) and self._add_seen(state, (signature,
+                                                                      "\0" + progress))
+                    if mutating and self._add_seen(state, (signature, result_digest)):
                         # Progress (a): the world changed; every count restarts, and this call
                         # is the first of the new epoch.
-                        state.seen[pair] = None
-                        if len(state.seen) > self._max_entries:
-                            state.seen.popitem(last=False)
                         state.epoch += 1
                         sig.epoch, sig.count, sig.polls = state.epoch, 1, 0
                     elif sig.last_digest and sig.last_digest != result_digest:
-                        # Progress (b): this signature's output moved, unless it moved on
-                        # every one of the last max_progress_resets back-to-back calls.
-                        if not max_progress_resets or sig.resets < max_progress_resets:
-                            sig.count = 1
-                        sig.resets += 1
+                        if moved:
+                            # Progress (b): its progress fields moved to values it never
+                            # had: progress, however often it comes.
+                            sig.count, sig.resets = 1, 0
+                        else:
+                            # Progress (c): its output moved, unless it moved on every one of
+                            # the last max_progress_resets back-to-back calls.
+                            if not max_progress_resets or sig.resets < max_progress_resets:
+                                sig.count = 1
+                            sig.resets += 1
                     sig.last_digest = result_digest
             if outcome:  # after progress: a call that made progress starts a new run
                 run = state.stagnation.get(tool)
                 if run is None or run[0] != state.epoch or run[2] != outcome:
                     state.stagnation[tool] = (state.epoch, 1, outcome, signature)
-                elif run[3] != signature:
-                    state.stagnation[tool] = (state.epoch, run[1] + 1, outcome, signature)
+                elif signature not in run[3].split("\n"):  # not a cycle's call: grows
+                    state.stagnation[tool] = (state.epoch, run[1] + 1, outcome,
+                                              stagnation_recent(run[3], signature))
             if idempotency_key:
                 key = (task_id, idempotency_key)
                 if store_result:
@@ -344,6 +360,16 @@ class MemoryStore:
                 state.halted = halt
         finally:
             lock.release()
+
+    def _add_seen(self, state: _Task, pair: tuple[str, str]) -> bool:
+        """Add ``pair`` to the task's seen pairs; False if it was there already."""
+        seen = state.seen
+        if pair in seen:
+            return False
+        seen[pair] = None
+        if len(seen) > self._max_entries:
+            seen.popitem(last=False)
+        return True
 
     def get_record(self, task_id: str, key: str, now: float) -> IdempotencyRecord | None:
         with self._lock:

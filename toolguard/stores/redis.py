@@ -13,9 +13,11 @@ or split a task over slots, and an empty task id is written ``%``)::
                              t:<tool> (calls per tool), f:<tool> (consecutive failures),
                              last (signature of the last counted call), s:<tool> (the
                              stagnation run: "epoch length outcome last_signature"),
+                             x:<signature> (its transient failures in a row),
                              gen (the task's generation marker, below)
     P:{T}:sigs        hash   signature -> "epoch count polls last_result_digest resets"
-    P:{T}:seen        set    (signature, result digest) pairs seen (progress detection)
+    P:{T}:seen        set    (signature, result digest) pairs seen, and (signature, NUL
+                             progress fingerprint) pairs (progress detection)
     P:{T}:appr        hash   idempotency key -> approval record (JSON)
     P:{T}:recs        set    idempotency keys that have a record (for clear_task)
     P:{T}:rec:<key>   string idempotency record: "state|changes|expires_at|created_at|" + JSON
@@ -391,7 +393,7 @@ class RedisStore:
                 recover_soon(self)
             raise
         (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
-         record, approval, claimed, halted, run, run_outcome, run_signature) = r
+         record, approval, claimed, halted, run, run_outcome, run_signature, transient) = r
         return Snapshot(
             halted=None if halted is None else orjson.loads(halted),
             epoch=int(epoch),
@@ -408,6 +410,7 @@ class RedisStore:
             stagnation=int(run),
             stagnation_outcome=_text(run_outcome),
             stagnation_signature=_text(run_signature),
+            transient=int(transient),
         )
 
     def finish(self, task_id: str, req: FinishRequest) -> None:
@@ -446,6 +449,7 @@ class RedisStore:
                        _time(req.now + min(req.ttl_s, _MAX_TTL_S)),
                        b"" if req.halt is None else _dumps(req.halt), self._state_ms_arg,
                        req.outcome, str(req.max_progress_resets),
+                       "1" if req.transient else "0", req.progress,
                    ])
 
     def get_record(self, task_id: str, key: str, now: float) -> IdempotencyRecord | None:

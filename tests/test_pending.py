@@ -1,0 +1,152 @@
+"""The two-step call (``task.begin`` → ``pending.finish`` / ``fail`` / ``unknown``) gives
+what ``task.call(..., run=)`` gives: random call sequences produce the same results, halts,
+executions, history and store state, on the fused in-memory path and on the general
+pipeline, sync and async, and when the pending call is carried to another task handle as
+JSON (a hook command's next process)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import toolguard as tg
+from toolguard._context import CURRENT_KEY
+from toolguard._pending import attach
+from toolguard._policy import LadderPolicy, ToolPolicy
+from toolguard.stores.memory import MemoryStore
+from toolguard.testing import FakeClock
+
+from .test_fast_path import _CALLS, _POLICIES, _functions, _ladder, _run, _tools
+
+_HOWS = ("begin", "abegin", "detach")
+_STEPS = st.one_of(st.tuples(*_CALLS.wrapped_strategy.element_strategies,  # type: ignore[attr-defined]
+                             st.sampled_from(_HOWS)),
+                   st.sampled_from(["tick", "turn"]))
+
+
+def _key(pending: tg.PendingCall) -> Any:
+    """The idempotency-key context ``call(run=)`` gives its hook, so that what the tools
+    note of it compares (a host's tool reads none)."""
+    state = pending._remote.p if pending._remote is not None else pending._state.p  # type: ignore[union-attr]
+    return CURRENT_KEY.set((state.key, state.origin or state.call_id))
+
+
+def _two_step(loop: asyncio.AbstractEventLoop, task: tg.Task, func: Callable[..., Any],
+              tool: str, args: Any, how: str) -> tg.ToolResult | str:
+    """One call made in two steps: ``begin`` (``abegin``: under asyncio; ``detach``: its
+    state carried as JSON through :func:`attach`), the tool run by the host, and its
+    outcome reported."""
+    if how == "abegin":
+        return loop.run_until_complete(_async_two_step(task, func, tool, args))
+    pending = task.begin(tool, args)
+    if pending.result is not None:
+        return pending.result
+    token = _key(pending)
+    try:
+        value, failed = func(**pending.args), None
+    except Exception as exc:
+        value, failed = None, exc
+    finally:
+        CURRENT_KEY.reset(token)
+    if how == "detach":
+        again = attach(task, json.loads(json.dumps(pending.detach())))
+        assert again is not None
+        pending = again
+    return pending.fail(failed) if failed is not None else pending.finish(value)
+
+
+async def _async_two_step(task: tg.Task, func: Callable[..., Any], tool: str, args: Any
+                          ) -> tg.ToolResult:
+    pending = await task.abegin(tool, args)
+    if pending.result is not None:
+        return pending.result
+    token = _key(pending)
+    try:
+        value = func(**pending.args)
+    except Exception as exc:
+        CURRENT_KEY.reset(token)
+        return await pending.afail(exc)
+    CURRENT_KEY.reset(token)
+    return await pending.afinish(value)
+
+
+def _with_run(loop: asyncio.AbstractEventLoop, task: tg.Task, func: Callable[..., Any],
+              tool: str, args: Any, how: str) -> tg.ToolResult | str:
+    """The same call made with ``call(run=)`` (``acall(run=)`` for ``abegin``)."""
+    def hook(args: dict[str, Any]) -> Any:
+        return func(**args)
+
+    if how == "abegin":
+        return loop.run_until_complete(task.acall(tool, args, run=hook))
+    return task.call(tool, args, run=hook)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(range(len(_POLICIES))), st.booleans(), st.lists(_STEPS, max_size=40))
+@example(0, True, [("write", 1, False, "begin"), ("write", 1, False, "detach"),  # cached
+                   ("slow", 1, False, "detach"), ("slow", 1, False, "begin"),  # review
+                   ("search", 1, False, "abegin"), ("search", 2, False, "begin"),
+                   ("search", "", False, "detach"), ("search", 3, True, "begin")])
+@example(0, False, [("deploy", 1, False, "begin"), ("status", 1, False, "detach"),
+                    ("flaky", 1, False, "abegin"), ("nope", 1, False, "detach")])
+@example(2, True, [("flaky", 1, False, "begin"), ("flaky", 1, False, "detach"),
+                   ("flaky", 1, False, "abegin"), ("flaky", 2, False, "begin")])
+def test_two_steps_equal_call_with_run(policy: int, fast: bool, steps: list[Any]) -> None:
+    assert (_run(_POLICIES[policy], steps, fast, one=_two_step)
+            == _run(_POLICIES[policy], steps, fast, one=_with_run))
+
+
+def _guard(clock: FakeClock | None = None, **policy: Any) -> tg.Guard:
+    clock = clock or FakeClock(1000.0)
+    return tg.Guard(tg.Policy(**policy), _tools(_functions([])), clock=clock,
+                    store=MemoryStore(clock=clock))
+
+
+def test_a_pending_call_says_what_the_host_does() -> None:
+    """A warned call runs with its notice; a call that must not run carries its result and
+    refuses an outcome; an outcome is reported once."""
+    task = _guard(ladder=LadderPolicy(readonly=_ladder(2, 3, 4))).task("t")
+    first = task.begin("search", {"q": 1})
+    assert (first.result, first.decision, first.notice, first.args) == (
+        None, tg.Decision.ALLOW, None, {"q": 1})
+    assert first.finish("found 1").content == "found 1"
+    with pytest.raises(RuntimeError, match="reported already"):
+        first.finish("again")
+    second = task.begin("search", {"q": 1})
+    assert second.decision is tg.Decision.WARN and second.notice
+    assert second.notice in second.finish("found 1").content
+    third = task.begin("search", {"q": 1})
+    assert third.result is not None and third.result.decision is tg.Decision.BLOCK
+    with pytest.raises(RuntimeError, match="must not run"):
+        third.finish("x")
+    with pytest.raises(tg.RepeatedToolCalls):
+        task.begin("search", {"q": 1})
+
+
+def test_unknown_is_recorded_as_an_unknown_outcome() -> None:
+    task = _guard().task("t")
+    result = task.begin("write", {"q": 1}).unknown("the hook process was killed")
+    assert result.is_error and "the outcome is unknown" in result.content
+    again = task.begin("write", {"q": 1})  # review, which no approver answers: refused
+    assert again.result is not None and "without a known outcome" in again.result.reason
+
+
+def test_approval_is_asked_at_begin() -> None:
+    task = _guard(tools={"deploy": ToolPolicy(requires_approval=True)}).task("t")
+    denied = task.begin("deploy", {"q": 1})
+    assert denied.result is not None and denied.result.decision is tg.Decision.BLOCK  # deny_all
+    approved = task.begin("deploy", {"q": 2}, approver=lambda request: tg.approve())
+    assert approved.result is None
+    assert approved.finish("deployed").decision is tg.Decision.ALLOW
+
+
+def test_fail_takes_an_exception_only() -> None:
+    pending = _guard().task("t").begin("search", {"q": 1})
+    with pytest.raises(TypeError, match="unknown"):
+        pending.fail(KeyboardInterrupt())  # type: ignore[arg-type]
