@@ -37,7 +37,7 @@ CREATE TABLE tools (
 CREATE TABLE sigs (
     task TEXT NOT NULL, sig TEXT NOT NULL, epoch INTEGER NOT NULL, count INTEGER NOT NULL,
     polls INTEGER NOT NULL, resets INTEGER NOT NULL, digest TEXT NOT NULL,
-    UNIQUE (task, sig));
+    transient INTEGER NOT NULL, UNIQUE (task, sig));
 CREATE TABLE seen (task TEXT NOT NULL, sig TEXT NOT NULL, digest TEXT NOT NULL,
     UNIQUE (task, sig, digest));
 CREATE TABLE records (
