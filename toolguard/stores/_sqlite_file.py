@@ -204,6 +204,17 @@ def bound(conn: sqlite3.Connection, table: str, max_rows: int) -> None:
                  (max_rows,))
 
 
+def add_seen(conn: sqlite3.Connection, task_id: str, signature: str, digest: str,
+             max_rows: int) -> bool:
+    """Add (signature, digest) to the task's seen pairs (keeping ``max_rows``); False if it
+    was there already."""
+    if not conn.execute("INSERT OR IGNORE INTO seen VALUES (?, ?, ?)",
+                        (task_id, signature, digest)).rowcount:
+        return False
+    bound(conn, "seen", max_rows)
+    return True
+
+
 def fit(conn: sqlite3.Connection, max_bytes: int) -> None:
     """Past ``max_bytes`` of pages in use, drop the oldest records (never the newest)."""
     (size,) = conn.execute("PRAGMA page_size").fetchone()

@@ -85,6 +85,7 @@ from ._json import _approval, _approval_json, _dumps
 from ._sqlite_file import (
     STATE_DIR_VARIABLE,
     SWEEP_ONE_IN,
+    add_seen,
     bound,
     default_path,
     drop_task,
@@ -346,15 +347,6 @@ class SQLiteStore:
         conn.execute("INSERT OR REPLACE INTO tools VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                      (task_id, tool, *tool_state))
 
-    def _add_seen(self, conn: sqlite3.Connection, task_id: str, signature: str,
-                  digest: str) -> bool:
-        """Add (signature, digest) to the task's seen pairs; False if it was there already."""
-        if not conn.execute("INSERT OR IGNORE INTO seen VALUES (?, ?, ?)",
-                            (task_id, signature, digest)).rowcount:
-            return False
-        bound(conn, "seen", self._max_entries)
-        return True
-
     def finish(self, task_id: str, req: FinishRequest) -> None:
         """Record a call's outcome (progress, failures, idempotency record, halt): one
         transaction.
@@ -392,9 +384,10 @@ class SQLiteStore:
                 sig[5] = 0
             if success and result_digest:
                 sig = sig or [epoch, 0, 0, 0, "", 0]
-                moved = bool(progress) and self._add_seen(conn, task_id, signature,
-                                                          "\0" + progress)
-                if mutating and self._add_seen(conn, task_id, signature, result_digest):
+                cap = self._max_entries
+                moved = bool(progress) and add_seen(conn, task_id, signature,
+                                                    "\0" + progress, cap)
+                if mutating and add_seen(conn, task_id, signature, result_digest, cap):
                     # Progress (a): the world changed; every count restarts, and this call
                     # is the first of the new epoch.
                     state[1] = epoch = epoch + 1
