@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import sys
 import tempfile
@@ -37,7 +38,7 @@ sys.path.insert(0, str(HERE))
 from _cases import guard_variant, make_task, prime  # noqa: E402
 from _harness import Variant, calibrate, median, run_rounds  # noqa: E402
 
-from toolguard.stores import MemoryStore, Store  # noqa: E402
+from toolguard.stores import Store  # noqa: E402
 from toolguard.stores.sqlite import SQLiteStore  # noqa: E402
 
 STORES = ("memory", "sqlite", "redis")
@@ -83,8 +84,8 @@ def wall_clock(rounds: int, batch_s: float, where: Path, prefix: str) -> dict[st
 def _child(kind: str, path: str, n: int, where: str, prefix: str) -> None:
     task, name = make_task("small", path, "rs", store=_store(kind, Path(where), prefix))
     prime(task, name, "small", path, None)
-    from _cases import Fresh
     from _args import args_for
+    from _cases import Fresh
 
     fresh = Fresh("small")
     batch = fresh.take(n + 20) if path == "executed" else [args_for("small")] * (n + 20)
@@ -94,20 +95,28 @@ def _child(kind: str, path: str, n: int, where: str, prefix: str) -> None:
         task.call(name, args)
 
 
-def instructions(where: Path, prefix: str, factor: int = 3) -> dict[str, Any]:
-    """Instructions per call of each (store, path) under callgrind, and SQLite's ratios."""
+def instructions(where: Path, prefix: str, paths: tuple[str, ...] = PATHS, factor: int = 3,
+                 jobs: int = 2) -> dict[str, Any]:
+    """Instructions per call of each (store, path) under callgrind, and SQLite's ratios
+    (``jobs`` interpreters under callgrind at a time)."""
     import callgrind
 
-    def total(kind: str, path: str, n: int) -> int:
+    def total(job: tuple[str, str, int]) -> int:
+        kind, path, n = job
         return callgrind.instructions_of(
             [str(Path(__file__).resolve()), "--child", kind, path, str(n), str(where),
              prefix])
 
     calls = 200
-    per_call = {f"{kind}/{path}": (total(kind, path, calls * factor) - total(kind, path, calls))
-                / ((factor - 1) * calls) for kind in STORES for path in PATHS}
+    runs = [(kind, path, n) for kind in STORES for path in paths
+            for n in (calls, calls * factor)]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        totals = dict(zip(runs, pool.map(total, runs), strict=True))
+    per_call = {f"{kind}/{path}": (totals[kind, path, calls * factor]
+                                   - totals[kind, path, calls]) / ((factor - 1) * calls)
+                for kind in STORES for path in paths}
     out: dict[str, Any] = {"instructions_per_call": per_call}
-    for path in PATHS:
+    for path in paths:
         for other in ("memory", "redis"):
             out[f"sqlite/{other}/{path}"] = per_call[f"sqlite/{path}"] / per_call[f"{other}/{path}"]
     return out
@@ -118,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch-s", type=float, default=0.02)
     parser.add_argument("--no-callgrind", action="store_true")
+    parser.add_argument("--callgrind-paths", default=",".join(PATHS),
+                        help="paths measured under callgrind (comma-separated)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
@@ -137,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             report["wall_clock"] = wall_clock(ns.rounds, ns.batch_s, Path(tmp), prefix)
             if not ns.no_callgrind:
-                report["callgrind"] = instructions(Path(tmp), prefix)
+                report["callgrind"] = instructions(
+                    Path(tmp), prefix, tuple(ns.callgrind_paths.split(",")))
         finally:
             rb.cleanup(rb.redis_url(), prefix)
     for section, values in report.items():
