@@ -144,16 +144,22 @@ def _child(name: str, n: int) -> None:
 
 def _instructions(name: str, n: int) -> int:
     """Total instructions of one interpreter making ``n`` calls of ``name``."""
+    return instructions_of([str(Path(__file__).resolve()), "--child", name, str(n)])
+
+
+def instructions_of(argv: list[str]) -> int:
+    """Total instructions of one interpreter running ``python *argv`` under callgrind
+    (``PYTHONHASHSEED=0``, output discarded)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-             sys.executable, str(Path(__file__).resolve()), "--child", name, str(n)],
+             sys.executable, *argv],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             env={**os.environ, "PYTHONHASHSEED": "0"})
         match = _TOTAL.search(Path(out).read_bytes())
         if match is None:
-            raise RuntimeError(f"no instruction total in callgrind's output for {name}")
+            raise RuntimeError(f"no instruction total in callgrind's output for {argv}")
         return int(match.group(1))
 
 

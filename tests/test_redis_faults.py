@@ -11,6 +11,7 @@ The reproductions in ``../shared/repro/reliability/`` run here as regression tes
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -123,28 +124,42 @@ def test_two_lost_begin_replies_then_the_retry_claims(redis_prefix: str) -> None
     client.close()
 
 
-def test_a_lost_claim_is_not_another_workers() -> None:
-    # The fencing is per worker: another process's identical call still waits on it (the
-    # claim might be a call running there), then gives up with CallInProgress.
+def test_a_lost_claim_is_given_up_for_another_worker() -> None:
+    # The worker whose begin reply was lost may never call again: as soon as Redis answers,
+    # it gives the claim up, and another worker's identical call takes it over (not
+    # CallInProgress until in_progress_ttl_s, then a run).
     with private_server() as srv:
         runs: list[str] = []
         mine = RedisStore(url=srv.url, key_prefix="ghost", timeout_s=0.3)
         other = RedisStore(url=srv.url, key_prefix="ghost", timeout_s=0.3)
-        policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=0.3))
+        policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=5))
         task = tg.Guard(policy, [_payer(runs)], store=mine).task("t1")
         task.call("pay", {"order": "warm-up"})
         srv.stall()
         with pytest.raises(tg.StoreError):
             task.call("pay", {"order": "o-1"})
         srv.resume()
-        _wait_until(lambda: _records(srv, b"p"))
-        with pytest.raises(tg.CallInProgress):
-            tg.Guard(policy, [_payer(runs)], store=other).task("t1").call("pay",
-                                                                          {"order": "o-1"})
-        assert task.call("pay", {"order": "o-1"}).decision == "allow"
+        elsewhere = tg.Guard(policy, [_payer(runs)], store=other).task("t1")
+        assert elsewhere.call("pay", {"order": "o-1"}).decision == "allow"
+        assert task.call("pay", {"order": "o-1"}).decision == "cached"
         assert runs.count("o-1") == 1
+        assert not _records(srv, b"p")
         mine.close()
         other.close()
+
+
+def test_a_claim_lost_before_it_reached_redis_is_forgotten() -> None:
+    # A begin that never reached Redis left no claim: the worker stops looking for it.
+    with private_server() as srv:
+        store = RedisStore(url=srv.url, key_prefix="ghost", timeout_s=0.2)
+        task = tg.Guard(tg.Policy(), [_payer([])], store=store).task("t1")
+        task.call("pay", {"order": "warm-up"})
+        srv.kill()
+        with pytest.raises(tg.StoreError):
+            task.call("pay", {"order": "o-1"})
+        srv.start()
+        _wait_until(lambda: not store._orphans, timeout_s=10.0)
+        store.close()
 
 
 # -- item 9: a Redis stall under acall ----------------------------------------------------
@@ -303,7 +318,24 @@ def test_restart_without_persistence_is_a_store_fault() -> None:
             store.close()
 
 
+def test_restart_with_persistence_keeps_the_task() -> None:
+    # With AOF (appendfsync always) a restart loses nothing: the halted task stays halted
+    # with its counts, and no worker sees a loss.
+    with private_server("--appendonly", "yes", "--appendfsync", "always") as srv:
+        runs: list[str] = []
+        task = _halted_task(srv, runs)
+        counted = task.usage.tool_calls
+        srv.kill()
+        srv.start()
+        with pytest.raises(tg.BudgetExceeded):
+            task.call("pay", {"order": "a"})
+        assert task.usage.tool_calls == counted
+        assert runs == ["a", "b", "c"]
+
+
 def test_restart_without_persistence_fails_open_when_asked() -> None:
+    # fail_open runs the call that found the state gone unguarded (with a warning), then
+    # guards the task again on fresh state: each payment, retried at once, is paid once.
     with private_server() as srv:
         runs: list[str] = []
         task = _halted_task(srv, runs, on_error="fail_open")
@@ -313,6 +345,79 @@ def test_restart_without_persistence_fails_open_when_asked() -> None:
             result = task.call("pay", {"order": "z"})
         assert result.decision == "allow" and runs[-1] == "z"  # unguarded, as configured
         assert any("running unguarded" in e.reason for e in events)
+        decisions = [str(task.call("pay", {"order": order}).decision)
+                     for order in ("z", "y", "y")]
+        assert decisions == ["cached", "allow", "cached"]
+        with pytest.raises(tg.BudgetExceeded):  # the budget counts again, from zero
+            task.call("pay", {"order": "x"})
+        assert runs == ["a", "b", "c", "z", "y"]
+
+
+def test_every_worker_continues_guarded_after_a_restart_under_fail_open() -> None:
+    # Four workers that all knew the task, each paying orders and retrying each at once,
+    # after a restart without persistence: at most the one call per worker that finds the
+    # state gone runs unguarded; no order is paid twice by a retry after that.
+    with private_server() as srv:
+        runs: list[str] = []
+        lock = threading.Lock()
+
+        @tg.mutating(idempotency_scope="task")
+        def pay(order: str) -> str:
+            with lock:
+                runs.append(order)
+            return f"paid {order}"
+
+        stores = [RedisStore(url=srv.url, key_prefix="rst", on_error="fail_open")
+                  for _ in range(4)]
+        tasks = [tg.Guard(tg.Policy(), [pay], store=s).task("t1") for s in stores]
+        for n, task in enumerate(tasks):
+            task.call("pay", {"order": f"known-{n}"})
+        srv.kill()
+        srv.start()
+
+        def worker(n: int) -> None:
+            for i in range(25):
+                for _ in range(2):
+                    tasks[n].call("pay", {"order": f"w{n}-{i}"})
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        paid_twice = [o for o in set(runs) if runs.count(o) > 1]
+        assert len(paid_twice) <= len(tasks), paid_twice  # each worker's first call, at most
+        assert len(set(runs)) == 104
+        for store in stores:
+            store.close()
+
+
+def test_a_lost_outcome_reaches_another_worker() -> None:
+    # The tool ran, then Redis died before finish; this worker never calls again (it
+    # crashed or was scaled down, but its process lives on): once Redis is back (AOF kept
+    # the claim), it writes the outcome, and another worker's retry is answered from it.
+    aof = ("--appendonly", "yes", "--appendfsync", "always")
+    with private_server(*aof) as srv:
+        runs: list[str] = []
+
+        @tg.mutating(idempotency_scope="task")
+        def pay(order: str) -> str:
+            runs.append(order)
+            if len(runs) == 1:
+                srv.kill()  # Redis dies while the payment is being made
+            return f"paid {order}"
+
+        policy = tg.Policy(idempotency=IdempotencyPolicy(in_progress_ttl_s=600,
+                                                         wait_timeout_s=10))
+        mine = RedisStore(url=srv.url, key_prefix="fin", timeout_s=0.3)
+        other = RedisStore(url=srv.url, key_prefix="fin", timeout_s=0.3)
+        assert tg.Guard(policy, [pay], store=mine).task("t1").call(
+            "pay", {"order": "o-1"}).value == "paid o-1"
+        srv.start()
+        retry = tg.Guard(policy, [pay], store=other).task("t1").call("pay", {"order": "o-1"})
+        assert (retry.decision, retry.value, runs) == ("cached", "paid o-1", ["o-1"])
+        mine.close()
+        other.close()
 
 
 def test_state_that_expired_by_its_ttl_is_not_lost() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import sqlite3
 import stat
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 import toolguard as tg
+from toolguard._policy import IdempotencyPolicy
 from toolguard.stores import BeginRequest, FinishRequest
 from toolguard.stores.sqlite import SQLiteStore, default_path, path_from_url
 from toolguard.testing import FakeClock, capture_audit
@@ -277,6 +279,35 @@ def test_a_short_lock_is_waited_for(tmp_path: Path) -> None:
     holder.close()
 
 
+def test_a_finish_the_file_refuses_returns_the_result_and_holds_the_claim(tmp_path: Path
+                                                                           ) -> None:
+    """The tool ran, then the file stayed locked past the busy timeout: the result is
+    returned with a warning; the outcome is not kept, so the claim holds identical calls
+    (CallInProgress) until in_progress_ttl_s, never a second run meanwhile."""
+    db = tmp_path / "state.db"
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    runs: list[str] = []
+
+    @tg.mutating
+    def charge(order: str) -> str:
+        runs.append(order)
+        holder.execute("BEGIN EXCLUSIVE")  # another process takes the file meanwhile
+        return f"charged {order}"
+
+    store = SQLiteStore(db, timeout_s=0.2)
+    policy = tg.Policy(idempotency=IdempotencyPolicy(wait_timeout_s=0.3))
+    guard = tg.Guard(policy, tools=[charge], store=store)
+    with capture_audit(guard) as events:
+        assert guard.task(TASK).call("charge", {"order": "o-1"}).value == "charged o-1"
+    assert any("state not recorded" in e.reason and str(db) in e.reason for e in events)
+    holder.execute("ROLLBACK")
+    holder.close()
+    with pytest.raises(tg.CallInProgress):
+        guard.task(TASK).call("charge", {"order": "o-1"})
+    assert runs == ["o-1"]
+    store.close()
+
+
 # -- bounds ------------------------------------------------------------------------------
 def _record(store: SQLiteStore, clock: FakeClock, i: int, content: Any = "done",
             ttl_s: float = 3600.0) -> None:
@@ -369,3 +400,21 @@ def test_threads_share_one_file(tmp_path: Path, clock: FakeClock) -> None:
     assert sorted(claims) == [False] * 7 + [True]
     assert store.usage(TASK).tool_calls == 8
     store.close()
+
+
+@pytest.mark.redis
+def test_the_benchmark_runs(tmp_path: Path) -> None:
+    # benchmarks/sqlite_store.py, wall clock only, one short round: every figure and ratio
+    # is there (no timing asserted)
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path / "sqlite_store.json"
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "sqlite_store.py"), "--rounds", "1",
+         "--batch-s", "0.001", "--no-callgrind", "--json", str(out)],
+        cwd=root / "benchmarks", capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    report = json.loads(out.read_text(encoding="utf-8"))["wall_clock"]
+    assert set(report["us_per_call"]) == {f"{s}/{p}" for s in ("memory", "sqlite", "redis")
+                                          for p in ("allow", "executed")}
+    assert all(report[f"sqlite/{other}/{path}"] > 0 for other in ("memory", "redis")
+               for path in ("allow", "executed"))

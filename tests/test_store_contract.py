@@ -676,7 +676,8 @@ _OPS = st.one_of(
     st.tuples(st.just("halt"), st.booleans()),
     st.tuples(st.just("usage"), st.integers(0, 50)),
     st.tuples(st.just("judged"), _SIGS, st.booleans(), st.sampled_from(["", "d1", "d2"]),
-              st.sampled_from(["", "0a", "eb"]), st.sampled_from([0, 1, 2])),
+              st.sampled_from(["", "0a", "eb"]), st.sampled_from([0, 1, 2]), st.booleans(),
+              st.sampled_from(["", "p1", "p2"])),
 )
 
 
@@ -693,10 +694,11 @@ def _apply(store: Store, clock: FakeClock, op: tuple[Any, ...]) -> Any:
                unknown=outcome == "unknown", release=outcome == "release", content=[sig],
                ttl_s=10.0, call_id=sig)
         return [store.get_record(TASK, f"{TASK}:pay:{s}", clock()) for s in ("s1", "s2")]
-    if name == "judged":  # stagnation outcomes and capped progress resets
-        _, sig, success, digest, outcome, cap = op
+    if name == "judged":  # stagnation outcomes, progress resets, transient failures
+        _, sig, success, digest, outcome, cap, transient, progress = op
         finish(store, clock, sig, mutating=False, success=success, digest=digest,
-               outcome=outcome, max_progress_resets=cap)
+               outcome=outcome, max_progress_resets=cap, transient=transient and not success,
+               progress=progress)
         return None
     if name == "advance":
         clock.advance(op[1])

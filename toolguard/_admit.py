@@ -99,6 +99,8 @@ def _store_failed(task: Task, cfg: _Config, p: _Prepared, exc: Exception, *,
         if error is exc:
             raise exc
         raise error from exc
+    if error.restart is not None:  # lost state: this call runs unguarded, later ones do not
+        error.restart()
     reason = f"state store unavailable, running unguarded (store.on_error = fail_open): {error}"
     log.warning("toolguard: %s", reason)
     task._event(transition, p.entry.spec.name, ALLOW, reason, p, cfg)

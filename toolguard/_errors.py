@@ -20,7 +20,7 @@ here because a halted task *stays* halted: every later call of that task raises 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -127,7 +127,18 @@ class CallInProgress(ToolGuardError):
 
 class StoreError(ToolGuardError):
     """The state store (e.g. Redis) failed or timed out and ``store.on_error`` is
-    ``fail_closed``: the call was not executed."""
+    ``fail_closed``: the call was not executed.
+
+    Attributes:
+        restart: set by a store whose task state was lost (a Redis restart without
+            persistence): under ``fail_open`` the guard calls it, so the task continues
+            guarded on fresh state instead of unguarded for the rest of its life; None for
+            every other failure.
+    """
+
+    def __init__(self, message: str, *, restart: Callable[[], None] | None = None) -> None:
+        super().__init__(message)
+        self.restart = restart
 
 
 class Halt(ToolGuardError):

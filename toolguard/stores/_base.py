@@ -244,13 +244,15 @@ class TaskUsage:
 @runtime_checkable
 class Store(Protocol):
     """Per-task state, atomically. Implementations: :class:`~toolguard.stores.MemoryStore`,
-    :class:`~toolguard.stores.RedisStore`. All times are seconds on the guard's clock.
+    :class:`~toolguard.stores.SQLiteStore`, :class:`~toolguard.stores.RedisStore`. All times
+    are seconds on the guard's clock.
 
     Every method may raise :class:`toolguard.StoreError` when the back-end fails.
 
     A store may set ``blocking = False`` when its operations never wait on I/O (the memory
-    store): ``acall`` then calls it on the event loop. Any other store (``RedisStore``, one
-    without the attribute) is called from a worker thread under ``acall``.
+    store): ``acall`` then calls it on the event loop. Any other store (``RedisStore``,
+    ``SQLiteStore``, one without the attribute) is called from a worker thread under
+    ``acall``.
     """
 
     def begin(self, task_id: str, req: BeginRequest) -> Snapshot:

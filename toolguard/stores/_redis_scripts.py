@@ -38,6 +38,8 @@ local function generation(create)
   return ''
 end
 local LOST = 'TOOLGUARD_STATE_LOST'
+-- the tail of a claim whose begin reply was lost and whose worker gave it up (no call id)
+local ABANDONED = '|[null,null]'
 """
 
 # MemoryStore.begin, line for line. Times are passed as Python float reprs and only
@@ -101,15 +103,19 @@ if key ~= '' then
   if v and claim and string.sub(v, 1, 2) == 'p|' then
     if ARGV[13] == '1' and string.sub(v, -#claim_tail) == claim_tail then
       mine = true  -- this call's own claim: a begin retried after its reply was lost
-    elseif orphan ~= '' and owned(v, orphan) then
+    elseif orphan ~= '' and owned(v, orphan) or string.sub(v, -#ABANDONED) == ABANDONED then
       -- the claim of this worker's identical call whose begin reply was lost (it never
-      -- ran): its retry takes the claim over under its own call id
+      -- ran), or one its worker has since abandoned for that reason: this call takes it
+      -- over under its own call id
       redis.call('SET', KEYS[6],
                  'p|' .. changes .. '|' .. claim_exp .. '|' .. now .. '|' .. claim_tail,
                  'PX', claim_ms)
       extend(KEYS[5], claim_ms)
       mine, adopted = true, true
     end
+  end
+  if v and not mine and string.sub(v, -#ABANDONED) == ABANDONED then
+    v = false  -- a claim nobody runs: as good as none to a call that does not claim
   end
   if mine then
     claimed = 1
@@ -317,6 +323,24 @@ touch(tonumber(ARGV[3]))
 return {gen, 1}
 """
 
+# A worker gives up the claims its begins took without it learning so (their replies were
+# lost): KEYS[1] the record, ARGV[1] the claims' record tails, one a line. Another worker's
+# identical call then takes the claim over instead of waiting for in_progress_ttl_s.
+# Returns 1 (given up), 0 (no record: the begin has not run, or never will) or 2 (the record
+# is not such a claim: taken over, completed, or another call's).
+_ABANDON: Final = """
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+if string.sub(v, 1, 2) ~= 'p|' then return 2 end
+for t in string.gmatch(ARGV[1], '[^\\n]+') do
+  if string.sub(v, -#t - 1) == '|' .. t then
+    redis.call('SET', KEYS[1], string.sub(v, 1, -#t - 1) .. '[null,null]', 'KEEPTTL')
+    return 1
+  end
+end
+return 2
+"""
+
 _CLEAR: Final = """
 for _, key in ipairs(redis.call('SMEMBERS', KEYS[5])) do
   redis.call('DEL', ARGV[1] .. key)
@@ -343,4 +367,5 @@ _ADD_COST_SCRIPT: Final = _script(_ADD_COST)
 _READ_HASH_SCRIPT: Final = _script(_READ_HASH)
 _SET_APPROVAL_SCRIPT: Final = _script(_SET_APPROVAL)
 _CLEAR_SCRIPT: Final = _script(_CLEAR)
+_ABANDON_SCRIPT: Final = _script(_ABANDON)
 _LOST: Final = "TOOLGUARD_STATE_LOST"

@@ -37,7 +37,7 @@ CREATE TABLE tools (
 CREATE TABLE sigs (
     task TEXT NOT NULL, sig TEXT NOT NULL, epoch INTEGER NOT NULL, count INTEGER NOT NULL,
     polls INTEGER NOT NULL, resets INTEGER NOT NULL, digest TEXT NOT NULL,
-    UNIQUE (task, sig));
+    transient INTEGER NOT NULL, UNIQUE (task, sig));
 CREATE TABLE seen (task TEXT NOT NULL, sig TEXT NOT NULL, digest TEXT NOT NULL,
     UNIQUE (task, sig, digest));
 CREATE TABLE records (
@@ -207,10 +207,23 @@ def drop_task(conn: sqlite3.Connection, task_id: str) -> None:
 
 
 def bound(conn: sqlite3.Connection, table: str, max_rows: int) -> None:
-    """Right after an insert into ``table``: keep its ``max_rows`` most recently written rows
-    (rowids grow with every write, and ``INSERT OR REPLACE`` gives the row a new one)."""
+    """Right after an insert into ``table`` added a row: keep its ``max_rows`` most recently
+    written rows (rowids grow with every write, and ``INSERT OR REPLACE`` gives the row a new
+    one). Every row left has a rowid within ``max_rows`` of the newest, so at most
+    ``max_rows`` remain; a rewrite, which adds no row, need not call this."""
     conn.execute(f"DELETE FROM {table} WHERE rowid <= last_insert_rowid() - ?",  # noqa: S608
                  (max_rows,))
+
+
+def add_seen(conn: sqlite3.Connection, task_id: str, signature: str, digest: str,
+             max_rows: int) -> bool:
+    """Add (signature, digest) to the task's seen pairs (keeping ``max_rows``); False if it
+    was there already."""
+    if not conn.execute("INSERT OR IGNORE INTO seen VALUES (?, ?, ?)",
+                        (task_id, signature, digest)).rowcount:
+        return False
+    bound(conn, "seen", max_rows)
+    return True
 
 
 def fit(conn: sqlite3.Connection, max_bytes: int) -> None:

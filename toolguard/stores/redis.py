@@ -50,15 +50,20 @@ then apply twice (counts err high, never low). Three faults get more than an err
 - *A lost begin reply* (a stall or crash after Redis ran the script): the claim it may have
   taken carries the call's id, and this store remembers it, so the next identical call
   through this store (the retry) takes it over at once instead of waiting
-  ``in_progress_ttl_s``; it was counted once. Other workers treat it as a call in progress.
+  ``in_progress_ttl_s``; it was counted once. As soon as Redis answers again, a thread of
+  this store gives the claim up (it marks it abandoned), so an identical call through any
+  other worker takes it over too instead of waiting.
 - *A lost finish* (the tool ran, then Redis failed): the outcome is kept in this store and
-  written before the task's next operation through it, so the retry finds the stored
-  result rather than running again when the claim expires.
+  written before the task's next operation through it, and by the same thread as soon as
+  Redis answers, so a retry through any worker finds the stored result rather than running
+  again when the claim expires. If this process dies first, the outcome is lost with it.
 - *Lost state* (a restart without persistence, an eviction, a deletion): the first write of
   a task sets a random generation marker in its meta hash, which this store remembers; a
-  task it knows whose marker is gone or changed raises :class:`toolguard.StoreError` on
-  every operation (``fail_closed`` refuses the call) instead of counting budgets and the
-  ladder from zero, until :meth:`RedisStore.clear_task` starts it over. Expiry by
+  task it knows whose marker is gone or changed raises :class:`toolguard.StoreError`
+  instead of counting budgets and the ladder from zero. Under ``fail_closed`` every
+  operation of the task is refused until :meth:`RedisStore.clear_task` starts it over;
+  under ``fail_open`` only the call that found the loss runs unguarded (the error's
+  ``restart``): the task then continues, guarded, on fresh state. Expiry by
   ``state_ttl_s`` is told apart by time; a worker that never saw the task cannot tell.
 
 Cluster (``cluster=True``): redis-py's ``RedisCluster`` with the same scripts and keys (each
@@ -111,14 +116,20 @@ from ._base import (
     TaskUsage,
 )
 from ._json import _approval, _approval_json, _dumps
-from ._redis_lost import _MAX_TASKS, _keep_outcome, _remember_claim, _write_unrecorded
+from ._redis_lost import (
+    _MAX_TASKS,
+    _keep_outcome,
+    _remember_claim,
+    _write_unrecorded,
+    failure,
+    recover_soon,
+)
 from ._redis_scripts import (
     _ADD_COST_SCRIPT,
     _ADD_USAGE_SCRIPT,
     _BEGIN_SCRIPT,
     _CLEAR_SCRIPT,
     _FINISH_SCRIPT,
-    _LOST,
     _NEW_TURN_SCRIPT,
     _READ_HASH_SCRIPT,
     _SET_APPROVAL_SCRIPT,
@@ -238,6 +249,8 @@ class RedisStore:
         # outcomes Redis did not take: task id -> finishes to write before its next operation
         self._unrecorded: dict[str, list[FinishRequest]] = {}
         self._where = _where(client)
+        self._timeout_s = timeout_s
+        self._recovering = self._closed = False  # the recovery thread (_redis_lost)
 
     @classmethod
     def from_policy(cls, store_policy: StorePolicy) -> RedisStore:
@@ -265,6 +278,7 @@ class RedisStore:
     def close(self) -> None:
         """Close the connection pool if this store created the client (a client passed in
         stays open)."""
+        self._closed = True
         if self._owns_client:
             self._forget_threads()
             self._client.close()
@@ -310,15 +324,12 @@ class RedisStore:
                 base + "rec:" + record_key]
 
     def _fail(self, op: str, task_id: str, exc: Exception) -> StoreError:
-        if isinstance(exc, redis.ResponseError) and str(exc).startswith(_LOST):
-            return StoreError(
-                f"Redis store at {self._where}: the state of task {task_id!r} is gone ({op}): "
-                "Redis restarted without persistence, or the task's keys were evicted or "
-                "deleted. Its counts, halts and idempotency records are lost, so its calls "
-                "are refused rather than counted from zero. Give Redis persistence "
-                f"(appendonly yes), then start the task over with clear_task({task_id!r}).")
-        return StoreError(f"Redis store at {self._where} failed ({op}, task {task_id!r}): "
-                          f"{type(exc).__name__}: {exc}")
+        return failure(self._where, op, task_id, exc, lambda: self._restart(task_id))
+
+    def _restart(self, task_id: str) -> None:
+        """Take whatever state the task has now (after a loss: none, so it starts over) as
+        its own, instead of refusing every operation (``fail_open``, see :meth:`_fail`)."""
+        self._gens.pop(task_id, None)
 
     def _eval(self, op: str, task_id: str, script: _Script, keys: list[str],
               args: list[str | bytes | int]) -> Any:
@@ -380,6 +391,7 @@ class RedisStore:
         except StoreError:
             if req.claim and req.call_id:  # the script may have claimed the key: ours
                 _remember_claim(self._orphans, self._lock, task_id, key, orphan, tail)
+                recover_soon(self)
             raise
         (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
          record, approval, claimed, halted, run, run_outcome, run_signature, transient) = r
@@ -418,6 +430,7 @@ class RedisStore:
             self._finish_now(task_id, req)
         except StoreError as exc:
             _keep_outcome(self._unrecorded, self._lock, task_id, req)
+            recover_soon(self)
             raise StoreError(f"{exc}; the outcome is kept by this worker and written before "
                              f"the task's next store operation") from exc
 
@@ -456,8 +469,9 @@ class RedisStore:
             raise self._fail("get_record", task_id, exc) from exc
         if raw is None:
             return None
-        expires_at = float(_bytes(raw).split(b"|", 3)[2])
-        return None if expires_at <= now else _record(raw)
+        raw = _bytes(raw)
+        abandoned = raw.startswith(b"p|") and raw.endswith(b"|[null,null]")  # as good as none
+        return None if abandoned or float(raw.split(b"|", 3)[2]) <= now else _record(raw)
 
     def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
         """Set (or with None clear) the task's halted flag; clearing it restarts every

@@ -21,8 +21,10 @@ Tables (``task`` in each; one row per)::
     tasks      task: used_at, epoch, changes, calls, tokens in/out, started_at, halted (JSON),
                last counted signature
     tools      (task, tool): calls, consecutive failures, the stagnation run
-    sigs       (task, signature): epoch, count, polls, last result digest, progress resets
-    seen       (task, signature, result digest) of successful mutating calls
+    sigs       (task, signature): epoch, count, polls, last result digest, progress resets,
+               transient failures in a row
+    seen       (task, signature, result digest) of successful mutating calls, and
+               (task, signature, NUL + progress fingerprint) of successful calls
     records    (task, idempotency key): state, changes, created_at, expires_at, call id,
                result (JSON)
     approvals  (task, idempotency key): the approval record (JSON)
@@ -77,11 +79,13 @@ from ._base import (
     IdempotencyRecord,
     Snapshot,
     TaskUsage,
+    stagnation_recent,
 )
 from ._json import _approval, _approval_json, _dumps
 from ._sqlite_file import (
     STATE_DIR_VARIABLE,
     SWEEP_ONE_IN,
+    add_seen,
     bound,
     default_path,
     drop_task,
@@ -282,9 +286,9 @@ class SQLiteStore:
         _, epoch, changes, calls, tokens_in, tokens_out, started_at, halted, last_sig = state
         if started_at is None:
             state[6] = started_at = at
-        row = conn.execute("SELECT epoch, count, polls, resets, digest FROM sigs "
+        row = conn.execute("SELECT epoch, count, polls, resets, digest, transient FROM sigs "
                            "WHERE task = ? AND sig = ?", (task_id, signature)).fetchone()
-        sig_epoch, repeats, polls, resets, digest = row or (epoch, 0, 0, 0, "")
+        sig_epoch, repeats, polls, resets, digest, transient = row or (epoch, 0, 0, 0, "", 0)
         if sig_epoch != epoch:
             sig_epoch, repeats, polls = epoch, 0, 0
         record = None
@@ -321,9 +325,11 @@ class SQLiteStore:
                 state[8] = signature
             self._put_tool(conn, task_id, tool, tool_state)
         self._put_task(conn, task_id, state)
-        conn.execute("INSERT OR REPLACE INTO sigs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                     (task_id, signature, sig_epoch, repeats, polls, resets, digest))
-        bound(conn, "sigs", self._max_entries)
+        conn.execute("INSERT OR REPLACE INTO sigs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     (task_id, signature, sig_epoch, repeats, polls, resets, digest,
+                      transient))
+        if row is None:  # one more row (a rewritten one only moves to the newest rowid)
+            bound(conn, "sigs", self._max_entries)
         approval = None
         if key:
             found = conn.execute("SELECT record FROM approvals WHERE task = ? AND key = ?",
@@ -333,7 +339,7 @@ class SQLiteStore:
         return Snapshot(
             None if halted is None else orjson.loads(halted), epoch, state[3], tool_state[0],
             tool_state[1], tokens_in + tokens_out, started_at, repeats if repeats > 1 else 1,
-            polls, record, approval, claimed, run[1], run[2], run[3])
+            polls, record, approval, claimed, run[1], run[2], run[3], transient)
 
     @staticmethod
     def _put_tool(conn: sqlite3.Connection, task_id: str, tool: str,
@@ -353,7 +359,7 @@ class SQLiteStore:
     def _finish(self, conn: sqlite3.Connection, task_id: str, req: FinishRequest) -> None:
         (tool, signature, key, executed, success, unknown, mutating, result_digest,
          store_result, content, release, ttl_s, at, halt, call_id, outcome,
-         max_progress_resets) = req
+         max_progress_resets, transient, progress) = req
         now = self._clock()
         state = self._task(conn, task_id, now)
         epoch = state[1]
@@ -365,34 +371,50 @@ class SQLiteStore:
         tool_state: list[Any] = list(tool_row) if tool_row else [0, 0, -1, 0, "", ""]
         if executed:
             tool_state[1] = 0 if success else tool_state[1] + 1
+            row = conn.execute("SELECT epoch, count, polls, resets, digest, transient "
+                               "FROM sigs WHERE task = ? AND sig = ?",
+                               (task_id, signature)).fetchone()
+            sig: list[Any] | None = list(row) if row else None
+            if transient:
+                sig = sig or [epoch, 0, 0, 0, "", 0]
+                if sig[1] > 0:
+                    sig[1] -= 1  # a retry of a transient failure is not a repeat
+                sig[5] += 1
+            elif sig is not None:
+                sig[5] = 0
             if success and result_digest:
-                row = conn.execute("SELECT epoch, count, polls, resets, digest FROM sigs "
-                                   "WHERE task = ? AND sig = ?",
-                                   (task_id, signature)).fetchone()
-                sig: list[Any] = list(row) if row else [epoch, 0, 0, 0, ""]
-                if mutating and conn.execute(
-                        "INSERT OR IGNORE INTO seen VALUES (?, ?, ?)",
-                        (task_id, signature, result_digest)).rowcount:
+                sig = sig or [epoch, 0, 0, 0, "", 0]
+                cap = self._max_entries
+                moved = bool(progress) and add_seen(conn, task_id, signature,
+                                                    "\0" + progress, cap)
+                if mutating and add_seen(conn, task_id, signature, result_digest, cap):
                     # Progress (a): the world changed; every count restarts, and this call
                     # is the first of the new epoch.
-                    bound(conn, "seen", self._max_entries)
                     state[1] = epoch = epoch + 1
                     sig[0:3] = [epoch, 1, 0]
                 elif sig[4] and sig[4] != result_digest:
-                    # Progress (b): this signature's output moved, unless it moved on
-                    # every one of the last max_progress_resets back-to-back calls.
-                    if not max_progress_resets or sig[3] < max_progress_resets:
-                        sig[1] = 1
-                    sig[3] += 1
+                    if moved:
+                        # Progress (b): its progress fields moved to values it never had:
+                        # progress, however often it comes.
+                        sig[1], sig[3] = 1, 0
+                    else:
+                        # Progress (c): its output moved, unless it moved on every one of
+                        # the last max_progress_resets back-to-back calls.
+                        if not max_progress_resets or sig[3] < max_progress_resets:
+                            sig[1] = 1
+                        sig[3] += 1
                 sig[4] = result_digest
-                conn.execute("INSERT OR REPLACE INTO sigs VALUES (?, ?, ?, ?, ?, ?, ?)",
+            if sig is not None and (row is None or tuple(sig) != tuple(row)):
+                conn.execute("INSERT OR REPLACE INTO sigs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                              (task_id, signature, *sig))
-                bound(conn, "sigs", self._max_entries)
+                if row is None:
+                    bound(conn, "sigs", self._max_entries)
         if outcome:  # after progress: a call that made progress starts a new run
             if (tool_state[2] != epoch or tool_state[4] != outcome):
                 tool_state[2:] = [epoch, 1, outcome, signature]
-            elif tool_state[5] != signature:
-                tool_state[2:] = [epoch, tool_state[3] + 1, outcome, signature]
+            elif signature not in tool_state[5].split("\n"):  # not a cycle's call: grows
+                tool_state[2:] = [epoch, tool_state[3] + 1, outcome,
+                                  stagnation_recent(tool_state[5], signature)]
         if executed or outcome:
             self._put_tool(conn, task_id, tool, tool_state)
         if key:
