@@ -9,6 +9,7 @@ toolguard.adapters.   what you add                      extra
 ``pydantic_ai``       ``ToolGuard(guard)``              ``toolguard[pydantic-ai]``
 ``mcp``               ``guard_server(server, guard)``   ``toolguard[mcp]``
 ``claude_agent_sdk``  ``ToolGuard(guard).query(...)``   ``toolguard[claude-agent-sdk]``
+``google_adk``        ``ToolGuard(guard)`` (a plugin)   ``toolguard[google-adk]``
 ====================  ================================  ===============================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``
