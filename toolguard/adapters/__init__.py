@@ -10,6 +10,7 @@ toolguard.adapters.   what you add                      extra
 ``mcp``               ``guard_server(server, guard)``   ``toolguard[mcp]``
 ``claude_agent_sdk``  ``ToolGuard(guard).query(...)``   ``toolguard[claude-agent-sdk]``
 ``google_adk``        ``ToolGuard(guard)`` (a plugin)   ``toolguard[google-adk]``
+``strands``           ``ToolGuard(guard)`` (hooks)      ``toolguard[strands]``
 ====================  ================================  ===============================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``
