@@ -11,6 +11,7 @@ toolguard.adapters.   what you add                      extra
 ``claude_agent_sdk``  ``ToolGuard(guard).query(...)``   ``toolguard[claude-agent-sdk]``
 ``google_adk``        ``ToolGuard(guard)`` (a plugin)   ``toolguard[google-adk]``
 ``strands``           ``ToolGuard(guard)`` (hooks)      ``toolguard[strands]``
+``smolagents``        ``guard_agent(agent, guard)``     ``toolguard[smolagents]``
 ====================  ================================  ===============================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``
