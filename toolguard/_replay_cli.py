@@ -4,7 +4,8 @@
 
     toolguard replay PATH... [--policy FILE | --env NAME] [--tools TOOLS.json]
                      [--input-format NAME] [--allow-empty]
-                     [--format table|json|jsonl] [--verbose] [--fail-on halt|block|never]
+                     [--format table|json|jsonl] [--verbose] [--only-flagged]
+                     [--fail-on halt|block|never] [--html REPORT.html]
     toolguard replay --list-formats
 
 No tool is executed: for each call the guard lets run, the recorded result is fed back (see
@@ -58,7 +59,6 @@ FAILED: int = 1
 BAD_INPUT: int = 2
 _PROGRESS_MIN_BYTES = 1 << 20  # less input replays in a blink: no progress bar
 _PROGRESS_MIN_FILES = 20
-_PIPE_WIDTH = 160
 
 
 class OutputFormat(str, enum.Enum):
@@ -91,7 +91,8 @@ def replay(
     ] = None,
     policy: Annotated[
         Path | None,
-        typer.Option("--policy", help="The policy file (TOML).", dir_okay=False),
+        typer.Option("--policy", help="The policy file (TOML), or a shipped policy's "
+                                       "name (toolguard policies).", dir_okay=False),
     ] = None,
     env: Annotated[
         str | None,
@@ -108,6 +109,11 @@ def replay(
     ] = OutputFormat.TABLE,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Table: list every non-allow step.")
+    ] = False,
+    only_flagged: Annotated[
+        bool, typer.Option("--only-flagged",
+                           help="Table: list only the runs with a decision other than allow "
+                                "(the totals still count every run).")
     ] = False,
     fail_on: Annotated[
         FailOn,
@@ -128,17 +134,24 @@ def replay(
     list_formats: Annotated[
         bool, typer.Option("--list-formats", help="List the input formats and exit.")
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", metavar="REPORT.html", dir_okay=False,
+                     help="Also write the report as one self-contained HTML page (a "
+                          "timeline of each run's calls; click a call for its details)."),
+    ] = None,
 ) -> None:
     """Replay recorded agent runs through a policy, executing no tool.
 
     Reports every decision the policy would have taken (warn, cached, block, review, invalid,
     halt)."""
+    from ._tables import stdout_console
     from .replay import readers
     from .replay._registry import reader_named
     from .replay._report import jsonl_lines, render_table, to_json_text
 
     if list_formats:
-        _print_formats(_stdout())
+        _print_formats(stdout_console())
         return
     if not paths:
         _fail("give the recorded runs to replay: files or directories (formats: "
@@ -150,7 +163,8 @@ def replay(
               f"{', '.join(r.name for r in readers())}")
     guard_policy = _load_policy(policy, env)
     specs = _load_tools(tools)
-    report = _replay(paths, guard_policy, specs, input_format, allow_empty)
+    report = _replay(paths, guard_policy, specs, input_format, allow_empty,
+                     details=html is not None)
     for note in _after_notes(report, guard_policy, tools, specs):
         _note(note)
         report.notes.append(note)
@@ -162,7 +176,9 @@ def replay(
         for line in jsonl_lines(report):
             typer.echo(line)
     else:
-        render_table(report, _stdout(), verbose=verbose)
+        render_table(report, stdout_console(), verbose=verbose, only_flagged=only_flagged)
+    if html is not None:
+        _write_html(report, html)
 
     if report.problems:
         raise typer.Exit(BAD_INPUT)
@@ -170,8 +186,27 @@ def replay(
         raise typer.Exit(FAILED)
 
 
+def _write_html(report: ReplayReport, path: Path) -> None:
+    """Write the HTML report to ``path`` (through a temporary file beside it, so a failed
+    write leaves no half page); exits 2 if it cannot be written."""
+    from .replay._html import write_html
+
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        try:
+            with temporary.open("w", encoding="utf-8") as out:
+                write_html(report, out)
+            temporary.replace(path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        _fail(f"cannot write {path}: {exc.strerror or exc}")
+
+
 def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
-            input_format: str | None, allow_empty: bool) -> ReplayReport:
+            input_format: str | None, allow_empty: bool, *, details: bool = False
+            ) -> ReplayReport:
     """Read and replay file by file; each file's problems and notes go to stderr as soon as
     it is done, and into the report, reading problems before replay ones."""
     from .replay import ReplayReport, UniqueIds, iter_files, open_file, replay_runs
@@ -188,7 +223,8 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
         for path in files:
             opened = open_file(path, input_format=input_format, allow_empty=allow_empty)
             runs = progress.track(path, unique(opened.runs))
-            part = replay_runs(runs, policy, tools=specs, on_run=progress.advance)
+            part = replay_runs(runs, policy, tools=specs, on_run=progress.advance,
+                               details=details)
             progress.done(path)
             report.runs.extend(part.runs)
             for problem in (*opened.problems, *part.problems):
@@ -283,14 +319,16 @@ def _print_formats(console: Console) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ._tables import FOLD_MIN_WIDTH, print_table
     from .replay import readers
 
     table = Table(title="toolguard replay input formats", title_justify="left")
-    for name in ("name", "files", "what"):
-        table.add_column(name, overflow="fold")
+    table.add_column("name", no_wrap=True)
+    for name in ("files", "what"):
+        table.add_column(name, overflow="fold", min_width=FOLD_MIN_WIDTH)
     for reader in readers():
         table.add_row(reader.name, " ".join(reader.suffixes), reader.description)
-    console.print(table)
+    print_table(console, table)
     console.print(Text("Detected per file from its content; --input-format NAME forces one. "
                        "'openai' and 'anthropic' name the chat reader."))
 
@@ -327,15 +365,6 @@ def _load_tools(path: Path | None) -> list[ToolSpec]:
     except ReplayInputError as error:
         _error(error)
         raise typer.Exit(BAD_INPUT) from None
-
-
-def _stdout() -> Console:
-    from rich.console import Console
-
-    console = Console(highlight=False, markup=False)  # data is printed as written
-    # A pipe or a CI log has no width limit: do not squeeze the table into 80 columns.
-    return console if console.is_terminal else Console(highlight=False, markup=False,
-                                                        width=_PIPE_WIDTH)
 
 
 def _stderr() -> Console:

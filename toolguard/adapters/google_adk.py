@@ -1,5 +1,5 @@
 """Google ADK: guard every tool call of every agent a runner runs with one plugin (extra
-``toolguard[google-adk]``).
+``agent-toolguard[google-adk]``).
 
 ::
 

@@ -1,5 +1,5 @@
 """smolagents: guard every tool call of a ``ToolCallingAgent`` (extra
-``toolguard[smolagents]``).
+``agent-toolguard[smolagents]``).
 
 ::
 

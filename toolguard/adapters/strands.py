@@ -1,5 +1,5 @@
 """Strands Agents: guard every tool call of an agent with one hook provider (extra
-``toolguard[strands]``).
+``agent-toolguard[strands]``).
 
 ::
 
