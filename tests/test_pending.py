@@ -150,3 +150,32 @@ def test_fail_takes_an_exception_only() -> None:
     pending = _guard().task("t").begin("search", {"q": 1})
     with pytest.raises(TypeError, match="unknown"):
         pending.fail(KeyboardInterrupt())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_resumed_begin_is_the_attempt_that_waited_not_a_repeat(mode: str) -> None:
+    # a framework that asks its own human (ADK's confirmation, a Strands interrupt) runs
+    # the call again once answered: that run is the same attempt, as call(resumed=True) is
+    policy = tg.load_policy_dict({"tools": {"refund": {"requires_approval": True}}})
+    sink = tg.MemorySink()
+    task = tg.Guard(policy, audit=[sink], strict_tools=False).task("t")
+
+    def waiting(_: tg.ApprovalRequest) -> tg.ApprovalDecision:
+        return tg.defer("waiting for the human")
+
+    def approved(_: tg.ApprovalRequest) -> tg.ApprovalDecision:
+        return tg.approve()
+
+    args = {"order_id": "A1"}
+
+    def begin(approver: Any, resumed: bool) -> tg.PendingCall:
+        if mode == "sync":
+            return task.begin("refund", args, approver=approver, resumed=resumed)
+        return asyncio.run(task.abegin("refund", args, approver=approver, resumed=resumed))
+
+    first = begin(waiting, False)
+    assert first.result is not None and first.result.decision is tg.Decision.REVIEW
+    again = begin(approved, True)
+    assert again.result is None
+    done = again.finish("refunded")
+    assert done.decision is tg.Decision.ALLOW and done.count == 1

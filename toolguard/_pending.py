@@ -265,12 +265,13 @@ def attach(task: Task, state: Mapping[str, Any]) -> PendingCall | None:
 
 
 # -- begin ------------------------------------------------------------------------------
-def begin(task: Task, tool: str, raw: Any, approver: Approver | None) -> PendingCall:
+def begin(task: Task, tool: str, raw: Any, approver: Approver | None,
+          resumed: bool = False) -> PendingCall:
     """``Task.begin``: the call path of ``task.call(tool, raw, run=...)`` up to running it."""
-    front = _front(task, tool, raw)
+    front = None if resumed else _front(task, tool, raw)
     if isinstance(front, PendingCall):
         return front
-    pipeline = task._pipeline(tool, raw, _elsewhere, approver, False, front)
+    pipeline = task._pipeline(tool, raw, _elsewhere, approver, resumed, front)
     try:
         io = next(pipeline)
         while not isinstance(io, _Execute):
@@ -286,14 +287,14 @@ def begin(task: Task, tool: str, raw: Any, approver: Approver | None) -> Pending
     return _suspended(task, pipeline, io)
 
 
-async def abegin(task: Task, tool: str, raw: Any, approver: Approver | None
-                 ) -> PendingCall:
+async def abegin(task: Task, tool: str, raw: Any, approver: Approver | None,
+                 resumed: bool = False) -> PendingCall:
     """``Task.abegin``: :func:`begin` under asyncio (approvers and waits awaited, a
     store that waits on I/O called from a worker thread)."""
-    front = _front(task, tool, raw)
+    front = None if resumed else _front(task, tool, raw)
     if isinstance(front, PendingCall):
         return front
-    pipeline = task._pipeline(tool, raw, _elsewhere, approver, False, front)
+    pipeline = task._pipeline(tool, raw, _elsewhere, approver, resumed, front)
     done, io = await task._resume(pipeline, None, None)
     while not done and not isinstance(io, _Execute):
         try:

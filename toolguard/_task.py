@@ -409,7 +409,7 @@ class Task:
         return (await self._run_async(tool, args, run, approver, resumed))[0]
 
     def begin(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
-              approver: Approver | None = None) -> PendingCall:
+              approver: Approver | None = None, resumed: bool = False) -> PendingCall:
         """Decide one call now and record its outcome later, for a host whose tool runs
         elsewhere (a hook pair, an SDK's before/after callbacks): the first half of
         :meth:`call` with ``run=``, stopped where ``run`` would be called.
@@ -423,8 +423,8 @@ class Task:
         until ``idempotency.in_progress_ttl_s`` passes, then counts as an unknown outcome.
 
         Args:
-            tool, args, approver: as for :meth:`call`. A name no registered tool has is
-                guarded as a tool known by name only, as with ``run=``.
+            tool, args, approver, resumed: as for :meth:`call`. A name no registered tool
+                has is guarded as a tool known by name only, as with ``run=``.
 
         Returns:
             A :class:`PendingCall`.
@@ -433,14 +433,15 @@ class Task:
             Halt: the turn must end (the task halted, or halts with this call).
             CallInProgress, StoreError, ToolGuardError: as for :meth:`call`.
         """
-        return _pending_stage.begin(self, tool, args, approver)
+        return _pending_stage.begin(self, tool, args, approver, resumed)
 
     async def abegin(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None,
-                     *, approver: Approver | None = None) -> PendingCall:
+                     *, approver: Approver | None = None, resumed: bool = False
+                     ) -> PendingCall:
         """:meth:`begin` for asyncio: approvers and waits are awaited, a store that waits
         on I/O is called from a worker thread; report with ``pending.afinish(value)``,
         ``afail(exc)`` or ``aunknown()``."""
-        return await _pending_stage.abegin(self, tool, args, approver)
+        return await _pending_stage.abegin(self, tool, args, approver, resumed)
 
     def _runnable(self, tool: str, *, sync: bool) -> None:
         """Refuse, before anything is counted, a call the host got wrong: a tool known by

@@ -9,6 +9,9 @@ toolguard.adapters.   what you add                      extra
 ``pydantic_ai``       ``ToolGuard(guard)``              ``agent-toolguard[pydantic-ai]``
 ``mcp``               ``guard_server(server, guard)``   ``agent-toolguard[mcp]``
 ``claude_agent_sdk``  ``ToolGuard(guard).query(...)``   ``agent-toolguard[claude-agent-sdk]``
+``google_adk``        ``ToolGuard(guard)`` (a plugin)   ``agent-toolguard[google-adk]``
+``strands``           ``ToolGuard(guard)`` (hooks)      ``agent-toolguard[strands]``
+``smolagents``        ``guard_agent(agent, guard)``     ``agent-toolguard[smolagents]``
 ====================  ================================  ====================================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``

@@ -23,7 +23,8 @@ from toolguard import (
     reject,
 )
 
-__all__ = ["Tasks", "approval_payload", "as_decision", "framework_halt", "known", "require"]
+__all__ = ["HaltOnce", "Tasks", "approval_payload", "as_decision", "framework_halt", "known",
+           "require"]
 
 E = TypeVar("E", bound=Exception)
 
@@ -144,3 +145,24 @@ def as_decision(answer: Any) -> ApprovalDecision:
     if answer == "defer":
         return defer(reason or "the reviewer deferred the decision")
     return defer(f"the reviewer's answer {answer!r} is not approve, reject or defer")
+
+
+class HaltOnce:
+    """What an adapter keeps of a halt its framework does not let through unchanged: the
+    halt, raised once by :meth:`check`.
+
+    Attributes:
+        halt: the halt not yet raised (``None`` when there is none).
+    """
+
+    halt: Halt | None = None
+
+    def check(self) -> None:
+        """Raise the halt the guard stopped the agent with, once.
+
+        Raises:
+            Halt: the guard halted the agent since the last check.
+        """
+        halt, self.halt = self.halt, None
+        if halt is not None:
+            raise halt

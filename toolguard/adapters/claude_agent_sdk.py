@@ -41,7 +41,7 @@ from toolguard._hook_hosts import HOSTS
 from toolguard._hooks import HookError, Session, handle, policy_path
 from toolguard._pending import PendingCall
 
-from ._common import require
+from ._common import HaltOnce, require
 
 require("claude-agent-sdk", "claude_agent_sdk")
 
@@ -59,7 +59,7 @@ __all__ = ["ToolGuard"]
 _HOST = HOSTS["claude-code"]
 
 
-class ToolGuard:
+class ToolGuard(HaltOnce):
     """The guard's hooks for the Claude Agent SDK.
 
     Args:
@@ -105,16 +105,6 @@ class ToolGuard:
         async for message in query(prompt=prompt, options=self.options(options)):
             yield message
         self.check()
-
-    def check(self) -> None:
-        """Raise the halt the guard stopped the agent with, once.
-
-        Raises:
-            Halt: the guard halted the agent since the last check.
-        """
-        halt, self.halt = self.halt, None
-        if halt is not None:
-            raise halt
 
     async def _hook(self, data: HookInput, tool_use_id: str | None, context: HookContext
                     ) -> HookJSONOutput:
