@@ -440,3 +440,29 @@ def test_the_hook_benchmark_runs(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert set(report["ratio"]) == {"python -c pass", "pre (server)", "post (server)",
                                     "pre (in process)", "post (in process)"}
+
+
+def test_resume_lifts_a_halted_task_in_the_store_a_policy_names(tmp_path: Path) -> None:
+    """``toolguard resume TASK --policy FILE`` resumes any task of the shared store that the
+    policy selects, not only a coding agent's session."""
+    import toolguard as tg
+
+    policy = tmp_path / "shared.toml"
+    policy.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "state.db"}"\n', encoding="utf-8")
+
+    @tg.readonly
+    def lookup(order: str) -> str:
+        return "same"
+
+    guard = tg.Guard(tg.load_policy(policy), tools=[lookup])
+    task = guard.task("job-7")
+    with pytest.raises(tg.Halt):
+        for _ in range(6):
+            task.call("lookup", {"order": "o1"})
+    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    run = [sys.executable, "-m", "toolguard", "resume", "job-7", "--policy", str(policy)]
+    done = subprocess.run(run, env=environ, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "task job-7 resumed"
+    assert not guard.task("job-7").halted
+    again = subprocess.run(run, env=environ, capture_output=True, text=True, check=True)
+    assert again.stdout.strip() == "task job-7 is not halted"

@@ -278,18 +278,37 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def resume(
-        session: Annotated[str, typer.Argument(help="the session id (or HOST:SESSION)")],
-        host: Annotated[str, typer.Option(help="the host")] = "claude-code",
-        policy: Annotated[Path | None, typer.Option(help="the hook's policy file")] = None,
+        task_id: Annotated[str, typer.Argument(
+            metavar="TASK", help="the task id: a coding agent's session id (or HOST:SESSION)")],
+        host: Annotated[str | None, typer.Option(
+            help="the coding agent whose session it is [default: claude-code]")] = None,
+        policy: Annotated[Path | None, typer.Option(
+            help="the policy file (a coding agent's: the hook's)")] = None,
+        env: Annotated[str | None, typer.Option(
+            help="the environment whose store holds the task")] = None,
     ) -> None:
-        """Lift the halt of a coding-agent session, as a new user message would."""
+        """Lift the halt of a task, as a new user message would: a coding agent's session in
+        the hook's state (with --host, HOST:SESSION, or when no shared store is configured),
+        else the task in the shared store the policy and environment select (Redis or
+        SQLite, as `toolguard approve`)."""
         import os
 
         from ._hooks import Event, HookError, Session, build_guard
 
+        session = task_id
         if ":" in session and session.split(":", 1)[0] in HOSTS:
             host, session = session.split(":", 1)
-        chosen = _host(host)
+        if host is None and (env is not None or _shared_store_named(policy, env)):
+            from ._cli_common import shared_store_guard
+
+            task = shared_store_guard(policy, env).task(task_id)
+            if not task.halted:
+                typer.echo(f"task {task_id} is not halted")
+                return
+            task.resume()
+            typer.echo(f"task {task_id} resumed")
+            return
+        chosen = _host(host or "claude-code")
         try:
             guard = build_guard(chosen, str(policy) if policy else None, os.environ)
         except HookError as exc:
@@ -302,3 +321,18 @@ def register(app: typer.Typer) -> None:
         state.task.resume()
         state.clear_halt()
         typer.echo(f"session {session} resumed")
+
+
+def _shared_store_named(policy: Path | None, env: str | None) -> bool:
+    """Whether the policy or the environment (``TOOLGUARD_STORE__*``) names a store other
+    processes share: then ``resume TASK`` means a task in that store."""
+    import os
+
+    if any(key.startswith("TOOLGUARD_STORE__") for key in os.environ):
+        return True
+    if policy is None:
+        return False
+    from ._cli_common import load_cli_policy
+
+    store = load_cli_policy(policy, env).store
+    return store.backend != "memory" or store.url is not None
