@@ -9,8 +9,8 @@ Each set is replayed (``read_runs`` + ``replay_stream``, in process or by worker
 and rendered three ways: the ``--format json`` document, the JSON lines, and the verbose
 table (whose rows carry each step's argument excerpt). Each run is digested on its own (its
 JSON object, its excerpts), so a difference names the run; the totals, problems, notes and
-the rendered texts are digested whole. Paths are written relative to the shared folder, so the digests do not depend on
-where it is.
+the rendered texts are digested whole. Paths are written relative to the shared folder, so
+the digests do not depend on where it is.
 """
 
 from __future__ import annotations
