@@ -16,9 +16,10 @@ __all__ = ["calls_of", "write_chat", "write_trace"]
 _TOOLS = ("read_file", "grep", "bash", "write_file")
 
 
-def calls_of(runs: int, calls_per_run: int, seed: int = 7
+def calls_of(runs: int, calls_per_run: int, seed: int = 7, short: bool = False
              ) -> Iterator[tuple[int, list[tuple[str, dict[str, Any], str, bool]]]]:
-    """Per run: its number and its calls ``(tool, args, result text, is_error)``."""
+    """Per run: its number and its calls ``(tool, args, result text, is_error)``; ``short``:
+    every result is ``"ok"`` (the guard's cost of a call without the result's)."""
     rng = random.Random(seed)
     for run in range(runs):
         calls = []
@@ -35,14 +36,16 @@ def calls_of(runs: int, calls_per_run: int, seed: int = 7
                 args = {"path": f"src/pkg/module_{n}.py", "content": f"x = {n}\n" * 4}
             result = (f"step {i} of run {run}: " + "line of output\n" * rng.randrange(2, 12)
                       + f"took 0.{rng.randrange(100, 999)}s")
-            calls.append((tool, args, result, rng.random() < 0.05))
+            calls.append((tool, args, "ok" if short else result, rng.random() < 0.05))
         yield run, calls
 
 
-def write_trace(path: Path, calls: int, calls_per_run: int = 100, seed: int = 7) -> Path:
-    """A trace JSONL file of ``calls`` calls: a header line per run, then one line per call."""
+def write_trace(path: Path, calls: int, calls_per_run: int = 100, seed: int = 7,
+                short: bool = False) -> Path:
+    """A trace JSONL file of ``calls`` calls: a header line per run, then one line per call
+    (``short``: see :func:`calls_of`)."""
     with path.open("w", encoding="utf-8") as out:
-        for run, items in calls_of(max(calls // calls_per_run, 1), calls_per_run, seed):
+        for run, items in calls_of(max(calls // calls_per_run, 1), calls_per_run, seed, short):
             out.write(json.dumps({"run": f"run-{run}", "case": "synthetic"}) + "\n")
             for tool, args, result, is_error in items:
                 out.write(json.dumps({"tool": tool, "args": args, "result": result,

@@ -407,7 +407,11 @@ class _Replayer:
             return None, ReplayInputError(
                 run.file, run.line, f"run {run.id}: invalid header effects: "
                 f"{type(exc).__name__}: {exc}")
-        return failed(run, self.replay(guard, f"replay-{number}:{run.id}", run))
+        task_id = f"replay-{number}:{run.id}"
+        try:
+            return failed(run, self.replay(guard, task_id, run))
+        finally:  # runs are independent tasks: a finished one's state is garbage
+            guard.store.clear_task(task_id)
 
     def replay(self, guard: Guard, task_id: str, run: Run) -> RunReport:
         report = RunReport(run.id, run.file, run.meta, calls=len(run.calls), format=run.format)
