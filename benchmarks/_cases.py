@@ -82,7 +82,7 @@ def build_guard(policy: Policy, spec: ToolSpec, schema: str, store: Store | None
                 ) -> Guard:
     """A guard with one tool, its argument schema validated by ``rs``/``py`` or ``off``."""
     if schema == "rs" and schema_module._rs is None:
-        raise RuntimeError("jsonschema-rs is not installed: pip install 'toolguard[fast]'")
+        raise RuntimeError("jsonschema-rs is not installed: pip install 'agent-toolguard[fast]'")
     saved = schema_module._rs
     if schema == "py":
         schema_module._rs = None  # ArgsValidator reads it when it compiles the schema

@@ -61,11 +61,12 @@ from typing import Any
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the tests' process helpers: one copy of starting and stopping
 
-from tests.mcp_support import free_port, running  # noqa: E402
+from tests.mcp_support import AUTH, free_port, running  # noqa: E402
 
 UPSTREAM = [sys.executable, str(ROOT / "examples" / "mcp" / "server.py")]
 POLICY = """\
@@ -95,7 +96,8 @@ async def _open(stack: AsyncExitStack, command: list[str]) -> ClientSession:
 
 
 async def _open_http(stack: AsyncExitStack, url: str) -> ClientSession:
-    read, write = await stack.enter_async_context(streamable_http_client(url))
+    http = await stack.enter_async_context(create_mcp_http_client(headers=AUTH))
+    read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
     session = await stack.enter_async_context(ClientSession(read, write))
     await session.initialize()
     return session

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from mcp.client.session import (
     SamplingFnT,
 )
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from toolguard.adapters.mcp import HALT_ERROR_CODE
@@ -32,6 +33,10 @@ from toolguard.adapters.mcp import HALT_ERROR_CODE
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_SERVER = ROOT / "examples" / "mcp" / "server.py"
 TEST_TIMEOUT_S = 60.0  # one test's whole conversation; a hang fails instead of blocking CI
+# the bearer token of every proxy these helpers start with --listen (TOOLGUARD_MCP_TOKEN), and
+# the header the HTTP clients here send with it
+TEST_TOKEN = "toolguard-test-token-0123456789"
+AUTH = {"authorization": f"Bearer {TEST_TOKEN}"}
 
 
 def upstream_command(count_file: Path, *extra: str) -> list[str]:
@@ -82,8 +87,10 @@ async def http_session(url: str, *, elicitation: ElicitationFnT | None = None,
                        sampling: SamplingFnT | None = None,
                        roots: ListRootsFnT | None = None,
                        ) -> AsyncIterator[ClientSession]:
-    """A real ``ClientSession`` over streamable HTTP to ``url``, initialized."""
-    async with streamable_http_client(url) as (read, write), \
+    """A real ``ClientSession`` over streamable HTTP to ``url``, initialized (sending the
+    proxies' :data:`TEST_TOKEN`)."""
+    async with create_mcp_http_client(headers=AUTH) as http, \
+            streamable_http_client(url, http_client=http) as (read, write), \
             ClientSession(read, write, elicitation_callback=elicitation,
                           sampling_callback=sampling, list_roots_callback=roots) as session:
         await session.initialize()
@@ -101,10 +108,13 @@ def free_port() -> int:
 @contextmanager
 def running(command: Sequence[str], port: int, log: Path, timeout_s: float = 30.0,
             stop_timeout_s: float = 10.0) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``command`` (an HTTP server), wait until ``port`` accepts, stop it by pid after
-    (SIGTERM; SIGKILL when it is still running ``stop_timeout_s`` later)."""
+    """Start ``command`` (an HTTP server; a proxy's token is :data:`TEST_TOKEN`), wait until
+    ``port`` accepts, stop it by pid after (SIGTERM; SIGKILL when it is still running
+    ``stop_timeout_s`` later)."""
+    env = {**os.environ, "TOOLGUARD_MCP_TOKEN": TEST_TOKEN}
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                   env=env)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -185,3 +195,36 @@ async def scripted_loop(session: ClientSession) -> tuple[list[str], list[str]]:
 
 EXPECTED_WRITES = ["allow", "cached", "cached"]
 EXPECTED_READS = ["allow", "allow", "warn", "block", "halt", "halt"]
+
+
+async def scripted_http_upstream(port: int, tool: str, on_call: Callable[[Any, Any], Awaitable[Any]]
+                                 ) -> Any:
+    """A streamable-HTTP MCP server (aiohttp) on 127.0.0.1:``port`` with one tool, ``tool``,
+    whose ``tools/call`` requests ``on_call(request, message)`` answers (an aiohttp
+    response: an HTTP error, a cut stream, what a faulty server or gateway sends). Returns
+    its ``AppRunner``: ``await runner.cleanup()`` stops it."""
+    from aiohttp import web
+
+    async def mcp(request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return web.Response(status=405 if request.method == "GET" else 200)
+        message = await request.json()
+        method, rid = message.get("method"), message.get("id")
+        if rid is None or method is None:
+            return web.Response(status=202)
+        if method == "tools/call":
+            answer: web.StreamResponse = await on_call(request, message)
+            return answer
+        result: dict[str, Any] = {"tools": [{"name": tool, "inputSchema": {"type": "object"}}]}
+        if method == "initialize":
+            result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                      "serverInfo": {"name": "scripted", "version": "1"}}
+        return web.json_response({"jsonrpc": "2.0", "id": rid, "result": result},
+                                 headers={"mcp-session-id": "s1"})
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", mcp)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner

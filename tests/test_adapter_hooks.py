@@ -117,7 +117,7 @@ def test_resume_answers_become_decisions(answer: Any, verdict: str, reason: str)
 
 
 def test_a_missing_framework_names_the_extra() -> None:
-    with pytest.raises(ImportError, match=r"pip install 'toolguard\[langchain\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'agent-toolguard\[langchain\]'"):
         require("langchain", "no_such_framework_module")
 
 

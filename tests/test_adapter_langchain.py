@@ -279,6 +279,18 @@ def test_token_usage_over_the_budget_halts_after_the_model_call() -> None:
     assert halted.value.budget == "max_tokens" and s.RUNS == {}
 
 
+def test_the_responses_model_prices_its_tokens_for_a_dollar_budget() -> None:
+    guard, _ = s.guard(tools(), budget={"max_cost_usd": 0.001})
+    priced = calls(s.READ, n=0, tokens=1000)  # gpt-4o: 1000 input tokens cost $0.0025
+    priced.response_metadata = {"model_name": "gpt-4o"}
+    agent = create_agent(model(priced), tools(), middleware=[ToolGuardMiddleware(guard)],
+                         checkpointer=InMemorySaver())
+    with pytest.raises(tg.BudgetExceeded) as halted:
+        agent.invoke({"messages": [("user", "go")]}, CONFIG)
+    assert halted.value.budget == "max_cost_usd" and s.RUNS == {}
+    assert guard.task("thread-1").usage.cost_usd == pytest.approx(1000 * 2.5e-6 + 10e-6)
+
+
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_tg_decorated_function_under_tool_is_guarded_once(mode: str) -> None:
     save = tool(s.save)  # @tool over @tg.mutating: the effect comes from the decorator

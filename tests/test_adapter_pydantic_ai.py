@@ -197,6 +197,18 @@ def test_two_capabilities_are_two_guards() -> None:
     assert one != two and len({one, two, one}) == 2
 
 
+def test_the_responses_model_prices_its_tokens_for_a_dollar_budget() -> None:
+    g, _ = s.guard([], strict_tools=False, budget={"max_cost_usd": 0.001})
+    script = Script([s.READ], tokens=1000)  # gpt-4o: 1000 input tokens cost $0.0025
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(script, model_name="gpt-4o"), output_type=[str, DeferredToolRequests],
+        capabilities=[ToolGuard(g, task_id="t")])
+    with pytest.raises(tg.BudgetExceeded) as halted:
+        run(agent, "sync")
+    assert halted.value.budget == "max_cost_usd"
+    assert g.task("t").usage.cost_usd == pytest.approx(1000 * 2.5e-6 + 10e-6)
+
+
 def test_token_usage_over_the_budget_halts_the_run() -> None:
     g, _ = s.guard([], strict_tools=False, budget={"max_tokens": 50})
     script = Script([s.READ], tokens=100)

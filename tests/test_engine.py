@@ -435,16 +435,6 @@ def test_current_idempotency_key_inside_a_tool(clock: FakeClock) -> None:
     assert tg.current_idempotency_key() is None
 
 
-def test_sync_call_of_async_tool_is_an_error_result(clock: FakeClock) -> None:
-    @tg.readonly
-    async def fetch(url: str) -> str:
-        return "body"
-
-    guard = tg.Guard(tools=[fetch], clock=clock)
-    r = guard.task("t").call("fetch", {"url": "u"})
-    assert r.is_error and "acall" in r.content
-
-
 async def test_async_tools_and_async_direct_calls(clock: FakeClock) -> None:
     runs: list[str] = []
 

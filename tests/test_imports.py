@@ -180,8 +180,8 @@ def test_the_cli_help_loads_no_policy_machinery() -> None:
 
 
 def test_the_cli_help_does_not_read_the_package_metadata() -> None:
-    """``--version`` reads it (importlib.metadata scans the installed distributions): only
-    when it is given."""
+    """``--help`` never scans the installed distributions (``--version`` prints
+    ``toolguard.__version__``, which the distribution's metadata is built from)."""
     probe = ("import sys\nsys.argv = ['toolguard', '--help']\nfrom toolguard.cli import main\n"
              "try:\n    main()\nexcept SystemExit:\n    pass\n"
              "print('importlib.metadata' in sys.modules, file=sys.stderr)")
@@ -239,4 +239,4 @@ except ImportError as exc:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, timeout=60)
     assert done.stdout.strip() == (
-        "toolguard.stores.RedisStore needs redis-py: pip install 'toolguard[redis]'")
+        "toolguard.stores.RedisStore needs redis-py: pip install 'agent-toolguard[redis]'")

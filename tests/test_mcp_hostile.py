@@ -15,7 +15,15 @@ import anyio
 import orjson
 import pytest
 
-from tests.mcp_support import TEST_TIMEOUT_S, free_port, proxy_command, running, upstream_command
+from tests.mcp_support import (
+    TEST_TIMEOUT_S,
+    TEST_TOKEN,
+    free_port,
+    proxy_command,
+    running,
+    scripted_http_upstream,
+    upstream_command,
+)
 from tests.mcp_support import http_proxy as start_http_proxy
 from tests.test_mcp_raw import _exchange
 from tests.test_mcp_wire import ACCEPT, INIT, _http, _open, _read_note
@@ -113,33 +121,15 @@ async def test_an_id_in_flight_reused_by_another_post_is_a_409_and_the_first_is_
 
 
 async def _refusing_upstream(port: int) -> Any:
-    """A streamable-HTTP MCP server (aiohttp) that answers ``tools/call`` with HTTP 429 and a
-    JSON body that is no answer to it (as a rate-limiting gateway does)."""
+    """A streamable-HTTP MCP server that answers ``tools/call`` with HTTP 429 and a JSON
+    body that is no answer to it (as a rate-limiting gateway does)."""
     from aiohttp import web
 
-    async def mcp(request: web.Request) -> web.StreamResponse:
-        if request.method != "POST":
-            return web.Response(status=405 if request.method == "GET" else 200)
-        message = await request.json()
-        method, rid = message.get("method"), message.get("id")
-        if rid is None or method is None:
-            return web.Response(status=202)
-        if method == "tools/call":
-            return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
-                "code": -32000, "message": "slow down"}}, status=429)
-        result: dict[str, Any] = {"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}
-        if method == "initialize":
-            result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                      "serverInfo": {"name": "refusing", "version": "1"}}
-        return web.json_response({"jsonrpc": "2.0", "id": rid, "result": result},
-                                 headers={"mcp-session-id": "s1"})
+    async def refuse(request: web.Request, message: Any) -> web.StreamResponse:
+        return web.json_response({"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32000, "message": "slow down"}}, status=429)
 
-    app = web.Application()
-    app.router.add_route("*", "/mcp", mcp)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
+    return await scripted_http_upstream(port, "t", refuse)
 
 
 async def test_an_http_error_status_from_the_upstream_answers_the_call(tmp_path: Path) -> None:
@@ -182,12 +172,14 @@ async def test_a_body_that_never_finishes_is_a_408_and_an_oversized_one_a_413(
         raise AssertionError("no session is opened")
 
     monkeypatch.setattr(listener_module, "BODY_IDLE_S", 0.3, raising=False)
-    listener = listener_module.HttpListener(no_link, None, "127.0.0.1")
+    port = free_port()
+    listener = listener_module.HttpListener(no_link, None, listener_module.Access(
+        "127.0.0.1", port, TEST_TOKEN, 4))
     runner = web.ServerRunner(web.Server(listener.handle, handler_cancellation=True))
     await runner.setup()
-    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    head = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer %s\r\n" % (port, TEST_TOKEN.encode()))
     bad_init = orjson.dumps({**orjson.loads(INIT), "id": True})  # refused before a session
     try:
         for request, status in ((head + b"Content-Length: 100\r\n\r\n{\"jsonrpc\"", b"408"),

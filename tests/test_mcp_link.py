@@ -70,14 +70,15 @@ class _Client:
 
 
 @asynccontextmanager
-async def _linked(tmp_path: Path, audit: Path | None = None
+async def _linked(tmp_path: Path, audit: Path | None = None, call_timeout_s: float = 30.0
                   ) -> AsyncIterator[tuple[Link, _Client, Path]]:
     policy_file = tmp_path / "policy.toml"
     policy_file.write_text(POLICY)
     count_file = tmp_path / "counts.json"
     middleware = GuardMiddleware(_build_guard(tg.load_policy(policy_file, env={}), audit),
                                  task_id="link")
-    link = await _open_link(upstream_command(count_file), None, middleware, TEST_TIMEOUT_S)
+    link = await _open_link(upstream_command(count_file), None, middleware, TEST_TIMEOUT_S,
+                            call_timeout_s)
     client = _Client(middleware.task_of(None))
     link.attach(client)
     try:
@@ -148,10 +149,11 @@ async def test_with_an_audit_sink_the_task_path_records_before_it_answers(
     assert audit.read_text().count('"read_note"') >= 2
 
 
-async def test_a_cancelled_call_is_recorded_as_failed_and_gets_no_answer(
+async def test_a_cancelled_call_is_recorded_as_an_unknown_outcome_and_gets_no_answer(
         tmp_path: Path) -> None:
     """The client cancels a call the upstream is still running: no answer goes out, and the
-    guard records the call as failed (the tool may have started), not as still running."""
+    guard records the call as failed with an unknown outcome (the tool may have run), not as
+    still running."""
     async with _linked(tmp_path) as (link, client, _):
         await _request(link, client, 1, "tools/list", {})
         message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
@@ -163,7 +165,9 @@ async def test_a_cancelled_call_is_recorded_as_failed_and_gets_no_answer(
         link.from_client(orjson.dumps(cancel), cancel)
         history = client.task.history
         assert len(history) == 1 and history[0].tool == "count_slowly"
-        assert history[0].result.is_error and "cancelled" in str(history[0].result.content)
+        content = str(history[0].result.content)
+        assert history[0].result.is_error and "cancelled" in content
+        assert "the outcome is unknown" in content
         await asyncio.sleep(0.3)
         assert [m.get("id") for m in client.sent if "result" in m or "error" in m] == [1]
         assert type(link.middleware.guard._store) is MemoryStore  # the path under test

@@ -22,7 +22,7 @@ from httpx2._sse import _SSEParser
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.mcp_support import ROOT, TEST_TIMEOUT_S, proxy_command, upstream_command
+from tests.mcp_support import AUTH, ROOT, TEST_TIMEOUT_S, proxy_command, upstream_command
 from tests.mcp_support import http_proxy as start_http_proxy
 from tests.test_mcp_raw import _exchange
 from toolguard._mcp_frames import MAX_FRAME_BYTES
@@ -114,7 +114,8 @@ def proxy_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @asynccontextmanager
 async def _http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TEST_TIMEOUT_S)) as s:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TEST_TIMEOUT_S),
+                                     headers=AUTH) as s:
         yield s
 
 

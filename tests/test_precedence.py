@@ -100,10 +100,12 @@ def test_max_calls(tmp_path: Path) -> None:
 def test_effect(tmp_path: Path) -> None:
     file = str(tmp_path / "policy.toml")
     built_in = _settings(undecorated, tmp_path, None)
-    assert (built_in.effect, built_in.sources["effect"]) == (Effect.MUTATING, "built-in")
+    assert (built_in.effect, built_in.sources["effect"]) == (
+        Effect.MUTATING, 'default_effect = "mutating" (built-in)')
     glob = 'default_effect = "readonly"\n'
     section = _settings(undecorated, tmp_path, glob)
-    assert (section.effect, section.sources["effect"]) == (Effect.READONLY, file)
+    assert (section.effect, section.sources["effect"]) == (
+        Effect.READONLY, f'default_effect = "readonly" ({file})')
     # default_effect is for tools nothing classifies: a decorator classifies
     decorator = _settings(lookup, tmp_path, 'default_effect = "mutating"\n')
     assert (decorator.effect, decorator.sources["effect"]) == (Effect.READONLY, "decorator")
@@ -118,7 +120,7 @@ def test_effect(tmp_path: Path) -> None:
 def test_default_effect_deny_from_the_environment(tmp_path: Path) -> None:
     settings = _settings(undecorated, tmp_path, None, {"TOOLGUARD_DEFAULT_EFFECT": "deny"})
     assert settings.deny is True
-    assert settings.sources["effect"] == "env TOOLGUARD_DEFAULT_EFFECT"
+    assert settings.sources["effect"] == 'default_effect = "deny" (env TOOLGUARD_DEFAULT_EFFECT)'
     assert _settings(lookup, tmp_path, None, {"TOOLGUARD_DEFAULT_EFFECT": "deny"}).deny is False
 
 

@@ -445,7 +445,7 @@ def test_constructor_checks() -> None:
 def test_missing_redis_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "redis", None)
     monkeypatch.delitem(sys.modules, "toolguard.stores.redis")
-    with pytest.raises(ImportError, match=r"pip install 'toolguard\[redis\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'agent-toolguard\[redis\]'"):
         import toolguard.stores.redis  # noqa: F401
 
 

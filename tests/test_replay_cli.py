@@ -19,7 +19,8 @@ POLICIES = ROOT / "examples" / "policies"
 GREP_LOOP = str(TRACES / "grep-loop.jsonl")  # warn, block, then halt
 STEP_KEYS = {"index", "tool", "args_hash", "effect", "decision", "reason", "count", "executed"}
 SUMMARY_KEYS = {"calls", "replayed", "not_replayed", "executed", "allow", "warn", "cached",
-                "block", "review", "invalid", "halt", "halted_at", "halt_reason", "error", "meta"}
+                "block", "review", "invalid", "halt", "halted_at", "halt_reason", "error", "meta",
+                "tokens", "cost_usd", "unpriced_tokens"}
 
 
 @pytest.fixture(autouse=True)
@@ -467,3 +468,23 @@ def test_an_enforcing_policy_gets_no_mode_note(tmp_path: Path) -> None:
     policy = tmp_path / "p.toml"
     policy.write_text('mode = "enforce"\n')
     assert "note" not in replay(GREP_LOOP, "--policy", str(policy)).stderr
+
+
+def test_html_report_is_written_beside_the_table(tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    plain = replay(GREP_LOOP)
+    result = replay(GREP_LOOP, "--html", page)
+    assert result.exit_code == 0
+    assert result.stdout == plain.stdout  # the table is unchanged
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    assert '"id":"grep-loop"' in text
+    assert "http://" not in text and "https://" not in text  # nothing to fetch
+    assert [p.name for p in tmp_path.iterdir()] == ["report.html"]  # no temporary left
+
+
+def test_html_report_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
+    result = replay(GREP_LOOP, "--html", tmp_path / "missing" / "report.html")
+    assert result.exit_code == 2
+    assert "cannot write" in result.output
+    assert "report.html" in result.output

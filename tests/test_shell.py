@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 import toolguard as tg
 from toolguard._policy import ToolPolicy
-from toolguard._shell import classify_argv, classify_command
-from toolguard._shell_lex import MAX_STEPS, parse_command
+from toolguard._shell import MAX_CHARS, MAX_PIPES, classify_argv, classify_command
 from toolguard.testing import FakeClock
 
 from .conftest import ROOT
@@ -47,12 +46,13 @@ TABLE: list[tuple[str, tg.Effect | None]] = [
     ("cat << 'EOF'\nnot $(run) here\nEOF", R), ("echo '$(rm -rf /)'", R),
     ("bash -lc 'ls | wc -l'", R), ("sh -c \"git diff\"", R), ("sudo ls /root", R),
     ("timeout 10 cat big.log", R), ("env LC_ALL=C sort a", R), ("nice -n 5 grep x y", R),
-    ("find . -name '*.pyc' | xargs ls -l", R), ("FOO=1 BAR=2 printenv FOO", R),
+    ("find . -name '*.pyc' | xargs ls -l", R), ("foo=1 bar=2 printenv foo", R),
     ("# just a comment\nls", R), ("ls \\\n  -la", R), ("grep -c x a | sort -n", R),
     # test runs observe the code
     ("pytest tests/test_a.py -q", R), ("python -m pytest -x tests", R),
     ("cd /testbed && python3 -m pytest tests/x.py::T -xvs 2>&1 | tail -50", R),
-    ("python -m unittest discover", R), ("python --version", R), ("pip list", R),
+    ("python -m unittest discover", R), ("pytest -rA -q --co", R),
+    ("python --version", R), ("pip list", R),
     ("pip show requests", R),
     # writes: redirects, tee, in-place edits, deleting/executing find, the writing programs
     ("echo x > a.txt", M), ("echo x >> a.txt", M), ("ls > files.txt", M),
@@ -85,9 +85,11 @@ TABLE: list[tuple[str, tg.Effect | None]] = [
     # unknown: the tool's own effect
     ("python script.py", U), ("python -c 'print(1)'", U), ("make", U), ("npm test", U),
     ("./run.sh", U), ("bash script.sh", U), ("python - << 'EOF'\nprint(1)\nEOF", U),
-    ("ls; python x.py", U), ("awk '{print $1}' a", U), ("$CMD --flag", U),
-    ("source venv/bin/activate", U), ("echo 'unterminated", U), ("ls )", U),
-    ("rg --pre cat foo", U), ("case $x in a) ls;; esac", U), ("submit", U),
+    ("ls; python x.py", U), ("awk '{print $1}' a", U), ("source venv/bin/activate", U),
+    ("submit", U),
+    # not understood (a dynamic program, a syntax error, an option not allowed): mutating
+    ("$CMD --flag", M), ("echo 'unterminated", M), ("ls )", M), ("rg --pre cat foo", M),
+    ("case $x in a) ls;; esac", R),
 ]
 
 
@@ -111,11 +113,16 @@ def test_classify_argv(argv: object, expected: tg.Effect | None) -> None:
     assert classify_argv(argv) is expected
 
 
-def test_here_document_bodies_are_never_commands() -> None:
+def test_quoted_here_document_bodies_are_never_commands() -> None:
     body = "rm -rf /\n$(touch x)\n`mv a b`\n'unbalanced\n"
     assert classify_command(f"cat << 'EOF'\n{body}EOF\nls") is R
-    assert classify_command(f"cat <<-EOF\n\t{body}\tEOF\nls") is R
-    assert classify_command(f"cat << 'EOF'\n{body}") is R  # unterminated: to the end
+    assert classify_command(f"cat <<-\"EOF\"\n\t{body}\tEOF\nls") is R
+
+
+def test_unquoted_here_document_bodies_run_their_substitutions() -> None:
+    assert classify_command("cat <<EOF\nplain $HOME text\nEOF") is R
+    assert classify_command("cat <<-EOF\n\t$(touch x)\n\tEOF\nls") is M
+    assert classify_command("cat <<EOF\n`rm a`\nEOF") is M
 
 
 def test_a_regression_the_regex_rules_got_wrong() -> None:
@@ -149,15 +156,21 @@ def test_one_write_anywhere_makes_it_mutating(reads: list[str], ops: list[str], 
     assert classify_command(command) is M
 
 
-def test_too_complex_or_too_deep_is_unknown() -> None:
-    assert classify_command("ls;" * MAX_STEPS) is U
-    assert classify_command("echo " + "$(" * 40 + "ls" + ")" * 40) is U
-    assert parse_command("echo 'x") is None
+def test_too_long_too_complex_too_deep_or_unparsable_is_mutating() -> None:
+    assert classify_command("ls;" * (MAX_CHARS // 3 + 1)) is M
+    assert classify_command("ls;" * 1_000) is M  # more syntax nodes than are walked
+    assert classify_command("ls;" * 300) is R
+    assert classify_command("ls | " * (MAX_PIPES + 1) + "ls") is M  # parsed in quadratic time
+    assert classify_command("ls | " * 20 + "ls") is R
+    assert classify_command("echo " + "$(" * 40 + "ls" + ")" * 40) is M
+    assert classify_command("bash -c " + "'bash -c \"" * 1 + "ls" + "\"'") is R
+    assert classify_command("echo 'x") is M
+    assert classify_command("(" * 5000 + "ls" + ")" * 5000) is M
 
 
 def test_quoted_and_escaped_operators_are_words() -> None:
-    assert parse_command("echo 'a > b' \"c | d\" e\\;f") == [
-        (("echo", "a > b", "c | d", "e;f"), False)]
+    assert classify_command("echo 'a > b' \"c | d\" e\\;f") is R
+    assert classify_command("grep -e '$(rm x)' -e \"\\$(rm y)\" a") is R
 
 
 def test_the_benchmark_smoke_run(tmp_path: Path) -> None:

@@ -42,6 +42,11 @@ def test_a_users_file_extends_a_shipped_policy_by_name(tmp_path: Path) -> None:
     assert tg.load_policy_dict({"extends": "default", "mode": "observe"}).mode is tg.Mode.OBSERVE
 
 
+def test_the_environment_selects_a_shipped_policy_by_name() -> None:
+    policy = tg.policy_from_env({"TOOLGUARD_POLICY": "prod"})
+    assert [Path(s).name for s in policy.sources] == ["default.toml", "prod.toml"]
+
+
 def test_an_unknown_name_lists_the_shipped_ones(tmp_path: Path) -> None:
     with pytest.raises(tg.PolicyError, match=r'no policy named "defualt".*shipped: airline, '):
         tg.load_policy("defualt", env={})

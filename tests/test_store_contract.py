@@ -586,6 +586,24 @@ def test_usage(store: Store, clock: FakeClock) -> None:
     assert begin(store, clock).tokens == 125
 
 
+def test_cost_adds_exactly_per_task_and_per_tool(store: Store, clock: FakeClock) -> None:
+    start = clock()
+    assert store.usage(TASK).cost_nusd == 0
+    assert store.add_cost(TASK, 7_500_000, 0, "", clock()) == (7_500_000, 0)
+    clock.advance(1.0)
+    assert store.add_cost(TASK, 1, 0, "summarize", clock()) == (7_500_001, 1)
+    assert store.add_cost(TASK, 2**40, 0, "summarize", clock()) == (
+        7_500_001 + 2**40, 1 + 2**40)
+    assert store.add_cost(TASK, 0, 120, "web", clock()) == (7_500_001 + 2**40, 0)
+    usage = store.usage(TASK)
+    assert (usage.cost_nusd, usage.cost_per_tool, usage.unpriced_tokens, usage.started_at,
+            usage.per_tool) == (7_500_001 + 2**40, {"summarize": 1 + 2**40, "web": 0}, 120,
+                                start, {})
+    store.clear_task(TASK)
+    assert store.usage(TASK).cost_nusd == 0
+    assert store.usage(TASK).cost_per_tool == {}
+
+
 def test_approvals(store: Store, clock: FakeClock) -> None:
     pending = ApprovalRecord(ApprovalState.PENDING, clock(), "needs a human", "pay",
                              {"amount": 12.5, "to": "acme", "meta": {"ids": [1, 2]}})

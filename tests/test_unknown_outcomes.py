@@ -13,7 +13,7 @@ import pytest
 import requests
 
 import toolguard as tg
-from toolguard._outcomes import DEFAULT_TIMEOUT_EXCEPTIONS, is_unknown_outcome
+from toolguard._outcomes import DEFAULT_TIMEOUT_EXCEPTIONS, OutcomeUnknown, is_unknown_outcome
 from toolguard._policy import IdempotencyPolicy
 from toolguard.testing import FakeClock, auto_defer
 
@@ -146,3 +146,20 @@ def test_the_default_is_in_the_policy_model_and_schema() -> None:
     assert tg.Policy().idempotency.timeout_exceptions == DEFAULT_TIMEOUT_EXCEPTIONS
     loaded = tg.load_policy_dict({"idempotency": {"timeout_exceptions": ["httpx.ReadTimeout"]}})
     assert loaded.idempotency.timeout_exceptions == ("httpx.ReadTimeout",)
+
+
+def test_a_call_lost_on_its_way_is_unknown_whatever_the_policy_lists(clock: FakeClock) -> None:
+    """A runner that lost a call it handed on (the MCP proxy's upstream died, or did not
+    answer in time) raises OutcomeUnknown: no list of timeout names makes that "not run"."""
+    ran: list[int] = []
+
+    @tg.mutating
+    def pay(amount: int) -> str:
+        ran.append(amount)
+        raise OutcomeUnknown("the server that ran it went away")
+
+    assert is_unknown_outcome(OutcomeUnknown(), ())
+    policy = tg.Policy(idempotency=IdempotencyPolicy(timeout_exceptions=("OnlyMine",)))
+    task = tg.Guard(policy, [pay], approver=auto_defer, clock=clock).task("t")
+    assert "outcome is unknown" in str(task.call("pay", {"amount": 1}).content)
+    assert task.call("pay", {"amount": 1}).decision is D.REVIEW and ran == [1]

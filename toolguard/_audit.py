@@ -47,6 +47,12 @@ class AuditEvent:
         reason: why. effect: readonly / mutating / poll. args_hash: 32 hex digits.
         args: the arguments, redacted. count: repeat count. duration_s: execution seconds.
         extra: anything else (budget figures, approval state, observed decision, errors).
+            Keys the guard sets: ``final`` (True on the one event that records a call's
+            outcome), ``idempotency_key``, ``halt`` (the halt's kind, e.g.
+            ``"RepeatedToolCalls"``) and ``budget`` (the budget that halted it),
+            ``observed`` (the decision a shadow policy would have taken), ``error_type``
+            (the exception a tool raised), ``usage`` (on a task's end: its
+            :class:`toolguard.Usage` figures).
     """
 
     time: float

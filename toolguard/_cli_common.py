@@ -5,7 +5,7 @@ registers (``_mcp_proxy``), which do not import each other."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -14,11 +14,19 @@ from ._errors import PolicyError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ._engine import Guard
     from ._policy import Policy
 
-__all__ = ["BAD_INPUT", "fail", "load_cli_policy", "read_cli_policy", "stderr_console"]
+__all__ = ["BAD_INPUT", "EnvOption", "PolicyOption", "fail", "load_cli_policy",
+           "read_cli_policy", "shared_store_guard", "stderr_console"]
 
 BAD_INPUT = 2
+
+# the options of a command that reads one policy (mcp-proxy, approve)
+PolicyOption = Annotated[
+    Path | None, typer.Option("--policy", help="A policy file (TOML) or a shipped policy's name.")]
+EnvOption = Annotated[
+    str | None, typer.Option("--env", help="Load <TOOLGUARD_POLICY_DIR or policies>/ENV.toml.")]
 
 
 def stderr_console() -> Console:
@@ -57,6 +65,24 @@ def read_cli_policy(file: Path | None, env: str | None) -> Policy:
     if env is not None:
         return load_env_option_policy(env, "--env")
     return policy_from_env()
+
+
+def shared_store_guard(file: Path | None, env: str | None) -> Guard:
+    """A guard on the store the policy and environment select, for a command that changes a
+    task other processes run (``approve``); exits 2 if both ``file`` and ``env``
+    are given, the policy is invalid, or the store is per-process memory, which no other
+    process can see."""
+    from ._engine import Guard
+    from .stores import MemoryStore
+
+    if file is not None and env is not None:
+        fail("give --policy FILE or --env NAME, not both")
+    guard = Guard(load_cli_policy(file, env), strict_tools=False)
+    if isinstance(guard.store, MemoryStore):
+        fail("no shared store is configured, so no other process would see this: set "
+             "TOOLGUARD_STORE__URL=redis://... (the store your agents use) or [store] in "
+             "--policy")
+    return guard
 
 
 def fail(message: str) -> NoReturn:

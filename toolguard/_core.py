@@ -155,7 +155,8 @@ def _number(value: object) -> float:
     return value
 
 
-_USAGE_BUDGETS: Final = frozenset({"max_tool_calls", "max_calls", "max_tokens", "timeout_s"})
+_USAGE_BUDGETS: Final = frozenset({"max_tool_calls", "max_calls", "max_tokens", "timeout_s",
+                                   "max_cost_usd"})
 
 
 def _times(n: int) -> str:

@@ -61,14 +61,22 @@ def spec_of(tool: Callable[..., Any] | ToolSpec | Any) -> ToolSpec:
     framework = framework_spec(tool)
     if framework is not None:
         return framework
-    if not callable(tool):
-        raise TypeError(f"a tool must be a callable, a ToolSpec or a framework's tool object "
-                        f"(LangChain BaseTool, Agents SDK FunctionTool, Anthropic "
-                        f"BetaFunctionTool), got {type(tool).__name__}")
     name = getattr(tool, "__name__", None)
-    if not isinstance(name, str):
-        raise TypeError(f"cannot name tool {tool!r}: decorate it with name=...")
+    if not callable(tool) or not isinstance(name, str):
+        raise TypeError(_unsupported(tool))
     return ToolSpec(name=name, func=tool, description=_describe(tool))
+
+
+def _unsupported(tool: object) -> str:
+    """Why ``tool`` is no tool the guard can read, and what to pass instead."""
+    kind = f"{type(tool).__module__}.{type(tool).__qualname__}"
+    label = getattr(tool, "name", None)
+    what = f"{kind} object {label!r}" if isinstance(label, str) else f"a {kind} object"
+    return (f"cannot use {what} as a tool: toolguard reads functions, ToolSpecs and the tool "
+            "objects of LangChain (BaseTool), the OpenAI Agents SDK (FunctionTool) and "
+            "Anthropic (BetaFunctionTool). Pass the function it wraps, or register it by "
+            "name (guard.register(NAME, effect=..., args_schema=...)) and give each call "
+            "run= with what executes it")
 
 
 # the options a policy's [tools.NAME] table also sets: checked by the policy's own validation

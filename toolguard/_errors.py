@@ -196,8 +196,9 @@ class BudgetExceeded(Halt):
 
     Attributes:
         budget: which one: ``"max_tool_calls"``, ``"max_tokens"``, ``"timeout_s"``,
-            ``"max_calls"`` (per tool), ``"max_polls"`` or ``"max_consecutive_failures"``.
-        limit: the configured limit (calls, tokens or seconds).
+            ``"max_calls"`` (per tool), ``"max_polls"``, ``"max_consecutive_failures"`` or
+            ``"max_cost_usd"`` (the task's or, with ``tool`` set, that tool's).
+        limit: the configured limit (calls, tokens, seconds or US dollars).
         usage: the usage that exceeded it, in the same unit.
     """
 

@@ -17,10 +17,19 @@ if TYPE_CHECKING:
     from ._engine import Task
 
 
-def _record(task: Task, p: _Prepared, result: ToolResult, transition: str, cfg: _Config) -> None:
+def _record(task: Task, p: _Prepared, result: ToolResult, transition: str, cfg: _Config,
+            halt: dict[str, Any] | None = None) -> None:
+    """Keep the call in the history and emit its outcome event (``extra["final"]``; a halt's
+    ``kind`` and ``budget`` from ``halt``)."""
     task.history.append(_new(CallRecord, (p.entry.spec.name, p.raw_args, result)))
     if task.guard._sinks:
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"final": True}
+        if result.idempotency_key:
+            extra["idempotency_key"] = result.idempotency_key
+        if halt is not None:
+            extra["halt"] = halt.get("kind", "")
+            if halt.get("budget"):
+                extra["budget"] = halt["budget"]
         if result.observed is not None:
             extra["observed"] = str(result.observed)
         if result.error_type:
@@ -35,7 +44,8 @@ def _record(task: Task, p: _Prepared, result: ToolResult, transition: str, cfg: 
 
 
 def _event(task: Task, transition: str, tool: str, decision: Decision, reason: str,
-           p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0) -> bool:
+           p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0,
+           extra: dict[str, Any] | None = None) -> bool:
     """Emit one audit event; False if no sink could write it."""
     if task.guard._sinks:
         return task.guard._emit(AuditEvent(
@@ -44,6 +54,7 @@ def _event(task: Task, transition: str, tool: str, decision: Decision, reason: s
             decision=str(decision), reason=reason,
             effect=str(p.effect) if p else "", args_hash=p.sig if p else "",
             args=task._redacted(p, cfg) if p and cfg else {}, count=count,
+            extra=extra or {},
         ))
     return True
 

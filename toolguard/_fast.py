@@ -35,6 +35,7 @@ from ._context import CURRENT_KEY as _CURRENT_KEY
 from ._core import CallContext, Verdict, decide, stagnation_after, stagnation_possible
 from ._execute import _close_awaitable
 from ._limits import UNKNOWN_TOOLS
+from ._outcomes import forwarded_key
 from ._pipeline import _failed, _interrupted, _origin
 from ._record import _digest, _executed_result, _finish_failed, progress_of
 from ._results import ToolResult
@@ -222,6 +223,16 @@ class Remote:
         final: a success will be handed back unchanged (:func:`_final`): the caller may pass
             it on before :func:`end_remote`, which it calls with no await between.
     """
+
+    @property
+    def forwarded_key(self) -> str | None:
+        """The idempotency key to send with the call when its tool forwards it
+        (``forwards_idempotency_key``), as ``current_idempotency_key()`` gives it on the
+        other paths; else ``None``."""
+        p = self.p
+        if not p.entry.settings.forwards_idempotency_key:
+            return None
+        return forwarded_key(p.key, p.origin or p.call_id)
 
     __slots__ = ("args", "cfg", "final", "p", "snap", "start", "store", "task", "tool",
                  "verdict")

@@ -20,6 +20,7 @@ from ._approval import (
 from ._audit import AuditEvent, AuditSink
 from ._call import _Config, _Entry
 from ._coerce import coercing_call, int_parameters
+from ._cost import Price, check_prices
 from ._decorators import NOT_GIVEN, NotGiven, ToolSpec, check_options, is_recorded, spec_of
 from ._entries import _check_argument_names, _close_names, _source
 from ._errors import (
@@ -164,6 +165,10 @@ class Guard:
         require_task: override the policy's ``require_task``: a registered ``@tg.*``
             function called outside any task raises ``ToolGuardError`` (naming it) instead
             of running unguarded.
+        price: what model tokens cost, for dollar budgets and ``usage().cost_usd``:
+            ``price(model, input_tokens, output_tokens)`` returning US dollars, or ``None``
+            for a model whose price is unknown; default the ``genai-prices`` table
+            (extra ``agent-toolguard[prices]``).
 
     Raises:
         TypeError: ``policy`` is neither a Policy nor a path (a mapping: use
@@ -172,7 +177,8 @@ class Guard:
         PolicyError: the policy file is invalid, the policy names tools that are not
             registered (``strict_tools``),
             two tools share a name, or a :class:`ToolSpec` has an option value a policy
-            would refuse (``max_calls=0``).
+            would refuse (``max_calls=0``), or the policy sets a dollar budget
+            (``max_cost_usd``) with neither ``price`` nor ``genai-prices`` installed.
 
     Thread-safe: one guard serves many tasks and threads; state lives in the store.
     """
@@ -188,8 +194,10 @@ class Guard:
         clock: Callable[[], float] = time.time,
         strict_tools: bool | None = None,
         require_task: bool | None = None,
+        price: Price | None = None,
     ) -> None:
         self._clock = clock
+        self._price = price
         self._tools = [spec_of(t) for t in tools]
         for spec in self._tools:  # a ToolSpec built by hand; a decorator checked its own
             check_options(spec.name, {k: v for k, v in spec.given().items() if k != "effect"},
@@ -257,6 +265,7 @@ class Guard:
 
     def _build(self, policy: Policy) -> _Config:
         policy = spell_env_tools(policy, [spec.name for spec in self._tools])
+        check_prices(policy, self._price)
         entries: dict[str, _Entry] = {}
         for spec in self._tools:
             if spec.name in entries:

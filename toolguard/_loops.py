@@ -195,6 +195,8 @@ def run_tool_calls(task: Task, message: Any, on_halt: OnHalt) -> list[dict[str, 
     _check(on_halt)
     shape, calls = parse_message(message)
     order, unique = task._dedupe([(c.tool, c.args) for c in calls])
+    for tool, _ in unique:  # a host's mistake refuses the whole message before any call
+        task._runnable(tool, sync=True)
     outcomes: list[ToolResult | BaseException | None] = []
     for tool, args in unique:
         if outcomes and isinstance(outcomes[-1], Halt):

@@ -66,8 +66,17 @@ class _Lines:
                 self._on_frame(line.rstrip(b"\r"))
 
 
-def _error_frame(rid: Any, message: str, code: int = -32000) -> tuple[bytes, Json]:
-    body: Json = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
+# ``error.data`` of an error the proxy writes for a request the upstream may or may not have
+# acted on (an HTTP 5xx, a stream cut before the answer): for a tools/call, an unknown outcome
+UNKNOWN_OUTCOME: Json = {"toolguard": "the outcome is unknown"}
+
+
+def _error_frame(rid: Any, message: str, code: int = -32000, data: Json | None = None
+                 ) -> tuple[bytes, Json]:
+    error: Json = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    body: Json = {"jsonrpc": "2.0", "id": rid, "error": error}
     return dumps(body), body
 
 

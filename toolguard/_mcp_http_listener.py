@@ -1,28 +1,54 @@
 """``toolguard mcp-proxy`` serving streamable HTTP: :class:`HttpListener` (one link per
 ``Mcp-Session-Id``, answers as JSON or SSE) on aiohttp's low-level server
 (:func:`serve_http`); re-exported by :mod:`toolguard._mcp_wire`.
+
+Who may use it (:class:`Access`), checked on every request before anything else is read:
+
+- ``Host`` names the listen address and port (for a loopback address also ``localhost``,
+  ``127.0.0.1`` or ``[::1]``), and an ``Origin``, when sent, names the same: a web page that
+  rebinds a DNS name to the loopback address (DNS rebinding) is refused with a 403, as the
+  MCP transport specification requires of a local server;
+- ``Authorization: Bearer TOKEN`` carries the listener's token (compared in constant time):
+  else a 401;
+- at most ``max_sessions`` sessions (each with its own upstream session: a process, for a
+  stdio upstream) exist or are being opened: an ``initialize`` beyond that is a 503;
+- a POST body must arrive within :data:`BODY_TOTAL_S` in all, with no pause over
+  :data:`BODY_IDLE_S`: else a 408 (a body trickling in a byte at a time would hold its
+  handler).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
+import hmac
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ._mcp_frames import _PARSE_ERROR, _SESSION, MAX_FRAME_BYTES, _error_frame, _frames
-from ._mcp_ports import INVALID_REQUEST, UpstreamFailed, _hashable, _note
+from ._mcp_ports import (
+    CALL_REFUSED_AS_NOTIFICATION,
+    INVALID_REQUEST,
+    Json,
+    UpstreamFailed,
+    _hashable,
+    _note,
+)
 
 if TYPE_CHECKING:
     from aiohttp.web import BaseRequest, StreamResponse
 
     from ._mcp_link import Link
 
-__all__ = ["HttpListener", "serve_http"]
+__all__ = ["Access", "HttpListener", "serve_http"]
 
 BODY_IDLE_S = 30.0  # a POST body that stops arriving for this long is dropped (a 408)
+BODY_TOTAL_S = 120.0  # and one that has not all arrived after this long (a 408)
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _END = b""  # on a stream's queue, with final=True: the request gets no (more) answer
 
 
@@ -68,6 +94,99 @@ class _HttpClient:
         self.standalone.put_nowait(None)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether the listen address ``host`` is reachable from this machine only."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may resolve to anything
+        return False
+
+
+def _is_wildcard(host: str) -> bool:
+    return host in ("", "0.0.0.0", "::")  # noqa: S104 - recognising it, not binding it
+
+
+@dataclasses.dataclass(frozen=True)
+class Access:
+    """Who may use an :class:`HttpListener` (see the module docstring).
+
+    Attributes:
+        host: the listen address (a name, or an IPv4 or IPv6 address without brackets).
+        port: the listen port.
+        token: the bearer token every request must carry.
+        max_sessions: sessions (and so upstream sessions) at most, open or being opened.
+        extra_hosts: more names a client may reach the listener by (``--allow-host``).
+    """
+
+    host: str
+    port: int
+    token: str
+    max_sessions: int
+    extra_hosts: frozenset[str] = frozenset()
+
+    @functools.cached_property
+    def names(self) -> frozenset[str] | None:
+        """The host names ``Host`` and ``Origin`` may give (lower case, IPv6 without
+        brackets); ``None``: any (a wildcard address, no ``extra_hosts``)."""
+        names = {h.lower().strip("[]") for h in self.extra_hosts}
+        if is_loopback(self.host):
+            names |= LOOPBACK_NAMES | {self.host.lower()}
+        elif not _is_wildcard(self.host):
+            names.add(self.host.lower())
+        elif not names:
+            return None
+        return frozenset(names)
+
+    @functools.cached_property
+    def _hosts(self) -> frozenset[str]:
+        """``Host`` values accepted as they are spelled, without parsing (the usual case)."""
+        spelled = set()
+        for name in self.names or ():
+            bracketed = f"[{name}]" if ":" in name else name
+            spelled.add(f"{bracketed}:{self.port}")
+            if self.port == 80:
+                spelled.add(bracketed)
+        return frozenset(spelled)
+
+    @functools.cached_property
+    def _token(self) -> bytes:
+        return self.token.encode()
+
+    def refusal(self, host: str | None, origin: str | None, authorization: str | None
+                ) -> tuple[int, str] | None:
+        """The status and reason to refuse a request with these headers; ``None``: it may
+        be served."""
+        if host not in self._hosts and not self._names_us(f"//{host}" if host else None):
+            return 403, "forbidden: the Host header does not name this listener"
+        if origin is not None and not self._names_us(origin, ("http", "https")):
+            return 403, "forbidden origin"
+        scheme, _, token = (authorization or "").strip().partition(" ")
+        # bytes, as a header may carry anything (aiohttp keeps undecodable bytes as
+        # surrogates); compared in constant time
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+                token.strip().encode("utf-8", "surrogateescape"), self._token):
+            return 401, "unauthorized: send Authorization: Bearer <the proxy's token>"
+        return None
+
+    def _names_us(self, url: str | None, schemes: tuple[str, ...] = ("",)) -> bool:
+        from urllib.parse import urlsplit
+
+        if url is None:
+            return False
+        try:
+            parts = urlsplit(url)
+            port = parts.port or {"https": 443}.get(parts.scheme, 80)
+        except ValueError:  # "http://[::1", a port out of range: refused, not a 500
+            return False
+        names = self.names
+        return (parts.scheme in schemes and port == self.port and parts.hostname is not None
+                and (names is None or parts.hostname in names))
+
+
 class HttpListener:
     """The proxy's streamable-HTTP endpoint at ``/mcp``, served by aiohttp's low-level
     server (:func:`serve_http`).
@@ -76,19 +195,20 @@ class HttpListener:
         new_link: makes a link to a fresh upstream session (raises
             :class:`~toolguard._mcp_link.UpstreamFailed`).
         spare: the link made at start-up, given to the first session.
-        host: the address served (an ``Origin`` header must name it or localhost).
+        access: who may use it.
         idle_timeout_s: a session with no HTTP request open for this many seconds is ended
             as by a DELETE (its upstream session closed); its id then gets 404, on which a
             client starts a new session. ``None``: sessions live until deleted.
     """
 
     def __init__(self, new_link: Callable[[], Awaitable[Link]], spare: Link | None,
-                 host: str, idle_timeout_s: float | None = None) -> None:
+                 access: Access, idle_timeout_s: float | None = None) -> None:
         self._new_link = new_link
         self._spare = spare
-        self._host = host
+        self._access = access
         self._idle_timeout_s = idle_timeout_s
         self._reaper: asyncio.Task[None] | None = None
+        self._opening = 0  # sessions whose upstream session is being opened
         self.sessions: dict[str, _HttpClient] = {}
 
     async def close(self) -> None:
@@ -115,9 +235,14 @@ class HttpListener:
         if method not in ("GET", "POST", "DELETE"):
             return web.Response(status=405, text="method not allowed",
                                 headers={"allow": "GET, POST, DELETE"})
-        origin = request.headers.get("origin")
-        if origin is not None and not self._origin_ok(origin):
-            return web.Response(status=403, text="forbidden origin")
+        headers = request.headers
+        refused = self._access.refusal(headers.get("host"), headers.get("origin"),
+                                       headers.get("authorization"))
+        if refused is not None:
+            status, why = refused
+            return web.Response(status=status, text=why, headers={
+                "www-authenticate": 'Bearer realm="toolguard mcp-proxy"'} if status == 401
+                else None)
         if method == "POST":
             return await self._post(request)
         client = self.sessions.get(request.headers.get(_SESSION, ""))
@@ -127,15 +252,6 @@ class HttpListener:
             await self._end_session(client)
             return web.Response(status=200)
         return await self._listen(request, client)
-
-    def _origin_ok(self, origin: str) -> bool:
-        from urllib.parse import urlsplit
-
-        try:
-            host = urlsplit(origin).hostname
-        except ValueError:  # "http://[::1" and the like: a 403, not a 500
-            return False
-        return host in ("localhost", "127.0.0.1", "::1", self._host)
 
     async def _end_session(self, client: _HttpClient) -> None:
         if self.sessions.pop(client.id, None) is not None:
@@ -147,7 +263,8 @@ class HttpListener:
 
         body = await _body(request)
         if body is None:
-            return web.Response(status=408, text=f"no byte of the body in {BODY_IDLE_S:g} s")
+            return web.Response(status=408, text=f"the body did not arrive in time (a pause "
+                                f"over {BODY_IDLE_S:g} s, or over {BODY_TOTAL_S:g} s in all)")
         frames = _frames(body.strip())
         if frames is None:
             return web.Response(body=_PARSE_ERROR, status=400, content_type="application/json")
@@ -160,11 +277,21 @@ class HttpListener:
         if any(m.get("method") == "initialize" for _, m in frames):
             if len(frames) != 1:
                 return _jsonrpc_error(None, "initialize must come alone", 400)
+            cap = self._access.max_sessions
+            if len(self.sessions) + self._opening >= cap:
+                return _jsonrpc_error(frames[0][1].get("id"), f"too many sessions (at most "
+                                      f"{cap}): end one with DELETE, or wait for one to "
+                                      "time out", 503)
+            self._opening += 1
             try:  # shielded: a client leaving meanwhile must not leave a half-made session
                 client = await asyncio.shield(self._open_session())
             except UpstreamFailed as exc:
                 return _jsonrpc_error(frames[0][1].get("id"), str(exc), 200)
+            finally:
+                self._opening -= 1
         else:
+            if any(_refused_notification(m) for _, m in frames):
+                return _jsonrpc_error(None, CALL_REFUSED_AS_NOTIFICATION, 400, INVALID_REQUEST)
             found = self.sessions.get(request.headers.get(_SESSION, ""))
             if found is None:
                 return _jsonrpc_error(None, "unknown or missing Mcp-Session-Id", 404)
@@ -241,9 +368,14 @@ class HttpListener:
             client.last_seen = asyncio.get_running_loop().time()
 
 
+def _refused_notification(message: Json) -> bool:
+    return message.get("method") == "tools/call" and "id" not in message
+
+
 async def _body(request: BaseRequest) -> bytes | None:
-    """The POST's body; ``None`` when ``BODY_IDLE_S`` pass without a byte of it (a client
-    that never finishes its body held its handler forever).
+    """The POST's body; ``None`` when ``BODY_IDLE_S`` pass without a byte of it, or it is
+    not all there ``BODY_TOTAL_S`` after the headers (a client that never finishes its body,
+    or trickles it, would hold its handler forever).
 
     Raises:
         aiohttp.web.HTTPRequestEntityTooLarge: it is, or says it is, over ``MAX_FRAME_BYTES``.
@@ -255,6 +387,7 @@ async def _body(request: BaseRequest) -> bytes | None:
         raise web.HTTPRequestEntityTooLarge(max_size=MAX_FRAME_BYTES, actual_size=size)
     content = request.content
     body = bytearray()
+    deadline = asyncio.get_running_loop().time() + BODY_TOTAL_S
     while True:
         # what has arrived already (a small POST's whole body, usually) is taken without a
         # timer: asyncio.wait_for costs a task and a loop iteration per chunk
@@ -263,7 +396,10 @@ async def _body(request: BaseRequest) -> bytes | None:
             if not chunk:
                 if content.at_eof():
                     return bytes(body)
-                chunk = await asyncio.wait_for(content.readany(), BODY_IDLE_S)
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    return None
+                chunk = await asyncio.wait_for(content.readany(), min(BODY_IDLE_S, left))
                 if not chunk:
                     return bytes(body)
         except asyncio.TimeoutError:

@@ -14,6 +14,7 @@ from ._mcp_frames import (
     _SESSION,
     _VERSION,
     MAX_FRAME_BYTES,
+    UNKNOWN_OUTCOME,
     _error_frame,
     _frames,
     _nothing,
@@ -199,7 +200,10 @@ class HttpUpstream:
                 if response.status == 404 and self.session_id is not None:
                     self._set_gone("it no longer knows the session (HTTP 404)")
                 elif kind == "text/event-stream":
-                    await self._events(response, rid)
+                    if not await self._events(response, rid) and self.gone is None:
+                        # no resumption here (Last-Event-ID): the answer will not come
+                        self._fail(rid, "its event stream ended before the answer",
+                                   unknown=True)
                     return
                 elif kind == "application/json" and response.status < 300:
                     self._deliver(await response.read(), rid)
@@ -209,30 +213,39 @@ class HttpUpstream:
                     why += _error_text(await response.read())
                 if self._version is None:  # not even initialize: this is no MCP endpoint
                     self._set_gone(why)
-                self._fail(rid, why)
+                # a server error (a gateway's 502 or 504 among them) may come after the tool ran
+                self._fail(rid, why, unknown=response.status >= 500)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             self._set_gone(_why(exc))
             if rid is not None:
                 self._fail(rid, f"it could not be reached ({self.gone})")
 
-    async def _events(self, response: Any, related: Any) -> None:
-        events = _Events(lambda data: self._deliver(data, related))
+    async def _events(self, response: Any, related: Any) -> bool:
+        """Deliver the events of an SSE answer; whether request ``related``'s answer was
+        among them."""
+        answered: list[bool] = []
+        events = _Events(lambda data: self._deliver(data, related, answered))
         async for chunk in response.content.iter_any():
             events.feed(chunk)
             if events.overrun:
                 self._set_gone(f"it sent an event over {MAX_FRAME_BYTES} bytes")
-                return
+                break
+        return bool(answered)
 
-    def _deliver(self, data: bytes, related: Any) -> None:
+    def _deliver(self, data: bytes, related: Any, answered: list[bool] | None = None) -> None:
         frames = _frames(data.strip())
         if frames is None:
             self.on_garbage(data)
             return
         for raw, message in frames:
+            if (answered is not None and related is not None and "method" not in message
+                    and message.get("id") == related):
+                answered.append(True)
             self.handler(raw, message, related)
 
-    def _fail(self, rid: Any, why: str) -> None:
-        self.handler(*_error_frame(rid, f"the upstream MCP server `{self.name}`: {why}"), rid)
+    def _fail(self, rid: Any, why: str, unknown: bool = False) -> None:
+        self.handler(*_error_frame(rid, f"the upstream MCP server `{self.name}`: {why}",
+                                   data=UNKNOWN_OUTCOME if unknown else None), rid)
 
     async def _listen(self) -> None:
         import aiohttp
@@ -252,6 +265,10 @@ class HttpUpstream:
     def describe_gone(self) -> str:
         """The error text every call gets once the upstream is gone."""
         return f"the upstream MCP server `{self.name}` is gone ({self.gone}); the call was not run."
+
+    def stderr_tail(self) -> str:
+        """Nothing: an HTTP upstream's stderr is not the proxy's to read."""
+        return ""
 
     async def close(self) -> None:
         """End the session (DELETE, 2 s at most), close the connections."""

@@ -21,7 +21,17 @@ only when the proxy changes it. What the link acts on:
   is off the round trip the client waits for, and no later message finds it missing.
 - ``tools/list`` answers: the tools are registered with the guard on their way through.
 - ``notifications/cancelled`` of a call: passed on; a guarded call waiting for the upstream
-  stops waiting (recorded as a failure) and gets no answer, as JSON-RPC wants.
+  stops waiting and gets no answer, as JSON-RPC wants. The upstream may have run it (a
+  cancellation is advisory in MCP), so the guard records its outcome as unknown.
+- a ``tools/call`` without an id (a notification): refused, never passed on (the guard answers
+  every call, and a notification cannot be answered).
+
+A guarded call sent upstream ends in one of two ways: its answer, or an unknown outcome
+(:class:`~toolguard._outcomes.OutcomeUnknown`, recorded as for a tool that raised
+``TimeoutError``, so an identical retry goes to review instead of running again) when the
+upstream goes away or breaks its stream (a frame over the limit), when no answer came within
+the call timeout (the upstream is then sent ``notifications/cancelled`` for it, as the MCP
+spec asks of a sender that stops waiting), or when the client cancels it.
 
 Everything else (resources, prompts, completions, logging, pings, notifications, progress, the
 upstream's requests to the client and the client's answers) passes through byte for byte. Ids
@@ -43,7 +53,9 @@ import asyncio
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._mcp_frames import UNKNOWN_OUTCOME
 from ._mcp_ports import (
+    CALL_REFUSED_AS_NOTIFICATION,
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -55,7 +67,6 @@ from ._mcp_ports import (
     UpstreamFailed,
     UpstreamGone,
     UpstreamPort,
-    _CallCancelled,
     _error,
     _hashable,
     _id_maker,
@@ -66,6 +77,8 @@ from ._mcp_ports import (
     dumps,
     handshake,
 )
+from ._outcomes import OutcomeUnknown
+from ._task import current_idempotency_key
 
 if TYPE_CHECKING:
     from ._fast import Remote
@@ -86,11 +99,14 @@ class Link:
         middleware: the guard (shared by every link of the proxy).
         early: messages the upstream sent during the handshake, delivered once a client is
             attached.
+        call_timeout_s: how long a guarded call sent upstream waits for its answer (seconds)
+            before its outcome is recorded as unknown.
     """
 
     def __init__(self, up: UpstreamPort, init: Json, middleware: GuardMiddleware,
-                 early: list[tuple[bytes, Json, Any]] | None = None) -> None:
+                 early: list[tuple[bytes, Json, Any]], call_timeout_s: float) -> None:
         self.up = up
+        self.call_timeout_s = call_timeout_s
         self.init = init
         self.middleware = middleware
         self.session_id: str | None = None
@@ -102,6 +118,9 @@ class Link:
         self._mine_down: dict[Any, asyncio.Future[Json]] = {}  # the proxy's to the client
         self._calls: dict[Any, asyncio.Future[tuple[bytes, Json]]] = {}  # guarded, forwarded
         self._remote: dict[Any, Remote] = {}  # the same, begun in a callback (begin_json)
+        # of both, by id: the loop time each times out at, in that order (one timeout)
+        self._deadlines: dict[Any, float] = {}
+        self._sweeper: asyncio.TimerHandle | None = None  # for the first of them
         self._open: dict[Any, Any] = {}  # client requests in flight: id -> progress token
         self._guarding: set[Any] = set()  # of those, the tools/calls the guard holds
         self._progress: dict[Any, Any] = {}  # progress token -> client request id
@@ -111,7 +130,7 @@ class Link:
         self._held: list[tuple[bytes, Any, bool]] = []  # for the client, before it attaches
         up.handler, up.on_gone = self.from_upstream, self.upstream_gone
         up.on_garbage = self._garbage
-        for raw, message, related in early or ():
+        for raw, message, related in early:
             self.from_upstream(raw, message, related)
 
     def attach(self, client: ClientPort, session_id: str | None = None) -> None:
@@ -147,6 +166,10 @@ class Link:
         rid = message.get("id", _MISSING)
         if rid is _MISSING:  # a notification
             if method == "notifications/initialized":
+                return
+            if method == "tools/call":
+                _note(CALL_REFUSED_AS_NOTIFICATION)
+                self._reply(None, error=_error(INVALID_REQUEST, CALL_REFUSED_AS_NOTIFICATION))
                 return
             if method == "notifications/cancelled":
                 self._cancel(message.get("params"))
@@ -200,12 +223,9 @@ class Link:
         if target is _MISSING or target not in self._open:
             return
         self._close_request(target)
-        waiting = self._calls.pop(target, None)
-        if waiting is not None and not waiting.done():
-            waiting.set_exception(_CallCancelled("the client cancelled the call"))
-        call = self._remote.pop(target, None)
-        if call is not None:  # recorded as the failure it is; the client wants no answer
-            self._end(target, call, None, _CallCancelled("the client cancelled the call"))
+        # the client wants no answer; the upstream may have run it all the same
+        self._lost(target, OutcomeUnknown("the client cancelled the call after it was sent "
+                                          "to the upstream"))
         if self.client is not None:
             self.client.end(target)
 
@@ -250,14 +270,59 @@ class Link:
         else:
             call: Remote = begun
             self._remote[rid] = call
-            self.up.send(raw if call.args == arguments else dumps(
-                {**message, "params": {**params, "arguments": call.args}}), message)
+            self._send_call(rid, _outgoing(raw, message, call.args, call.forwarded_key),
+                            message)
         return True
+
+    def _send_call(self, rid: Any, raw: bytes, message: Json) -> None:
+        """Send a guarded call upstream (``raw``: from :func:`_outgoing`), its deadline
+        set: a time in a dict, not a timer
+        per call (a timer handle made and cancelled costs ~15x as much, measured on uvloop
+        and asyncio's loop); one timer, :meth:`_sweep`, waits for the first deadline."""
+        self._deadlines[rid] = self._loop.time() + self.call_timeout_s
+        if self._sweeper is None:
+            self._sweeper = self._loop.call_later(self.call_timeout_s, self._sweep)
+        self.up.send(raw, message)
+
+    def _sweep(self) -> None:
+        """Time out the calls whose deadline passed; wait for the next one."""
+        self._sweeper = None
+        now = self._loop.time()
+        expired = []
+        for rid, deadline in self._deadlines.items():
+            if deadline > now:
+                break
+            expired.append(rid)
+        for rid in expired:
+            self._timed_out(rid)
+        if self._deadlines:
+            first = next(iter(self._deadlines.values()))
+            self._sweeper = self._loop.call_later(max(first - now, 0.0), self._sweep)
+
+    def _timed_out(self, rid: Any) -> None:
+        # the reason first: the guard's error text keeps the first 300 characters
+        why = (f"the upstream MCP server did not answer within {self.call_timeout_s:g} s "
+               f"(`{self.up.name}`)")
+        if self.up.gone is None:  # it should stop, and not answer (MCP's cancellation)
+            cancel: Json = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": rid, "reason": f"toolguard: {why}"}}
+            self.up.send(dumps(cancel), cancel)
+        self._lost(rid, OutcomeUnknown(why))
+
+    def _lost(self, rid: Any, why: OutcomeUnknown) -> None:
+        """A guarded call sent upstream will get no answer: its outcome is unknown."""
+        self._deadlines.pop(rid, None)
+        waiting = self._calls.pop(rid, None)
+        if waiting is not None and not waiting.done():
+            waiting.set_exception(why)
+        call = self._remote.pop(rid, None)
+        if call is not None:
+            self._end(rid, call, None, why)
 
     def _answered(self, rid: Any, call: Remote, raw: bytes, reply: Json) -> None:
         """The upstream answered a call :meth:`_begin` sent: pass it on, record it."""
         result = _call_result(reply)
-        if isinstance(result, _UpstreamCallError):
+        if isinstance(result, Exception):
             self._end(rid, call, None, result)
             return
         sent = call.final and rid in self._open and result.get("isError") is not True
@@ -315,14 +380,14 @@ class Link:
         async def run(args: dict[str, Any]) -> Mapping[str, Any]:
             if self.up.gone is not None:
                 raise UpstreamGone(self.up.describe_gone())
-            out = raw if args == arguments else dumps(
-                {**message, "params": {**params, "arguments": args}})
+            forwards = self.middleware.guard.settings(name).forwards_idempotency_key
+            out = _outgoing(raw, message, args, current_idempotency_key() if forwards else None)
             waiting: asyncio.Future[tuple[bytes, Json]] = self._loop.create_future()
             self._calls[rid] = waiting
-            self.up.send(out, message)
+            self._send_call(rid, out, message)
             reply_raw, reply = await waiting
             result = _call_result(reply)
-            if isinstance(result, _UpstreamCallError):
+            if isinstance(result, Exception):
                 raise result
             answered.append((result, reply_raw))
             return result
@@ -430,10 +495,12 @@ class Link:
                 return
             call = self._remote.pop(rid, None) if self._remote else None
             if call is not None:
+                self._deadlines.pop(rid, None)
                 self._answered(rid, call, raw, message)
                 return
             waiting = self._calls.pop(rid, None) if self._calls else None
             if waiting is not None:
+                self._deadlines.pop(rid, None)
                 if not waiting.done():
                     waiting.set_result((raw, message))
                 return
@@ -469,17 +536,19 @@ class Link:
         return None
 
     def upstream_gone(self) -> None:
-        """The upstream went away: every request waiting for it gets an error."""
+        """The upstream went away: every request waiting for it gets an error; a guarded
+        call it was running, an unknown outcome."""
         gone = UpstreamGone(self.up.describe_gone())
-        waiters: list[asyncio.Future[Any]] = [*self._mine_up.values(), *self._calls.values()]
-        for waiting in waiters:
+        for waiting in self._mine_up.values():
             if not waiting.done():
                 waiting.set_exception(gone)
         self._mine_up.clear()
-        self._calls.clear()
-        remote, self._remote = self._remote, {}
-        for rid, call in remote.items():
-            self._end(rid, call, None, gone)
+        tail = self.up.stderr_tail()
+        lost = OutcomeUnknown(  # the reason first, as in _timed_out
+            f"the upstream MCP server went away ({self.up.gone}) after the call was sent to "
+            f"it (`{self.up.name}`" + (f"; its stderr ended with: {tail}" if tail else "") + ")")
+        for rid in [*self._calls, *self._remote]:
+            self._lost(rid, lost)
         for rid in [r for r in self._open if r not in self._guarding]:
             self._send(rid, error=_error(CONNECTION_CLOSED, str(gone)))
 
@@ -510,6 +579,9 @@ class Link:
         """End the link: stop the guarded calls, close the upstream session."""
         for task in list(self._tasks):
             task.cancel()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self._deadlines.clear()
         remote, self._remote = self._remote, {}
         for rid, call in remote.items():  # an unknown outcome each, as a cancelled task's
             self._end(rid, call, None, asyncio.CancelledError())
@@ -518,12 +590,36 @@ class Link:
         await self.up.close()
 
 
-def _call_result(reply: Json) -> Json | _UpstreamCallError:
+IDEMPOTENCY_META = "toolguard/idempotency-key"
+
+
+def _outgoing(raw: bytes, message: Json, args: Any, key: str | None) -> bytes:
+    """A guarded ``tools/call`` as it goes upstream: the client's bytes, unless the guard
+    validated the arguments into other values, or the tool forwards its idempotency key
+    (``forwards_idempotency_key``): then in ``params._meta["toolguard/idempotency-key"]``
+    (MCP's place for metadata, under a prefix of its own), the same key for a retry of a call
+    whose outcome is unknown, for the upstream to deduplicate on."""
+    params: Json = message["params"]
+    if key is None and args == params.get("arguments"):
+        return raw
+    sent: Json = {**params, "arguments": args}
+    if key is not None:
+        meta = params.get("_meta")
+        sent["_meta"] = {**(meta if isinstance(meta, dict) else {}), IDEMPOTENCY_META: key}
+    return dumps({**message, "params": sent})
+
+
+def _call_result(reply: Json) -> Json | Exception:
     """The ``CallToolResult`` of the upstream's answer to a ``tools/call``, or the error a
-    JSON-RPC error answer (or one without a result) is for the guard."""
+    JSON-RPC error answer (or one without a result) is for the guard: an unknown outcome
+    for one the proxy wrote of a request the upstream may have acted on (an HTTP 5xx, a
+    stream cut before the answer: :data:`~toolguard._mcp_frames.UNKNOWN_OUTCOME`)."""
     result = reply.get("result")
     if isinstance(result, dict):
         return result
     error = reply.get("error")
-    text = error.get("message") if isinstance(error, dict) else None
-    return _UpstreamCallError(str(text or "the upstream gave no result"))
+    text = str((error.get("message") if isinstance(error, dict) else None)
+               or "the upstream gave no result")
+    if isinstance(error, dict) and error.get("data") == UNKNOWN_OUTCOME:
+        return OutcomeUnknown(text)
+    return _UpstreamCallError(text)

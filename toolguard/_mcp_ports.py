@@ -33,6 +33,8 @@ CONNECTION_CLOSED = -32000
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+CALL_REFUSED_AS_NOTIFICATION = ("refused a tools/call without an id (a notification): the guard "
+                                "answers every call, so a call must be a request")
 # what the proxy declares to the upstream, so the upstream's own requests of these kinds reach
 # the client (a client without one answers them with an error, which passes back)
 PROXY_CAPABILITIES: Json = {"elicitation": {"form": {}, "url": {}}, "sampling": {},
@@ -68,6 +70,9 @@ class UpstreamPort(Protocol):
 
     def describe_gone(self) -> str:
         """The error text every call gets once the upstream is gone."""
+
+    def stderr_tail(self) -> str:
+        """The last lines the upstream wrote to stderr, redacted ("" if it has none)."""
 
     async def close(self) -> None:
         """End the session (stop the process, or DELETE the HTTP session)."""
@@ -154,10 +159,6 @@ def _note(text: str) -> None:
 
 
 # -- the link's own helpers ------------------------------------------------------------------
-class _CallCancelled(Exception):
-    """The client cancelled a guarded call while it ran upstream."""
-
-
 class _UpstreamCallError(Exception):
     """The upstream answered ``tools/call`` with a JSON-RPC error."""
 

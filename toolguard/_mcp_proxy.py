@@ -3,13 +3,18 @@
 ::
 
     toolguard mcp-proxy [--policy FILE | --env NAME] [--audit FILE.jsonl] [--task-id ID]
-                        [--listen 127.0.0.1:PORT [--session-idle-timeout SECONDS]]
+                        [--call-timeout SECONDS]
+                        [--listen 127.0.0.1:PORT [--session-idle-timeout SECONDS]
+                         [--max-sessions N] [--allow-host NAME ...] [--token TOKEN]]
                         [--loop auto|asyncio|uvloop] [--explain] -- <upstream command ...>
     toolguard mcp-proxy ... --upstream-url http://host:port/mcp
 
 The proxy connects to the upstream first (a subprocess over stdio, or streamable HTTP),
 initializes it, lists its tools, and then serves MCP itself: on stdio by default, or
-streamable HTTP with ``--listen``. It forwards JSON-RPC frames as they are
+streamable HTTP with ``--listen`` (every request needs the bearer token: ``--token``, the
+``TOOLGUARD_MCP_TOKEN`` environment variable, else one generated and printed once on stderr;
+``Host`` and ``Origin`` must name the listen address; :mod:`toolguard._mcp_http_listener`).
+It forwards JSON-RPC frames as they are
 (:mod:`toolguard._mcp_link`, :mod:`toolguard._mcp_wire`): only ``initialize``, ``tools/list``
 answers and ``tools/call`` are acted on; every ``tools/call`` goes through
 :class:`toolguard.adapters.mcp.GuardMiddleware`. Each client session has its own upstream
@@ -18,18 +23,23 @@ stdio upstream, as a stdio server serves one client), so the upstream's messages
 reach that session's client and no other.
 
 Faults: an upstream that cannot start (or does not answer ``initialize`` within
-``--start-timeout``) makes the command exit 1 with the tail of its stderr; an upstream that
-dies mid-session makes each later call an error result naming it and its stderr tail, without
-consulting the guard (nothing is recorded as executed). Exit 2 for bad options (a malformed
-``--upstream-url`` among them) or an invalid policy, as every ``toolguard`` command.
+``--start-timeout``) makes the command exit 1 with the tail of its stderr (redacted, as
+everything of the upstream's stderr the proxy shows). A guarded call sent upstream that gets
+no answer (the upstream dies or breaks its stream, ``--call-timeout`` passes, or the client
+cancels it) has an unknown outcome: recorded as for a tool that raised ``TimeoutError``, so
+an identical retry goes to review, never runs blind. Once the upstream is gone, each later
+call is an error result naming it and its stderr tail, without consulting the guard (it was
+not run, and nothing is recorded). Exit 2 for bad options (a malformed ``--upstream-url``
+among them) or an invalid policy, as every ``toolguard`` command.
 
 Added to the ``toolguard`` app by :func:`register`; the ``mcp`` SDK is imported only when the
-command runs (``pip install 'toolguard[mcp]'``).
+command runs (``pip install 'agent-toolguard[mcp]'``).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -37,11 +47,14 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from ._cli_common import EnvOption, PolicyOption
+
 if TYPE_CHECKING:  # the SDK is an optional extra, rich a CLI's: imported inside the command
     from rich.console import Console
     from rich.table import Table
 
     from ._engine import Guard
+    from ._mcp_http_listener import Access
     from ._mcp_link import Link
     from .adapters.mcp import GuardMiddleware
 
@@ -52,6 +65,12 @@ UPSTREAM_FAILED = 1
 # an HTTP client that neither deletes its session nor sends anything for an hour has gone;
 # its upstream session (a subprocess, for a stdio upstream) is ended then
 DEFAULT_SESSION_IDLE_TIMEOUT_S = 3600.0
+# a guarded tools/call sent upstream waits this long for its answer (its outcome is unknown
+# after that): longer than a host's own request timeout usually is (60 s in the TypeScript SDK)
+DEFAULT_CALL_TIMEOUT_S = 300.0
+DEFAULT_MAX_SESSIONS = 32  # HTTP sessions at once, each with its upstream session (a process)
+TOKEN_ENV = "TOOLGUARD_MCP_TOKEN"  # noqa: S105 - the variable's name, not a token
+MIN_TOKEN_CHARS = 16
 
 
 def _stderr() -> Console:
@@ -60,9 +79,6 @@ def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True, highlight=False, markup=False)
 
 
-PolicyOption = Annotated[Path | None, typer.Option("--policy", help="A policy file (TOML).")]
-EnvOption = Annotated[
-    str | None, typer.Option("--env", help="Load <TOOLGUARD_POLICY_DIR or policies>/ENV.toml.")]
 
 
 def _fail(message: str, code: int = BAD_INPUT) -> NoReturn:
@@ -94,12 +110,13 @@ def explain_table(middleware: GuardMiddleware) -> Table:
     """The ``--explain`` table: each upstream tool, its annotations and the settings in force."""
     from rich.table import Table
 
+    from ._tables import FOLD_MIN_WIDTH
     from ._types import Effect
 
     table = Table(title="toolguard mcp-proxy: tools and effects", title_justify="left")
     table.add_column("tool", no_wrap=True)
     for column in ("effect", "idempotency", "approval", "from", "annotations"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", min_width=FOLD_MIN_WIDTH)
     for name, effects in middleware.tools.items():
         settings = middleware.guard.settings(name)
         hints = ", ".join(f"{k}={str(v).lower()}" for k, v in effects.hints.items()) or "none"
@@ -112,7 +129,7 @@ def explain_table(middleware: GuardMiddleware) -> Table:
 
 
 async def _open_link(command: list[str] | None, url: str | None, middleware: GuardMiddleware,
-                     timeout_s: float) -> Link:
+                     timeout_s: float, call_timeout_s: float) -> Link:
     """Start or reach an upstream session, initialize it, and join it to a new link.
 
     Raises:
@@ -132,26 +149,25 @@ async def _open_link(command: list[str] | None, url: str | None, middleware: Gua
         init, early = await handshake(up, timeout_s)
     except UpstreamFailed as exc:
         await asyncio.sleep(0.2)  # let a dying process finish writing its stderr
-        tail = up.stderr_tail() if isinstance(up, StdioUpstream) else ""
+        tail = up.stderr_tail()
         await up.close()
         raise UpstreamFailed(str(exc) + (f"; its stderr ended with:\n{tail}" if tail else "")
                              ) from None
-    return Link(up, init, middleware, early)
+    return Link(up, init, middleware, early, call_timeout_s)
 
 
 async def _run(command: list[str] | None, url: str | None, policy: Any, audit: Path | None,
-               task_id: str | None, listen: tuple[str, int] | None, explain: bool,
-               timeout_s: float, idle_timeout_s: float | None = None) -> None:
+               task_id: str | None, listen: Access | None, explain: bool,
+               timeout_s: float, idle_timeout_s: float | None, call_timeout_s: float
+               ) -> None:
     import asyncio
-
-    from rich.console import Console
 
     from ._mcp_ports import UpstreamFailed, UpstreamGone
     from ._mcp_wire import HttpListener, serve_http, serve_stdio
     from .adapters.mcp import GuardMiddleware
 
     middleware = GuardMiddleware(_build_guard(policy, audit), task_id=task_id)
-    link: Link | None = await _open_link(command, url, middleware, timeout_s)
+    link: Link | None = await _open_link(command, url, middleware, timeout_s, call_timeout_s)
     assert link is not None
     try:
         try:
@@ -161,7 +177,9 @@ async def _run(command: list[str] | None, url: str | None, policy: Any, audit: P
             raise UpstreamFailed(f"the upstream MCP server `{link.up.name}` did not list its "
                                  f"tools ({why})") from None
         if explain:
-            Console(soft_wrap=True, highlight=False, markup=False).print(explain_table(middleware))
+            from ._tables import print_table, stdout_console
+
+            print_table(stdout_console(), explain_table(middleware))
             return
         # everything built so far (the SDK's types, the policy, the guard) lives as long as
         # the process: out of the collector's sight, a collection costs what the calls
@@ -170,10 +188,11 @@ async def _run(command: list[str] | None, url: str | None, policy: Any, audit: P
         if listen is None:
             await serve_stdio(link)
             return
-        listener = HttpListener(lambda: _open_link(command, url, middleware, timeout_s),
-                                link, listen[0], idle_timeout_s)
+        listener = HttpListener(lambda: _open_link(command, url, middleware, timeout_s,
+                                                   call_timeout_s),
+                                link, listen, idle_timeout_s)
         link = None  # the listener owns it now
-        await serve_http(listener, *listen)
+        await serve_http(listener, listen.host, listen.port)
     finally:
         if link is not None:
             await link.close()
@@ -209,6 +228,36 @@ def _parse_listen(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         _fail(f"--listen takes HOST:PORT, e.g. 127.0.0.1:8765 (got {value!r})")
     return host.strip("[]"), int(port)
+
+
+def _access(listen: str, token: str | None, max_sessions: int, allow_host: list[str]
+            ) -> Access:
+    """Who may use ``--listen``; says on stderr what a client needs (a generated token, once)
+    and warns of an address beyond loopback."""
+    import secrets
+
+    from ._mcp_http_listener import Access, is_loopback
+
+    host, port = _parse_listen(listen)
+    if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
+        _fail(f"the token (--token or {TOKEN_ENV}) must have at least {MIN_TOKEN_CHARS} "
+              "characters")
+    if max_sessions < 1:
+        _fail("--max-sessions must be >= 1")
+    out = _stderr()
+    if token is None:
+        token = secrets.token_urlsafe(32)
+        out.print(f"toolguard mcp-proxy: HTTP clients must send the header "
+                  f"`Authorization: Bearer {token}` (generated for this run; set {TOKEN_ENV} "
+                  "to choose it)")
+    access = Access(host, port, token.strip(), max_sessions, frozenset(allow_host))
+    if not is_loopback(host):
+        out.print(f"toolguard mcp-proxy: warning: listening on {host}:{port}, beyond "
+                  "loopback: anyone who can reach it and has the token can call the "
+                  "upstream's tools" + ("" if access.names is not None else
+                                        "; any Host name is accepted (name the ones "
+                                        "clients use with --allow-host)"))
+    return access
 
 
 def _check_url(value: str) -> None:
@@ -255,6 +304,28 @@ def mcp_proxy(
         float, typer.Option("--start-timeout", help="Seconds to wait for the upstream to "
                             "answer initialize.")
     ] = 30.0,
+    token: Annotated[
+        str | None, typer.Option("--token", envvar=TOKEN_ENV, show_default=False,
+                                 help="With --listen: the bearer token HTTP clients must "
+                                 "send (default: one generated and printed on stderr). "
+                                 f"Prefer the {TOKEN_ENV} variable: a command line is "
+                                 "visible to other users of the machine.")
+    ] = None,
+    max_sessions: Annotated[
+        int, typer.Option("--max-sessions", help="With --listen: HTTP sessions at once, each "
+                          "with its own upstream session (a process, for a command).")
+    ] = DEFAULT_MAX_SESSIONS,
+    allow_host: Annotated[
+        list[str] | None, typer.Option("--allow-host", show_default=False,
+                                       help="With --listen: one more host name clients may "
+                                       "reach the proxy by (Host and Origin headers); "
+                                       "repeatable.")
+    ] = None,
+    call_timeout: Annotated[
+        float, typer.Option("--call-timeout", help="Seconds a guarded tools/call waits for "
+                            "the upstream's answer; after that its outcome is unknown (an "
+                            "identical retry goes to review).")
+    ] = DEFAULT_CALL_TIMEOUT_S,
     session_idle_timeout: Annotated[
         float, typer.Option("--session-idle-timeout", help="With --listen: end an HTTP session "
                             "(and its upstream session) after this many seconds without a "
@@ -262,7 +333,7 @@ def mcp_proxy(
     ] = DEFAULT_SESSION_IDLE_TIMEOUT_S,
     loop: Annotated[
         str, typer.Option("--loop", help="The event loop: auto (uvloop where it is installed, "
-                          "as with toolguard[mcp] on Linux and macOS; else asyncio's), "
+                          "as with agent-toolguard[mcp] on Linux and macOS; else asyncio's), "
                           "asyncio or uvloop.", show_default=True)
     ] = "auto",
 ) -> None:
@@ -277,20 +348,29 @@ def mcp_proxy(
         _fail("--task-id must not be empty")
     if start_timeout <= 0:
         _fail("--start-timeout must be > 0")
+    if not call_timeout > 0:  # also NaN
+        _fail("--call-timeout must be > 0")
     if session_idle_timeout < 0:
         _fail("--session-idle-timeout must be >= 0 (0: never)")
     run = _loop_runner(loop)
     try:
         import mcp  # noqa: F401 - fail early and clearly without the extra
     except ImportError:
-        _fail("toolguard mcp-proxy needs the MCP SDK: pip install 'toolguard[mcp]'")
-    where = _parse_listen(listen) if listen is not None else None
+        _fail("toolguard mcp-proxy needs the MCP SDK: pip install 'agent-toolguard[mcp]'")
+    os.environ.pop(TOKEN_ENV, None)  # read: not for the upstream (nor its tools) to see
+    where = (_access(listen, token, max_sessions, allow_host or [])
+             if listen is not None else None)
     loaded = _load_policy(policy, env)
+    claim_ttl_s = loaded.idempotency.in_progress_ttl_s
+    if call_timeout >= claim_ttl_s:  # the claim would lapse under a call still waited for
+        _stderr().print(f"toolguard mcp-proxy: warning: --call-timeout {call_timeout:g} s is "
+                        f"not below idempotency.in_progress_ttl_s ({claim_ttl_s:g} s): an "
+                        "identical call may run beside one still waiting for its answer")
     from ._mcp_ports import UpstreamFailed
 
     try:
         run(_run(upstream_command or None, upstream_url, loaded, audit, task_id, where,
-                 explain, start_timeout, session_idle_timeout or None))
+                 explain, start_timeout, session_idle_timeout or None, call_timeout))
     except UpstreamFailed as failed:
         _fail(str(failed), UPSTREAM_FAILED)
     except KeyboardInterrupt:
@@ -314,21 +394,16 @@ def approve(
     The store is the one the policy and environment select (TOOLGUARD_STORE__URL), the same as
     the proxy's: the call's next identical attempt then runs once (or is blocked)."""
     # the docstring is the command's --help, printed as plain text: no reST markup in it
-    from ._engine import Guard
+    from ._cli_common import shared_store_guard
     from ._errors import StoreError
-    from .stores import MemoryStore
 
-    if policy is not None and env is not None:
-        _fail("give --policy FILE or --env, not both")
     task_id, sep, rest = key.rpartition(":")
     task_id = task_id.rpartition(":")[0] if sep else ""
+    if policy is not None and env is not None:
+        _fail("give --policy FILE or --env, not both")
     if not task_id or not rest:
         _fail(f"{key!r} is not an idempotency key (TASK:TOOL:HASH, as a review result names it)")
-    guard = Guard(_load_policy(policy, env), strict_tools=False)
-    if isinstance(guard.store, MemoryStore):
-        _fail("no shared store is configured, so no proxy can see this approval: set "
-              "TOOLGUARD_STORE__URL=redis://... (the proxy's store) or [store] in --policy")
-    task = guard.task(task_id)
+    task = shared_store_guard(policy, env).task(task_id)
     try:
         waiting = key in task.pending_approvals
         if refuse:

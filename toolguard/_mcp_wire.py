@@ -32,6 +32,7 @@ from ._mcp_frames import _PARSE_ERROR, MAX_FRAME_BYTES, _frames, _Lines, _nothin
 from ._mcp_http_listener import HttpListener, serve_http
 from ._mcp_http_upstream import HttpUpstream, env_proxy
 from ._mcp_ports import Json, UpstreamFailed
+from ._redact import redact_text
 
 if TYPE_CHECKING:
     from ._mcp_link import Link
@@ -130,14 +131,15 @@ class StdioUpstream:
         """Nothing to do on stdio."""
 
     def stderr_tail(self) -> str:
-        """The last lines the upstream wrote to stderr."""
+        """The last lines the upstream wrote to stderr, with every credential of a known
+        shape redacted (:func:`toolguard._redact.redact_text`): they go to the client."""
         if self._errlog.closed:
             return ""
         self._errlog.flush()
         self._errlog.seek(0)
         lines = self._errlog.read().decode("utf-8", "replace").splitlines()
         self._errlog.seek(0, 2)
-        return "\n".join(lines[-_STDERR_TAIL_LINES:])
+        return redact_text("\n".join(lines[-_STDERR_TAIL_LINES:]))
 
     def describe_gone(self) -> str:
         """The error text every call gets once the upstream is gone."""

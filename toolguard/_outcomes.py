@@ -18,6 +18,10 @@ that may not be installed:
 
 Either way subclasses match: ``requests.exceptions.ReadTimeout`` is a
 ``requests.exceptions.Timeout``.
+
+A runner that hands a call to a tool running elsewhere and then loses it (the process that ran
+it died, it did not answer in time, the caller stopped waiting) raises :class:`OutcomeUnknown`:
+an unknown outcome whatever the list says, since no setting can make such a call "not run".
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import json
 import re
 from typing import Any, Final
 
-__all__ = ["DEFAULT_TIMEOUT_EXCEPTIONS", "forwarded_key", "is_transient", "is_unknown_outcome"]
+__all__ = ["DEFAULT_TIMEOUT_EXCEPTIONS", "OutcomeUnknown", "forwarded_key", "is_transient",
+           "is_unknown_outcome"]
 
 DEFAULT_TIMEOUT_EXCEPTIONS: Final = (
     "TimeoutError",  # builtin; also socket.timeout, asyncio.TimeoutError (3.11+)
@@ -39,6 +44,11 @@ DEFAULT_TIMEOUT_EXCEPTIONS: Final = (
     "grpc.FutureTimeoutError",
     "grpc.RpcError:DEADLINE_EXCEEDED",
 )
+
+
+class OutcomeUnknown(Exception):
+    """The call was handed to its tool, which can no longer answer: it may or may not have
+    happened (the message says why). Recorded as an unknown outcome by every policy."""
 
 
 _MISSING: Final = frozenset({"<missing>"})
@@ -66,6 +76,8 @@ def is_unknown_outcome(exc: BaseException, names: tuple[str, ...]) -> bool:
 def _matches(cls: type, names: tuple[str, ...]) -> frozenset[str] | None:
     """None if no name matches ``cls``; else the status codes the matching ``Name:CODE``
     names require (empty: some name matched without a code, so any status does)."""
+    if issubclass(cls, OutcomeUnknown):
+        return frozenset()
     codes: set[str] = set()
     for name in names:
         spelled, _, code = name.partition(":")

@@ -53,6 +53,9 @@ MAX_COUNT: Final = 2**63 - 1
 MAX_SECONDS: Final = 1e9
 """The longest duration a policy may set (about 31 years): beyond it, timers and socket
 timeouts overflow (``OverflowError``)."""
+MAX_USD: Final = 1e9
+"""The largest dollar budget a policy may set: a task's cost is counted in nano-dollars in a
+64-bit counter (``toolguard._cost``), which holds about 9.2e9 dollars."""
 
 
 class _Frozen(BaseModel):
@@ -128,6 +131,8 @@ class BudgetPolicy(_Frozen):
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     max_consecutive_failures: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    max_cost_usd: float | None = Field(default=None, gt=0, le=MAX_USD)
+    unknown_cost: Literal["halt", "ignore"] = "halt"
 
 
 class IdempotencyPolicy(_Frozen):
@@ -292,6 +297,7 @@ class ToolPolicy(_Frozen):
     forwards_idempotency_key: bool | None = None
     external: bool | None = None
     max_calls: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    max_cost_usd: float | None = Field(default=None, gt=0, le=MAX_USD)
     max_polls: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     ladder: LadderOverride | None = None
     args: dict[str, ArgOptions] = Field(default_factory=dict)

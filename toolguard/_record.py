@@ -198,7 +198,8 @@ def _conclude(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: V
         result = ToolResult(tool, p.call_id, HALT, f"[toolguard] Halted: {exc}",
                             is_error=True, reason=verdict.reason, count=snap.count,
                             effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
-        task._record(p, result, "validating->failed", cfg)
+        task._record(p, result, "validating->failed", cfg,
+                     {"kind": type(exc).__name__, "budget": verdict.budget})
         raise exc
     stagnant = task._finish(cfg, p, snap, outcome)
     if outcome is not None:

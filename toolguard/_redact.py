@@ -10,7 +10,11 @@ Two nets, both applied at any depth:
   are (a ``Bearer`` header inside a ``curl`` command, a key in a URL). The shapes mirror the
   regex plugins of Yelp's detect-secrets (``AWSKeyDetector``, ``GitHubTokenDetector``,
   ``GitLabTokenDetector``, ``JwtTokenDetector``, ``PrivateKeyDetector``, ``SlackDetector``,
-  ``StripeDetector``, ``BasicAuthDetector``, and the ``KeywordDetector`` key names);
+  ``StripeDetector``, ``BasicAuthDetector``, and the ``KeywordDetector`` key names), plus
+  Google ``AIza…`` keys, Hugging Face ``hf_…`` tokens, SendGrid ``SG.…`` keys, Stripe
+  ``whsec_…`` webhook secrets, Azure ``AccountKey=``, a password after a command-line flag
+  (``--password X``) or glued to ``-p`` (``mysql -pX``, ``sshpass -p X``), a URL password
+  with no user (``redis://:X@host``) and a 40-character AWS secret key with no context;
   ``tests/test_redaction.py`` checks them against that library's own patterns. The library
   itself is not imported: it costs about 0.2 s and pulls in ``requests``.
 
@@ -18,19 +22,22 @@ A string that holds a JSON object or array (a ``body`` argument) is parsed and r
 arguments, then written back as compact JSON. Nesting deeper than :data:`MAX_DEPTH` is cut
 (``"[nested too deeply]"``), so no argument can make redaction recurse without bound.
 
-Every pattern is linear-time (no nested unbounded quantifiers), since the text is the
-model's.
+The shapes run on RE2 (:class:`toolguard._regex.Rewriter`): the time is linear in the
+text whatever it holds, since the text is the model's (Python's ``re`` rescanned to the end
+of the text from each ``eyJ`` of ``eyJ-eyJ-…``: quadratic).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Protocol
+from functools import cache
+from typing import Any, Final, NamedTuple, Protocol
 
 import orjson
 
 from ._canonical_walk import fields_of
+from ._regex import Rewriter
 
 __all__ = [
     "DEEP",
@@ -54,63 +61,107 @@ _SEPARATORS: Final = re.compile(r"[\s_.\-]+")
 _WORD: Final = re.compile(r"[\w\- .]+")
 
 _KEYWORDS = (r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|"
-             r"private[_-]?key|auth(?:orization)?|cookie|credentials?|session[_-]?id")
+             r"account[_-]?key|private[_-]?key|auth(?:orization)?|cookie|credentials?|"
+             r"session[_-]?id")
+_SCHEMES: Final = frozenset({"bearer", "basic", "token", "digest"})
+_KEYWORD_NEEDLES: Final = ("pass", "pwd", "secret", "token", "key", "auth", "cookie",
+                           "credential", "session")
 
-# (pattern, the group holding the secret); each group before it is kept as written.
-_SHAPES: Final[tuple[tuple[re.Pattern[str], int], ...]] = (
+
+def _keep_scheme_word(groups: tuple[str | None, ...]) -> str | None:
+    """The keyword shape must not take the scheme word of an Authorization header
+    (``Authorization: Bearer [REDACTED]``): the shape before it took the credentials."""
+    secret, after = groups[1] or "", groups[2]
+    if after and secret.lower() in _SCHEMES:
+        return "".join(g or "" for g in groups)
+    return None
+
+
+def _aws_secret_only(groups: tuple[str | None, ...]) -> str | None:
+    """A run of base64 characters is taken for an AWS secret access key only when it is
+    exactly 40 long and mixes upper case, lower case and digits (a git hash, a path or a
+    longer blob is not)."""
+    run = groups[1] or ""
+    if len(run) == 40 and any(c.isupper() for c in run) and any(c.islower() for c in run) \
+            and any(c.isdigit() for c in run):
+        return None
+    return "".join(g or "" for g in groups)
+
+
+class _Shape(NamedTuple):
+    """A credential's shape: its pattern (RE2 syntax), the group holding the secret (the
+    groups around it are kept as written), the lower-case texts one of which a string must
+    hold for the pattern to be searched at all (empty: always searched), and a check that
+    may keep a match as written (returns the text to put back) instead."""
+
+    pattern: str
+    group: int
+    needles: tuple[str, ...]
+    keep: Callable[[tuple[str | None, ...]], str | None] | None = None
+
+
+_SHAPES_SPEC: Final[tuple[_Shape, ...]] = (
     # PrivateKeyDetector: a PEM private key block, to its END line (or the end of the text)
-    (re.compile(r"(-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----)"
-                r"(.*?(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----|\Z))", re.S), 2),
-    (re.compile(r"(PuTTY-User-Key-File-\d:)(.*)", re.S), 2),
+    _Shape(r"(?s)(-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----)"
+           r"(.*?(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----|\z))", 2,
+           ("-----begin",)),
+    _Shape(r"(?s)(PuTTY-User-Key-File-\d:)(.*)", 2, ("putty-user-key-file",)),
     # an HTTP Authorization scheme: Bearer / Basic / Token / Digest <credentials>
-    (re.compile(r"(?i)(\b(?:bearer|basic|token|digest)[ \t]+)([A-Za-z0-9._~+/=-]{6,})"), 2),
-    # KeywordDetector-like: password=..., X-Api-Key: ..., "token": "...", --secret ...
-    # (not the scheme word of an Authorization header: the shape above takes its credentials)
-    (re.compile(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}['\"]?"
-                r"(?:[ \t]*[:=][ \t]*|[ \t]+(?=['\"]))['\"]?)"
-                r"(?!(?:bearer|basic|token|digest)[ \t])([^\s'\"&,;]{3,})"), 2),
+    _Shape(r"(?i)(\b(?:bearer|basic|token|digest)[ \t]+)([A-Za-z0-9._~+/=-]{6,})", 2,
+           ("bearer", "basic", "token", "digest")),
+    # KeywordDetector-like: password=..., X-Api-Key: ..., "token": "...", AccountKey=...
+    _Shape(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}['\"]?"
+           r"(?:[ \t]*[:=][ \t]*['\"]?|[ \t]+['\"]))([^\s'\"&,;]{3,})([ \t])?", 2,
+           _KEYWORD_NEEDLES, _keep_scheme_word),
+    # a command-line flag and its value: --password X, --api-token X, -secret X
+    _Shape(r"(?i)((?:^|[^\w-])--?[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}[ \t]+"
+           r"['\"]?)([^\s'\"]{1,200})", 2, _KEYWORD_NEEDLES),
+    # a password glued to -p: mysql -uroot -pSECRET, sshpass -p SECRET
+    _Shape(r"(\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mysqlpump|"
+           r"mariadb[\w-]*|sshpass)\b[^\n;|&]{0,200}?[ \t]-p[ \t]*)([^\s'\"]+)", 2,
+           ("mysql", "mariadb", "sshpass")),
     # AWSKeyDetector: a secret access key quoted near "aws ... key"
-    (re.compile(r"(?i)(aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['\"])"
-                r"([0-9a-zA-Z/+]{40})(?=['\"])"), 2),
-    # BasicAuthDetector: credentials in a URL (scheme://user:password@host)
-    (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]{0,20}://[^\s/:@]{1,100}:)([^\s/@]{1,200})(?=@)"), 2),
+    _Shape(r"(?i)(aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['\"])"
+           r"([0-9a-zA-Z/+]{40})(['\"])", 2, ("aws",)),
+    # BasicAuthDetector: credentials in a URL (scheme://user:password@host, user optional)
+    _Shape(r"(\b[A-Za-z][A-Za-z0-9+.-]{0,20}://[^\s/:@]{0,100}:)([^\s/@]{1,200})(@)", 2,
+           ("://",)),
     # AWSKeyDetector: access key ids
-    (re.compile(r"()\b((?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16})"), 2),
+    _Shape(r"()\b((?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16})", 2,
+           ("a3t", "abia", "acca", "akia", "asia")),
     # GitHubTokenDetector (+ fine-grained tokens), GitLabTokenDetector
-    (re.compile(r"()\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9_]{36}|github_pat_[A-Za-z0-9_]{22,})"),
-     2),
-    (re.compile(r"()\b(gl(?:pat|dt|rt|cbt|ptt|oas|imt|agent|ft|soat)-[A-Za-z0-9_\-]{20,}"
-                r"|GR1348941[A-Za-z0-9_\-]{20,})"), 2),
+    _Shape(r"()\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9_]{36}|github_pat_[A-Za-z0-9_]{22,})", 2,
+           ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+    _Shape(r"()\b(gl(?:pat|dt|rt|cbt|ptt|oas|imt|agent|ft|soat)-[A-Za-z0-9_\-]{20,}"
+           r"|GR1348941[A-Za-z0-9_\-]{20,})", 2, ("gl", "gr1348941")),
     # SlackDetector
-    (re.compile(r"(?i)()\b(xox(?:a|b|p|o|s|r)-(?:\d+-)+[a-z0-9]+)"), 2),
-    (re.compile(r"(?i)(https://hooks\.slack\.com/services/)(T\w+/B\w+/\w+)"), 2),
-    # StripeDetector and sk-… API keys (OpenAI, Anthropic, many others)
-    (re.compile(r"()\b((?:r|s|p)k_(?:live|test)_[0-9A-Za-z]{8,}|sk-[A-Za-z0-9_\-]{8,})"), 2),
+    _Shape(r"(?i)()\b(xox(?:a|b|p|o|s|r)-(?:\d+-)+[a-z0-9]+)", 2, ("xox",)),
+    _Shape(r"(?i)(https://hooks\.slack\.com/services/)(T\w+/B\w+/\w+)", 2,
+           ("hooks.slack.com",)),
+    # StripeDetector (+ webhook secrets) and sk-… API keys (OpenAI, Anthropic, many others)
+    _Shape(r"()\b((?:r|s|p)k_(?:live|test)_[0-9A-Za-z]{8,}|sk-[A-Za-z0-9_\-]{8,}"
+           r"|whsec_[0-9A-Za-z]{16,})", 2, ("sk_", "rk_", "pk_", "sk-", "whsec_")),
+    # Google API keys, Hugging Face tokens, SendGrid keys
+    _Shape(r"()\b(AIza[0-9A-Za-z_\-]{20,})", 2, ("aiza",)),
+    _Shape(r"()\b(hf_[A-Za-z0-9]{20,}|api_org_[A-Za-z0-9]{20,})", 2, ("hf_", "api_org_")),
+    _Shape(r"()\b(SG\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,})", 2, ("sg.",)),
     # JwtTokenDetector
-    (re.compile(r"()\b(eyJ[A-Za-z0-9_=-]{4,}\.[A-Za-z0-9_=-]{4,}\.?[A-Za-z0-9_.+/=-]*)"), 2),
+    _Shape(r"()\b(eyJ[A-Za-z0-9_=-]{4,}\.[A-Za-z0-9_=-]{4,}\.?[A-Za-z0-9_.+/=-]*)", 2,
+           ("eyj",)),
+    # an AWS secret access key with no context: 40 base64 characters, mixed (see the check)
+    _Shape(r"()([A-Za-z0-9/+=]{40,})", 2, (), _aws_secret_only),
 )
 
 
-# Lower-case texts one of which a string must hold for the shape of the same index to be
-# searched at all: one substring test each instead of a regex scan of every string.
-_NEEDLES: Final[tuple[tuple[str, ...], ...]] = (
-    ("-----begin",),
-    ("putty-user-key-file",),
-    ("bearer", "basic", "token", "digest"),
-    ("pass", "pwd", "secret", "token", "key", "auth", "cookie", "credential", "session"),
-    ("aws",),
-    ("://",),
-    ("a3t", "abia", "acca", "akia", "asia"),
-    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-    ("gl", "gr1348941"),
-    ("xox",),
-    ("hooks.slack.com",),
-    ("sk_", "rk_", "pk_", "sk-"),
-    ("eyj",),
-)
+@cache
+def _shapes() -> tuple[tuple[Rewriter, _Shape], ...]:
+    """The shapes compiled (RE2, linear time whatever the text), on first use."""
+    return tuple((Rewriter.compile(shape.pattern), shape) for shape in _SHAPES_SPEC)
 
 
-_ANY_NEEDLE: Final = re.compile("|".join(re.escape(n) for group in _NEEDLES for n in group))
+_ANY_NEEDLE: Final = re.compile("|".join(re.escape(n) for shape in _SHAPES_SPEC
+                                         for n in shape.needles))
+_ALWAYS_FROM: Final = 40  # characters: the shapes with no needle need this many
 
 
 def fold_key(key: str) -> str:
@@ -162,24 +213,32 @@ def _secret_key(key: str, pattern: KeyPattern | None) -> bool:
 
 def redact_text(text: str) -> str:
     """``text`` with every credential of a well-known shape replaced by ``[REDACTED]``
-    (the scheme or key name before it stays: ``Bearer [REDACTED]``)."""
+    (the scheme or key name before it stays: ``Bearer [REDACTED]``). Linear time in the
+    length of ``text`` (RE2; each shape one pass)."""
     if len(text) < 8:
         return text
     lower = text.lower()
-    if _ANY_NEEDLE.search(lower) is None:  # the usual case: one scan, nothing to redact
+    needled = _ANY_NEEDLE.search(lower) is not None
+    if not needled and len(text) < _ALWAYS_FROM:  # the usual case: nothing to redact
         return text
-    for (shape, group), needles in zip(_SHAPES, _NEEDLES, strict=True):
-        if any(needle in lower for needle in needles) and shape.search(text) is not None:
-            text = shape.sub(_keeping(group), text)
+    for rewriter, shape in _shapes():
+        if shape.needles and not (needled and any(n in lower for n in shape.needles)):
+            continue
+        new = rewriter.sub(text, _keeping(shape))
+        if new is not text and new != text:
+            text = new
             lower = text.lower()
     return text
 
 
-def _keeping(group: int) -> Callable[[re.Match[str]], str]:
-    def replace(match: re.Match[str]) -> str:
-        kept = "".join(match.group(i) or "" for i in range(1, group))
-        return kept + REDACTED + "".join(match.group(i) or "" for i in
-                                         range(group + 1, (match.re.groups or 0) + 1))
+def _keeping(shape: _Shape) -> Callable[[tuple[str | None, ...]], str]:
+    group, keep = shape.group, shape.keep
+
+    def replace(groups: tuple[str | None, ...]) -> str:
+        if keep is not None and (kept := keep(groups)) is not None:
+            return kept
+        return ("".join(g or "" for g in groups[:group - 1]) + REDACTED
+                + "".join(g or "" for g in groups[group:]))
     return replace
 
 

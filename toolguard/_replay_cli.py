@@ -4,7 +4,8 @@
 
     toolguard replay PATH... [--policy FILE | --env NAME] [--tools TOOLS.json]
                      [--input-format NAME] [--allow-empty]
-                     [--format table|json|jsonl] [--verbose] [--fail-on halt|block|never]
+                     [--format table|json|jsonl] [--verbose] [--only-flagged]
+                     [--fail-on halt|block|never] [--html REPORT.html]
     toolguard replay --list-formats
 
 No tool is executed: for each call the guard lets run, the recorded result is fed back (see
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # rich, the replay readers and the policy loader load when a 
         FileRuns,
         ReplayInputError,
         ReplayNote,
+        ReplayReport,
         Run,
         RunReport,
         Totals,
@@ -64,7 +66,6 @@ BAD_INPUT: int = 2
 INTERRUPTED: int = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 _PROGRESS_MIN_BYTES = 1 << 20  # less input replays in a blink: no progress bar
 _PROGRESS_MIN_FILES = 20
-_PIPE_WIDTH = 160
 
 
 class OutputFormat(str, enum.Enum):
@@ -97,7 +98,8 @@ def replay(
     ] = None,
     policy: Annotated[
         Path | None,
-        typer.Option("--policy", help="The policy file (TOML).", dir_okay=False),
+        typer.Option("--policy", help="The policy file (TOML), or a shipped policy's "
+                                       "name (toolguard policies).", dir_okay=False),
     ] = None,
     env: Annotated[
         str | None,
@@ -114,6 +116,11 @@ def replay(
     ] = OutputFormat.TABLE,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Table: list every non-allow step.")
+    ] = False,
+    only_flagged: Annotated[
+        bool, typer.Option("--only-flagged",
+                           help="Table: list only the runs with a decision other than allow "
+                                "(the totals still count every run).")
     ] = False,
     fail_on: Annotated[
         FailOn,
@@ -143,16 +150,23 @@ def replay(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar on stderr.")
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", metavar="REPORT.html", dir_okay=False,
+                     help="Also write the report as one self-contained HTML page (a "
+                          "timeline of each run's calls; click a call for its details)."),
+    ] = None,
 ) -> None:
     """Replay recorded agent runs through a policy, executing no tool.
 
     Reports every decision the policy would have taken (warn, cached, block, review, invalid,
     halt)."""
+    from ._tables import stdout_console
     from .replay import readers
     from .replay._registry import reader_named
 
     if list_formats:
-        _print_formats(_stdout())
+        _print_formats(stdout_console())
         return
     if not paths:
         _fail("give the recorded runs to replay: files or directories (formats: "
@@ -164,11 +178,11 @@ def replay(
               f"{', '.join(r.name for r in readers())}")
     guard_policy = _load_policy(policy, env)
     specs = _load_tools(tools)
-    output = _Output(output_format, verbose)
+    output = _Output(output_format, verbose, only_flagged, keep_runs=html is not None)
     interrupted = False
     try:
         _replay(paths, guard_policy, specs, input_format, allow_empty,
-                jobs or os.cpu_count() or 1, output, quiet)
+                jobs or os.cpu_count() or 1, output, quiet, details=html is not None)
     except KeyboardInterrupt:
         interrupted = True
     for note in _after_notes(output.totals, guard_policy, tools, specs):
@@ -183,6 +197,8 @@ def replay(
     elif not output.totals.runs and not (allow_empty and not output.problems):
         _fail("no runs to replay")
     output.finish()
+    if html is not None:
+        _write_html(output.report(), html)
     if interrupted:
         raise typer.Exit(INTERRUPTED)
     if output.problems:
@@ -191,13 +207,33 @@ def replay(
         raise typer.Exit(FAILED)
 
 
+def _write_html(report: ReplayReport, path: Path) -> None:
+    """Write the HTML report to ``path`` (through a temporary file beside it, so a failed
+    write leaves no half page); exits 2 if it cannot be written."""
+    from .replay._html import write_html
+
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        try:
+            with temporary.open("w", encoding="utf-8") as out:
+                write_html(report, out)
+            temporary.replace(path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        _fail(f"cannot write {path}: {exc.strerror or exc}")
+
+
 class _Output:
     """The report, written as the runs are replayed: ``jsonl`` lines and the ``json``
     document's runs go to stdout as each run is done; the table is printed at the end from
-    its rows. Keeps the totals, the problems and the notes, not the runs."""
+    its rows. Keeps the totals, the problems and the notes, and the runs only when
+    ``keep_runs`` (the HTML report shows every run)."""
 
-    def __init__(self, output_format: OutputFormat, verbose: bool) -> None:
-        from .replay import Totals
+    def __init__(self, output_format: OutputFormat, verbose: bool, only_flagged: bool,
+                 keep_runs: bool) -> None:
+        from .replay import ReplayReport, Totals
         from .replay._report import JsonDocument, TableRows
 
         self.format = output_format
@@ -206,6 +242,8 @@ class _Output:
         self.notes: list[ReplayNote] = []
         self.document = JsonDocument(self._write)
         self.rows = TableRows(verbose)
+        self.only_flagged = only_flagged
+        self.kept: ReplayReport | None = ReplayReport() if keep_runs else None
 
     @staticmethod
     def _write(text: str) -> None:
@@ -216,6 +254,8 @@ class _Output:
         from .replay._report import run_lines
 
         self.totals.add(run)
+        if self.kept is not None:
+            self.kept.runs.append(run)
         if self.format is OutputFormat.JSON:
             self.document.add(run)
         elif self.format is OutputFormat.JSONL:
@@ -226,13 +266,21 @@ class _Output:
             self.rows.add(run)
 
     def finish(self) -> None:
+        from ._tables import stdout_console
         from .replay._report import render_rows
 
         totals = self.totals.as_dict(len(self.problems))
         if self.format is OutputFormat.JSON:
             self.document.finish(totals, self.problems, self.notes)
         elif self.format is OutputFormat.TABLE:
-            render_rows(self.rows, totals, _stdout())
+            render_rows(self.rows, totals, stdout_console(), only_flagged=self.only_flagged)
+
+    def report(self) -> ReplayReport:
+        """The report of the runs kept (``keep_runs``), with the problems and notes."""
+        from .replay import ReplayReport
+
+        runs = [] if self.kept is None else self.kept.runs
+        return ReplayReport(runs, self.problems, self.notes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,10 +293,10 @@ class _FileEnd:
 
 def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
             input_format: str | None, allow_empty: bool, jobs: int, output: _Output,
-            quiet: bool) -> None:
+            quiet: bool, *, details: bool = False) -> None:
     """Read and replay file by file, run by run, into ``output``; each file's problems and
     notes go to stderr as soon as its runs are replayed, and into ``output``, reading
-    problems before replay ones."""
+    problems before replay ones. ``details``: keep each step's details (the HTML report)."""
     from .replay import UniqueIds, iter_files, open_file, replay_stream
 
     files = list(iter_files(paths, output.problems,
@@ -267,7 +315,7 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
 
     held: list[ReplayInputError] = []  # the replay problems of the file being replayed
     with _Progress(files, quiet) as progress, _CtrlC() as ctrl_c:
-        stream = replay_stream(items(), policy, tools=specs, jobs=jobs)
+        stream = replay_stream(items(), policy, tools=specs, jobs=jobs, details=details)
         try:
             for item in stream:
                 if ctrl_c.pressed:
@@ -391,14 +439,16 @@ def _print_formats(console: Console) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ._tables import FOLD_MIN_WIDTH, print_table
     from .replay import readers
 
     table = Table(title="toolguard replay input formats", title_justify="left")
-    for name in ("name", "files", "what"):
-        table.add_column(name, overflow="fold")
+    table.add_column("name", no_wrap=True)
+    for name in ("files", "what"):
+        table.add_column(name, overflow="fold", min_width=FOLD_MIN_WIDTH)
     for reader in readers():
         table.add_row(reader.name, " ".join(reader.suffixes), reader.description)
-    console.print(table)
+    print_table(console, table)
     console.print(Text("Detected per file from its content; --input-format NAME forces one. "
                        "'openai' and 'anthropic' name the chat reader."))
 
@@ -435,15 +485,6 @@ def _load_tools(path: Path | None) -> list[ToolSpec]:
     except ReplayInputError as error:
         _error(error)
         raise typer.Exit(BAD_INPUT) from None
-
-
-def _stdout() -> Console:
-    from rich.console import Console
-
-    console = Console(highlight=False, markup=False)  # data is printed as written
-    # A pipe or a CI log has no width limit: do not squeeze the table into 80 columns.
-    return console if console.is_terminal else Console(highlight=False, markup=False,
-                                                        width=_PIPE_WIDTH)
 
 
 def _stderr() -> Console:

@@ -75,6 +75,12 @@ def _no_tool_policy() -> ToolPolicy:
     return ToolPolicy()
 
 
+def _by_default(policy: Policy) -> str:
+    """The source of an effect nothing classified: the policy's ``default_effect`` and where
+    that was set (``default_effect = "deny" (policies/prod.toml)``)."""
+    return f'default_effect = "{policy.default_effect}" ({policy.source_of("default_effect")})'
+
+
 def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     """Compute a tool's effective settings and where each came from.
 
@@ -113,9 +119,9 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
     elif tp.requires_approval:  # gated by a human: classified, as @requires_approval is
         effect, src["effect"] = Effect.MUTATING, from_tool("requires_approval")
     elif policy.default_effect == "deny":
-        effect, deny, src["effect"] = Effect.MUTATING, True, policy.source_of("default_effect")
+        effect, deny, src["effect"] = Effect.MUTATING, True, _by_default(policy)
     else:
-        effect, src["effect"] = Effect(policy.default_effect), policy.source_of("default_effect")
+        effect, src["effect"] = Effect(policy.default_effect), _by_default(policy)
 
     if tp.requires_approval is not None:
         approval, src["requires_approval"] = tp.requires_approval, from_tool("requires_approval")

@@ -103,6 +103,11 @@ class Usage:
         per_tool: the same, by tool name.
         input_tokens / output_tokens / total_tokens: reported by ``task.record_usage``.
         elapsed_s: seconds since the task's first call or usage report (0 before).
+        cost_usd: US dollars the reported tokens cost (those of a known price).
+        cost_per_tool: the same, of the usage reported for a tool (a tool that calls a
+            model itself), by tool name.
+        unpriced_tokens: reported tokens whose price is unknown (no model name, or a model
+            the price table does not know): not in ``cost_usd``.
     """
 
     tool_calls: int
@@ -110,6 +115,9 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     elapsed_s: float = 0.0
+    cost_usd: float = 0.0
+    cost_per_tool: dict[str, float] = field(default_factory=dict)
+    unpriced_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -4,275 +4,589 @@ Coding agents have one shell tool (``bash``, ``exec_command``). Marked mutating 
 every ``ls`` or ``git status`` is answered from the idempotency cache and the agent never sees
 the changed output; marked read-only, a write never counts as progress and a duplicate write
 is never caught. ``[tools.bash] shell = "command"`` names the argument that holds the command
-line, and each call gets the effect of its command (:func:`classify_command`):
+line, and each call gets the effect of its command (:func:`classify_command`).
 
-* **mutating**: any redirection of output to a file (``>``, ``>>``, ``&>``, ``>|``; not to
-  ``/dev/null`` nor a descriptor such as ``2>&1``), ``tee FILE``, ``sed -i``, ``find`` with
-  ``-delete``/``-exec``/``-execdir``/``-ok``/``-fprint``..., ``sort -o``, ``git`` other than
-  ``status``/``log``/``diff``/``show``/``rev-parse``/a listing ``branch``, and the programs
-  that exist to change files (``rm``, ``mv``, ``cp``, ``mkdir``, ``touch``, ``chmod``,
-  ``patch``, ``kill``, ``pip install``...);
-* **read-only**: every part of the command is on the read-only list, after Codex's
-  ``command_safety`` (``is_safe_command.rs``: ``cat cd cut echo expr grep head ls nl paste
-  pwd rev seq stat tail tr uniq wc which whoami``, ``find``/``rg``/``base64``/``sed -n``
-  without their writing options, ``git status/log/diff/show/branch``) plus ``file``,
-  ``diff``, ``du``, ``tree``, ``jq``..., SWE-agent's file viewer (``open``, ``goto``,
-  ``scroll_up``, ``search_dir``...) and test runs (``pytest``, ``python -m pytest``,
-  ``python -m unittest``: they observe the code; their output changes when the code does);
-* **poll**: waiting on something that moves: ``sleep``, ``tail -f``, ``ps``, ``pgrep``,
-  ``jobs``, ``wait``, and the empty command (read more output of a running process);
-* anything else (``python script.py``, ``make``, an unknown program, a command that does not
-  parse): **None**, the tool's own effect.
+The command is parsed with tree-sitter's Bash grammar (``tree-sitter-bash``, the parser of
+Codex's command safety) and its syntax tree walked with an allow-list of node kinds: lists,
+pipelines, ``&&``/``||``/``;``/``&``, subshells and groups, ``if``/``while``/``for``/
+``case``, functions, ``[[ ]]``, assignments, redirections, here-documents, quoting,
+``$x``/``${x}``, ``$(...)``, backticks and process substitution (whose commands are
+classified too). Each simple command gets its effect from the program allow-list of
+:mod:`toolguard._shell_programs`. A compound command is as strong as its strongest part.
 
-A compound command is as strong as its strongest part: one mutating part makes it mutating,
-one unknown part unknown, one poll part (with the rest read-only) a poll. Pipelines,
-``&&``/``||``/``;``/``&``, newlines, subshells and groups, ``$(...)`` and backticks (also
-inside double quotes), process substitution, here-documents (skipped, never parsed as
-commands), ``VAR=value`` assignments, ``bash -c``/``-lc "..."`` (parsed again), and the
-prefixes ``sudo``, ``env``, ``timeout``, ``nice``, ``nohup``, ``time``, ``command``,
-``exec``, ``stdbuf``, ``xargs`` are taken apart.
+**Fail safe.** Whatever the walk does not understand makes the command **mutating**: a
+syntax error, a node kind not on the list (arithmetic ``$((...))``/``((...))``/``$[...]``,
+a ``c``-style ``for``), a parameter expansion other than the plain ones (``${!x}``,
+``${x@P}``, subscripts), arithmetic comparison in ``[[ ]]`` of anything but numbers, an
+assignment of an environment variable a program reads (``GIT_*``, ``LESSOPEN``, ``PAGER``,
+``LD_PRELOAD``, ``PATH``...), output redirected to a file, ``eval``, ``alias``, a program
+named by a path it may have written (``./ls``), a program run with a dynamic name
+(``$CMD``), a known program with an option not on its list, a command longer than
+:data:`MAX_CHARS`, with more than :data:`MAX_PIPES` pipes, more than :data:`MAX_NODES`
+syntax nodes or deeper than the nesting limits. A program that is not on the list at
+all (``make``, ``python script.py``) is **unknown** (None): the tool's own effect applies.
 
-The command line is taken apart by the lexer of :mod:`toolguard._shell_lex`.
+The empty command is a poll (read more output of a running process).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
-from functools import lru_cache
-from typing import Any, Final
+from functools import cache
+from typing import TYPE_CHECKING, Any, Final
 
-from ._shell_lex import _MAX_DEPTH, _NOT_A_FILE, parse_command
+from ._shell_programs import (
+    MAX_DEPTH,
+    Unsafe,
+    Word,
+    classify_words,
+    combine,
+    env_assignment_ok,
+    output_target_ok,
+    static_words,
+)
 from ._types import MUTATING, POLL, READONLY, Effect
 
-__all__ = ["classify_argv", "classify_command"]
+if TYPE_CHECKING:
+    from tree_sitter import Node, Parser
 
-_CACHED_CHARS: Final = 65_536  # longer commands are classified every time, never kept
+__all__ = ["MAX_CHARS", "MAX_NODES", "MAX_PIPES", "classify_argv", "classify_command"]
 
+MAX_CHARS: Final = 16_384
+"""Longer commands are mutating without being parsed (the 4,471 recorded coding-agent
+commands are at most 11 KB; parsing costs up to ~1.5 µs per character)."""
+MAX_NODES: Final = 2_000
+"""Syntax-tree nodes walked before a command counts as mutating (too complex to classify;
+the recorded read-only commands need at most ~110)."""
+MAX_PIPES: Final = 256
+"""``|`` characters beyond which a command is mutating unparsed: tree-sitter-bash parses a
+pipeline in time quadratic in its stages (the recorded commands have at most 9)."""
+_MAX_NESTING: Final = 200  # syntax-tree depth walked (Python recursion)
+_CACHE_ENTRIES: Final = 4096
+"""Commands whose effect is remembered: keyed by a 16-byte BLAKE2b digest of the text, so the
+cache holds at most ~1 MB whatever the commands' size."""
 
-# -- classifying simple commands ---------------------------------------------------------------
-# After Codex's command_safety (is_safe_command.rs), widened with common read-only tools.
-_READONLY: Final = frozenset({
-    "cat", "cd", "cut", "echo", "expr", "false", "grep", "egrep", "fgrep", "head", "id", "ls",
-    "nl", "paste", "pwd", "rev", "seq", "stat", "tr", "true", "uname", "uniq", "wc", "which",
-    "whoami", "numfmt", "tac", "file", "diff", "cmp", "comm", "du", "df", "tree", "basename",
-    "dirname", "realpath", "readlink", "printenv", "printf", "type", "test", "[", "[[", "less",
-    "more", "strings", "od", "xxd", "hexdump", "column", "fold", "jq", "md5sum", "sha1sum",
-    "sha256sum", "cksum", "nproc", "free", "uptime", "arch", ":", "export", "set", "unset",
-    "pushd", "popd", "dirs", "shopt", "alias", "history", "exit", "zcat", "bzcat", "look",
-    "lsof", "getconf", "locale", "groups", "tty", "pytest", "py.test",
-    # SWE-agent's file viewer and search commands
-    "open", "goto", "scroll_up", "scroll_down", "search_file", "search_dir", "find_file",
-    "filemap",
+_LOCAL = threading.local()  # a tree-sitter Parser is not thread-safe: one per thread
+# Bash's syntax is ASCII: any other character is part of a word. Each one is parsed as the
+# letter Z (tree-sitter-bash 0.25.1 crashes the process on `{` followed by some code points
+# of the private-use planes, e.g. U+F0000); no program name or allowed option is made of Zs.
+_NON_ASCII: Final = re.compile(r"[^\x00-\x7f]")
+
+_TOKENS: Final = frozenset({
+    ";", "&", "&&", "||", "|", "|&", "(", ")", "{", "}", "!", "if", "then", "fi", "elif",
+    "else", "while", "until", "do", "done", "for", "select", "in", "case", "esac", ";;", ";&",
+    ";;&", "function", "\n",
 })
-_POLL: Final = frozenset({"sleep", "ps", "pgrep", "jobs", "wait"})
-_MUTATING: Final = frozenset({
-    "rm", "rmdir", "mv", "cp", "mkdir", "touch", "ln", "chmod", "chown", "chgrp", "truncate",
-    "dd", "patch", "shred", "unlink", "install", "rsync", "kill", "pkill", "killall", "mkfifo",
-    "mknod",
+_CONTAINERS: Final = frozenset({
+    "program", "list", "pipeline", "subshell", "negated_command", "do_group", "else_clause",
+    "elif_clause", "if_statement", "while_statement", "redirected_statement",
 })
-_KEYWORDS: Final = frozenset({"then", "do", "else", "elif", "if", "while", "until", "!", "{",
-                              "}", "fi", "done", "esac", "]]"})
-_SHELLS: Final = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
-# prefixes: program -> options that take a value
-_PREFIXES: Final[dict[str, frozenset[str]]] = {
-    "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"}),
-    "env": frozenset({"-u", "-C", "-S", "--unset", "--chdir"}),
-    "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
-    "nice": frozenset({"-n", "--adjustment"}),
-    "ionice": frozenset({"-c", "-n", "-p"}),
-    "stdbuf": frozenset({"-i", "-o", "-e"}),
-    "nohup": frozenset(), "time": frozenset(), "command": frozenset(), "builtin": frozenset(),
-    "exec": frozenset({"-a"}), "xargs": frozenset({"-n", "-I", "-P", "-d", "-L", "-s", "-a",
-                                                   "-E", "--max-args", "--max-procs"}),
-}
-_FIND_WRITES: Final = frozenset({"-delete", "-exec", "-execdir", "-ok", "-okdir", "-fls",
-                                 "-fprint", "-fprint0", "-fprintf"})
-_GIT_READ: Final = frozenset({"status", "log", "diff", "show", "rev-parse"})
-_GIT_WRITING_FLAGS: Final = ("--output", "--ext-diff", "--exec")
-_GIT_VALUED: Final = frozenset({"-C", "--git-dir", "--work-tree", "--namespace"})
-_BRANCH_LISTING: Final = frozenset({"--list", "-l", "--show-current", "-a", "--all", "-r",
-                                    "--remotes", "-v", "-vv", "--verbose", "--merged",
-                                    "--no-merged", "--no-color", "--color"})
+_OUTPUT_OPS: Final = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
+_DUP_OPS: Final = frozenset({">&", "<&", ">&-", "<&-"})
+_INPUT_OPS: Final = frozenset({"<"})
+_EXPANSION_OPS: Final = frozenset({
+    "${", "}", "#", "##", "%", "%%", "/", "//", "/#", "/%", ":-", "-", ":+", "+", ":?", "?",
+    "^", "^^", ",", ",,",
+})
+_ARITHMETIC_TESTS: Final = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_DECLARE_OPTIONS: Final = frozenset("xrgaAlupfFt")
+_GLOB: Final = re.compile(r"[*?\[]")
+_ESCAPED: Final = re.compile(r"\\.", re.DOTALL)
+# An unescaped backtick or $-expansion left inside a text node: a construct the grammar did
+# not take apart (tree-sitter-bash reads `${x:-`cmd`}` as a plain word), so not understood.
+_UNPARSED: Final = re.compile(r"(?:^|[^\\])(?:\\\\)*(?:`|\$[({\[A-Za-z0-9_@*#?$!-])")
 
 
-def _program(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
+@cache
+def _language() -> Any:
+    """The Bash grammar, loaded on first use (``import toolguard`` stays fast)."""
+    from tree_sitter import Language
+    from tree_sitter_bash import language
+
+    return Language(language())
 
 
-def _is_assignment(word: str) -> bool:
-    name, eq, _ = word.partition("=")
-    return bool(eq) and name.isidentifier()
+def _parser() -> Parser:
+    parser: Parser | None = getattr(_LOCAL, "parser", None)
+    if parser is None:
+        from tree_sitter import Parser
+
+        parser = _LOCAL.parser = Parser(_language())
+    return parser
 
 
-def _strip_prefix(words: Sequence[str], valued: frozenset[str]) -> Sequence[str]:
-    """``words`` after a prefix program's name and options (and, for ``env``,
-    assignments; for ``timeout``, its duration)."""
-    name = _program(words[0])
-    i = 1
-    while i < len(words):
-        word = words[i]
-        if word == "--":
-            i += 1
-            break
-        if word in valued:
-            i += 2
-        elif (word.startswith("-") and len(word) > 1) or (name == "env" and _is_assignment(word)):
-            i += 1
-        else:
-            break
-    if name == "timeout" and i < len(words):
-        i += 1  # the duration
-    return words[i:]
+def _text(node: Node) -> str:
+    return (node.text or b"").decode("utf-8", "surrogatepass")
 
 
-def _classify_words(words: Sequence[str], depth: int) -> Effect | None:
-    """The effect of one simple command's words (redirections already judged)."""
-    while words and (_is_assignment(words[0]) or words[0] in _KEYWORDS):
-        words = words[1:]
-    if not words:
-        return READONLY  # an assignment, a keyword, a closing brace: shell state only
-    name = _program(words[0])
-    args = words[1:]
-    valued = _PREFIXES.get(name)
-    if valued is not None:
-        rest = _strip_prefix(words, valued)
-        if not rest:  # env alone prints the environment; xargs alone runs echo
-            return READONLY if name in ("env", "xargs", "command", "time") else None
-        return _classify_words(rest, depth)
-    if name in ("for", "select"):
-        return READONLY  # `for x in a b c`: the loop's header; its body is its own commands
-    if name in _SHELLS:
-        return _shell_c(args, depth)
-    if name in _POLL:
-        return POLL
-    if name in _MUTATING:
-        return MUTATING
-    if name == "tail":
-        return POLL if any(a in ("-f", "-F") or a.startswith("--follow") for a in args) \
-            else READONLY
-    if name == "find":
-        return MUTATING if any(a in _FIND_WRITES for a in args) else READONLY
-    if name == "sed":
-        in_place = any(a == "--in-place" or a.startswith("--in-place=")
-                       or (a.startswith("-") and not a.startswith("--") and "i" in a)
-                       for a in args)
-        return MUTATING if in_place else READONLY
-    if name == "sort":
-        return MUTATING if any(a == "-o" or a.startswith(("--output", "-o")) for a in args) \
-            else READONLY
-    if name == "tee":
-        return MUTATING if any(not a.startswith("-") and a not in _NOT_A_FILE for a in args) \
-            else READONLY
-    if name == "base64":
-        return MUTATING if any(a == "-o" or a.startswith(("--output", "-o")) for a in args) \
-            else READONLY
-    if name == "rg":
-        return None if any(a.startswith(("--pre", "--hostname-bin")) for a in args) \
-            else READONLY
-    if name == "date":
-        return MUTATING if any(a in ("-s", "--set") or a.startswith("--set=") for a in args) \
-            else READONLY
-    if name == "git":
-        return _git(args)
-    if name.startswith("python"):
-        return _python(args)
-    if name in ("pip", "pip3"):
-        return READONLY if args[:1] and args[0] in ("list", "show", "freeze", "check",
-                                                   "--version", "-V") else MUTATING
-    if name in _READONLY:
-        return READONLY
-    return None
+def _checked(node: Node) -> str:
+    """The text of a node that should hold no substitution; raises :class:`Unsafe` if it
+    does (see ``_UNPARSED``)."""
+    text = _text(node)
+    if ("$" in text or "`" in text) and _UNPARSED.search(text):
+        raise Unsafe
+    return text
 
 
-def _shell_c(args: Sequence[str], depth: int) -> Effect | None:
-    """``bash -c SCRIPT`` / ``-lc`` / ``-xc``...: the script is a command line of its own;
-    ``bash script.sh`` or an interactive shell is unknown."""
-    for i, arg in enumerate(args):
-        if arg.startswith("-") and not arg.startswith("--") and "c" in arg:
-            if i + 1 < len(args):
-                return _classify_text(args[i + 1], depth + 1)
-            return None
-        if not arg.startswith("-"):
-            return None
-    return None
-
-
-def _git(args: Sequence[str]) -> Effect:
+def _unescape(text: str, quoted: bool) -> str:
+    r"""Backslash removal: unquoted, ``\x`` is ``x``; in double quotes only before
+    ``$ ` " \`` and a newline."""
+    if "\\" not in text:
+        return text
+    out: list[str] = []
     i = 0
-    while i < len(args) and args[i].startswith("-"):
-        arg = args[i]
-        if arg in ("-c", "--config-env") or arg.startswith(("-c", "--config-env")):
-            return MUTATING  # a config override can make git run any program
-        i += 2 if arg in _GIT_VALUED else 1
-    if i >= len(args):
-        return MUTATING
-    sub, rest = args[i], args[i + 1:]
-    if any(a.startswith(_GIT_WRITING_FLAGS) for a in rest):
-        return MUTATING
-    if sub in _GIT_READ:
-        return READONLY
-    if sub == "branch":
-        listing = "--list" in rest or "-l" in rest
-        if all(a in _BRANCH_LISTING or a.startswith(("--format=", "--sort=", "--contains"))
-               or (listing and not a.startswith("-")) for a in rest):
-            return READONLY
-    return MUTATING
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "\n":
+                i += 2
+                continue
+            if not quoted or nxt in '$`"\\':
+                out.append(nxt)
+                i += 2
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
-def _python(args: Sequence[str]) -> Effect | None:
-    """``python -m pytest`` / ``-m unittest`` (a test run) and ``python --version`` only
-    observe; anything else runs code that may do anything."""
-    if args[:1] and args[0] in ("-V", "--version"):
-        return READONLY
-    for i, arg in enumerate(args):
-        if arg == "-m":
-            return READONLY if args[i + 1:i + 2] and args[i + 1] in ("pytest", "unittest") \
-                else None
-        if not arg.startswith("-"):
-            return None
-    return None
+class _Walker:
+    """Walks a syntax tree, collecting the effect of every simple command in it; raises
+    :class:`Unsafe` at the first construct it does not understand or the first write."""
 
+    __slots__ = ("depth", "effects", "level", "nodes")
 
-def _combine(effects: Sequence[Effect | None]) -> Effect | None:
-    """A compound command is as strong as its strongest part."""
-    if MUTATING in effects:
-        return MUTATING
-    if None in effects:
-        return None
-    if POLL in effects:
-        return POLL
-    return READONLY
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.effects: list[Effect | None] = []
+        self.nodes = 0
+        self.level = 0
+
+    def enter(self) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES or self.level > _MAX_NESTING:
+            raise Unsafe
+
+    # -- statements --------------------------------------------------------------------------
+    def stmt(self, node: Node) -> None:
+        self.enter()
+        kind = node.type
+        if not node.is_named:
+            if kind in _TOKENS:
+                return
+            raise Unsafe
+        self.level += 1
+        try:
+            self._stmt(node, kind)
+        finally:
+            self.level -= 1
+
+    def _stmt(self, node: Node, kind: str) -> None:
+        if kind == "comment":
+            return
+        if kind in _CONTAINERS:
+            for child in node.children:
+                self.stmt(child)
+        elif kind == "command":
+            self.command(node)
+        elif kind == "compound_statement":  # { ...; }, but never (( arithmetic ))
+            if any(child.type == "((" for child in node.children):
+                raise Unsafe
+            for child in node.children:
+                self.stmt(child)
+        elif kind in ("variable_assignment", "variable_assignments"):
+            self.assignments(node)
+        elif kind == "declaration_command":
+            self.declaration(node)
+        elif kind == "unset_command":
+            self.unset(node)
+        elif kind == "test_command":
+            for child in node.children:
+                if child.is_named:
+                    self.test(child)
+                elif child.type not in ("[[", "]]", "[", "]"):
+                    raise Unsafe
+            self.effects.append(READONLY)
+        elif kind in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
+            self.redirect(node, kind)
+        elif kind == "for_statement":
+            self.for_statement(node)
+        elif kind == "case_statement":
+            self.case_statement(node)
+        elif kind == "function_definition":
+            for child in node.children:
+                if child.type == "word":
+                    continue  # the function's name
+                self.stmt(child)
+        else:
+            raise Unsafe  # arithmetic, c-style for, ERROR, anything new
+
+    def command(self, node: Node) -> None:
+        words: list[Word] = []
+        for child in node.children:
+            kind = child.type
+            if kind == "variable_assignment":
+                self.assignment(child)
+            elif kind in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
+                self.stmt(child)
+            elif kind == "command_name":
+                named = child.named_children
+                if len(named) != 1:
+                    raise Unsafe
+                words.append(self.word(named[0]))
+            elif child.is_named:
+                words.append(self.word(child))
+            else:
+                raise Unsafe  # a stray $ or operator inside a command
+        effect = classify_words(words, _classify_text, self.depth) if words else READONLY
+        if effect is MUTATING:
+            raise Unsafe
+        self.effects.append(effect)
+
+    def assignments(self, node: Node) -> None:
+        if node.type == "variable_assignment":
+            self.assignment(node)
+        else:
+            for child in node.named_children:
+                self.assignment(child)
+        self.effects.append(READONLY)  # shell state only
+
+    def assignment(self, node: Node) -> None:
+        """``NAME=value`` / ``NAME+=value`` / ``NAME=(a b)``: a name programs read only with
+        a harmless value (:func:`env_assignment_ok`); no subscript (arithmetic)."""
+        self.enter()
+        children = node.children
+        if node.type != "variable_assignment" or not children or \
+                children[0].type != "variable_name":
+            raise Unsafe
+        value: Word | None = Word("")
+        for child in children[1:]:
+            if child.type in ("=", "+="):
+                continue
+            if child.type == "array":
+                for element in child.named_children:
+                    self.word(element)
+                value = None
+            elif child.is_named:
+                value = self.word(child)
+            else:
+                raise Unsafe
+        if not env_assignment_ok(_text(children[0]), value):
+            raise Unsafe
+
+    def declaration(self, node: Node) -> None:
+        """``export``/``declare``/``local``/``readonly``/``typeset``: no ``-i`` (arithmetic)
+        nor ``-n`` (a reference), plain names, allowed assignments."""
+        for child in node.children:
+            kind = child.type
+            if not child.is_named:
+                if kind in ("export", "declare", "local", "readonly", "typeset"):
+                    continue
+                raise Unsafe
+            if kind == "variable_assignment":
+                self.assignment(child)
+            elif kind == "variable_name" or (kind == "word" and _text(child)[:1] in "-+" and \
+                    set(_text(child)[1:]) <= _DECLARE_OPTIONS):
+                continue
+            else:
+                raise Unsafe
+        self.effects.append(READONLY)
+
+    def unset(self, node: Node) -> None:
+        for child in node.children:
+            if child.type in ("unset", "unsetenv", "variable_name"):
+                continue
+            if child.type == "word" and _text(child) in ("-f", "-v", "-n"):
+                continue
+            if child.type == "word" and _text(child).isidentifier():
+                continue
+            raise Unsafe
+        self.effects.append(READONLY)
+
+    def test(self, node: Node) -> None:
+        """An expression of ``[[ ]]``: string and file tests; an arithmetic comparison only
+        of numbers (bash evaluates its operands as expressions: ``a[$(cmd)]`` runs cmd)."""
+        self.enter()
+        kind = node.type
+        if kind in ("binary_expression", "unary_expression", "parenthesized_expression"):
+            children = node.children
+            operators = [_text(c) for c in children if c.type == "test_operator"]
+            if any(op in _ARITHMETIC_TESTS for op in operators):
+                if not all(c.type == "number" or (c.type == "word" and _text(c).isdigit())
+                           for c in children if c.type != "test_operator"):
+                    raise Unsafe
+                return
+            if "-v" in operators:
+                if not all(c.type == "word" and _text(c).isidentifier()
+                           for c in children if c.type != "test_operator"):
+                    raise Unsafe
+                return
+            for child in children:
+                if child.type == "test_operator":
+                    continue
+                if child.is_named:
+                    self.test(child)
+                elif child.type not in ("(", ")", "!", "&&", "||", "==", "=", "!=", "<", ">",
+                                        "=~"):
+                    raise Unsafe
+            return
+        self.word(node)
+
+    def redirect(self, node: Node, kind: str) -> None:
+        children = node.children
+        if kind == "herestring_redirect":
+            for child in children:
+                if child.is_named:
+                    self.word(child)
+                elif child.type != "<<<":
+                    raise Unsafe
+            return
+        if kind == "heredoc_redirect":
+            quoted = False
+            for child in children:
+                ctype = child.type
+                if ctype == "heredoc_start":
+                    quoted = any(q in _text(child) for q in "'\"\\")
+                elif ctype == "heredoc_body":
+                    if not quoted:
+                        self.heredoc_body(child)
+                elif ctype in ("heredoc_end", "<<", "<<-"):
+                    continue
+                else:
+                    self.stmt(child)  # `cat <<EOF > f | grep x`: the rest of the line
+            return
+        operator = ""
+        for child in children:
+            ctype = child.type
+            if ctype == "file_descriptor":
+                continue
+            if not child.is_named:
+                operator = ctype
+                continue
+            if operator in _DUP_OPS:
+                if ctype == "number" or _text(child) == "-":
+                    continue
+                raise Unsafe  # >&file: both streams to a file
+            target = self.word(child)
+            if operator in _OUTPUT_OPS and not output_target_ok(target):
+                raise Unsafe
+            if operator not in _OUTPUT_OPS and operator not in _INPUT_OPS:
+                raise Unsafe
+        if operator not in _OUTPUT_OPS | _INPUT_OPS | _DUP_OPS:
+            raise Unsafe
+
+    def heredoc_body(self, node: Node) -> None:
+        """An unquoted here-document expands its ``$(...)`` and ``${...}`` when it runs."""
+        if not node.named_children:
+            _checked(node)  # the grammar left `<<-` bodies whole
+        for child in node.named_children:
+            if child.type == "heredoc_content":
+                _checked(child)
+                continue
+            self.word(child)
+
+    def for_statement(self, node: Node) -> None:
+        for child in node.children:
+            kind = child.type
+            if kind == "variable_name":
+                if not env_assignment_ok(_text(child), None):
+                    raise Unsafe
+            elif kind == "do_group":
+                self.stmt(child)
+            elif child.is_named:
+                self.word(child)
+            elif kind not in _TOKENS:
+                raise Unsafe
+
+    def case_statement(self, node: Node) -> None:
+        for child in node.children:
+            if child.type == "case_item":
+                in_body = False
+                for part in child.children:
+                    if part.type == ")" and not in_body:
+                        in_body = True
+                    elif not in_body:
+                        if part.is_named and part.type != "extglob_pattern":
+                            self.word(part)
+                    else:
+                        self.stmt(part)
+            elif child.is_named:
+                self.word(child)
+            elif child.type not in _TOKENS:
+                raise Unsafe
+
+    # -- words -------------------------------------------------------------------------------
+    def word(self, node: Node) -> Word:
+        """The :class:`Word` of an argument node; substitutions in it are walked."""
+        self.enter()
+        self.level += 1
+        try:
+            return self._word(node)
+        finally:
+            self.level -= 1
+
+    def _word(self, node: Node) -> Word:
+        kind = node.type
+        if kind == "word":
+            raw = _checked(node)
+            text = _unescape(raw, quoted=False)
+            bare = _ESCAPED.sub("", raw) if "\\" in raw else raw  # unescaped characters only
+            glob = _GLOB.search(bare) is not None and ("[" not in bare or "]" in bare) \
+                and bare not in ("[", "[[", "]]", "]")
+            brace = "{" in bare and ("," in bare or ".." in bare)
+            if glob or brace:
+                return Word(text, static=False, option_like=bare[:1] in "*?[{")
+            return Word(text)
+        if kind in ("number", "extglob_pattern", "regex"):
+            return Word(_checked(node))
+        if kind == "raw_string":
+            return Word(_text(node)[1:-1])
+        if kind == "ansi_c_string":
+            raw = _text(node)
+            if "\\" in raw:
+                return Word(raw, static=False, option_like=True)
+            return Word(raw[2:-1])
+        if kind in ("string", "translated_string"):
+            return self.string(node)
+        if kind == "concatenation":
+            parts = [self.word(child) for child in node.named_children]
+            unquoted_expansion = any(
+                child.type in ("simple_expansion", "expansion", "command_substitution")
+                for child in node.named_children)
+            return Word("".join(p.text for p in parts), all(p.static for p in parts),
+                        bool(parts) and (parts[0].option_like or unquoted_expansion))
+        if kind == "simple_expansion":
+            return Word("\x00", static=False, option_like=True)
+        if kind == "expansion":
+            self.expansion(node)
+            return Word("\x00", static=False, option_like=True)
+        if kind == "command_substitution":
+            self.substitution(node)
+            return Word("\x00", static=False, option_like=True)
+        if kind == "process_substitution":
+            self.substitution(node)
+            return Word("/dev/fd/\x00", static=False)
+        if kind == "brace_expression":
+            return Word("\x00", static=False, option_like=True)
+        raise Unsafe  # arithmetic expansion, anything new
+
+    def string(self, node: Node) -> Word:
+        parts: list[str] = []
+        static = True
+        option_like = False
+        for child in node.children:
+            kind = child.type
+            if not child.is_named:
+                if kind in ('"', '$"'):
+                    continue
+                if kind == "$":
+                    parts.append("$")
+                    continue
+                raise Unsafe
+            if kind == "string_content":
+                parts.append(_unescape(_checked(child), quoted=True))
+                continue
+            inner = self.word(child)
+            if not parts or not "".join(parts):
+                option_like = True  # "$x..." may start with -
+            parts.append(inner.text)
+            static = False
+        return Word("".join(parts), static, option_like and not static)
+
+    def expansion(self, node: Node) -> None:
+        """``${x}``, ``${x:-word}``, ``${#x}``, ``${x/a/b}``...: no indirection (``${!x}``),
+        transformation (``${x@P}`` runs the prompt expansion), substring (arithmetic) or
+        subscript (arithmetic)."""
+        for child in node.children:
+            kind = child.type
+            if not child.is_named:
+                if kind not in _EXPANSION_OPS:
+                    raise Unsafe
+            elif kind in ("variable_name", "special_variable_name"):
+                continue
+            else:
+                self.word(child)
+
+    def substitution(self, node: Node) -> None:
+        """``$(...)``, backticks, ``<(...)``: the commands inside run first."""
+        if self.depth + 1 > MAX_DEPTH:
+            raise Unsafe
+        for child in node.children:
+            if child.is_named:
+                self.stmt(child)
+            elif child.type not in ("$(", "`", ")", "<(", ">("):
+                raise Unsafe
 
 
 def _classify_text(command: str, depth: int) -> Effect | None:
-    if depth > _MAX_DEPTH:
-        return None
-    commands = parse_command(command)
-    if commands is None:
-        return None
-    if not commands:
+    """The effect of a command line (a script given to ``bash -c`` at ``depth``)."""
+    if depth > MAX_DEPTH or len(command) > MAX_CHARS or command.count("|") > MAX_PIPES:
+        return MUTATING
+    if not command.strip():
         return POLL  # the empty command: read more output of a running process
-    effects: list[Effect | None] = []
-    for simple in commands:
-        effect = MUTATING if simple.writes else _classify_words(simple.words, depth)
-        if effect is MUTATING:
-            return MUTATING
-        effects.append(effect)
-    return _combine(effects)
+    if not command.isascii():
+        command = _NON_ASCII.sub("Z", command)
+    tree = _parser().parse(command.encode("ascii"))
+    root = tree.root_node
+    if root.has_error:
+        return MUTATING  # bash runs the lines before a syntax error
+    walker = _Walker(depth)
+    try:
+        walker.stmt(root)
+    except (Unsafe, RecursionError):
+        return MUTATING
+    if not walker.effects:
+        return POLL  # comments only: nothing runs
+    return combine(walker.effects)
 
 
-@lru_cache(maxsize=4096)
-def _cached(command: str) -> Effect | None:
-    return _classify_text(command, 0)
+class _Cache:
+    """Effects of recent commands, keyed by a digest of their text: bounded in bytes
+    (:data:`_CACHE_ENTRIES` entries of a 16-byte key), least recently used out first."""
+
+    def __init__(self, entries: int) -> None:
+        self._entries = entries
+        self._lock = threading.Lock()
+        self._data: OrderedDict[bytes, Effect | None] = OrderedDict()
+
+    def get(self, command: str) -> Effect | None:
+        key = hashlib.blake2b(command.encode("utf-8", "surrogatepass"),
+                              digest_size=16).digest()
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+        effect = _classify_text(command, 0)
+        with self._lock:
+            self._data[key] = effect
+            if len(self._data) > self._entries:
+                self._data.popitem(last=False)
+        return effect
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+_CACHE: Final = _Cache(_CACHE_ENTRIES)
 
 
 def classify_command(command: str) -> Effect | None:
-    """The effect of the shell command line ``command``, or None when it is not recognised
-    (the tool's own effect applies). See the module docstring. Thread-safe; results for
-    commands up to 64 KiB are cached (an agent repeats its commands)."""
-    if len(command) > _CACHED_CHARS:
-        return _classify_text(command, 0)
-    return _cached(command)
+    """The effect of the shell command line ``command``: MUTATING, READONLY, POLL, or None
+    when its program is not one the classifier knows (the tool's own effect applies). See
+    the module docstring. Thread-safe; results are cached (an agent repeats its commands)
+    in a cache of bounded size."""
+    if len(command) > MAX_CHARS:
+        return MUTATING
+    return _CACHE.get(command)
 
 
 def classify_argv(value: Any) -> Effect | None:
@@ -282,5 +596,6 @@ def classify_argv(value: Any) -> Effect | None:
     if isinstance(value, str):
         return classify_command(value)
     if isinstance(value, (list, tuple)) and value and all(isinstance(w, str) for w in value):
-        return _classify_words(value, 0)
+        words: Sequence[str] = value
+        return classify_words(static_words(words), _classify_text, 0)
     return None

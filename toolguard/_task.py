@@ -10,8 +10,8 @@ import itertools
 import os
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from . import _admit as _admit_stage
 from . import _approve as _approve_stage
@@ -28,11 +28,13 @@ from ._approval import Approver
 from ._call import CallRecord, _RecordedError
 from ._context import CURRENT_KEY as _CURRENT_KEY
 from ._context import CURRENT_TASK as _CURRENT_TASK
+from ._cost import genai_price, model_of, to_nusd, to_usd
 from ._decorators import ToolSpec, is_recorded
 from ._direct import direct_call, direct_call_async
 from ._errors import (
     BudgetExceeded,
     Halt,
+    StoreError,
 )
 from ._integration import sync_runner
 from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
@@ -148,9 +150,13 @@ class Task:
         _CURRENT_TASK.reset(self._tokens.pop())
         if self.guard._sinks:
             failed = exc_type is not None and issubclass(exc_type, Halt)
+            try:
+                usage: dict[str, Any] = {"usage": asdict(self.usage)}
+            except StoreError:  # the end is still audited, without the figures
+                usage = {}
             self._event("planning->failed" if failed else "planning->completed", "",
                         HALT if failed else ALLOW,
-                        "the turn ended in a halt" if failed else "")
+                        "the turn ended in a halt" if failed else "", extra=usage)
 
     async def __aenter__(self) -> Task:
         return self.__enter__()
@@ -161,10 +167,12 @@ class Task:
     # -- state -------------------------------------------------------------------------
     @property
     def usage(self) -> Usage:
-        """The task's budget counters (tool calls, tokens, elapsed seconds)."""
+        """The task's budget counters (tool calls, tokens, elapsed seconds, cost)."""
         u = self.guard._store.usage(self.task_id)
         elapsed = 0.0 if u.started_at is None else self.guard._clock() - u.started_at
-        return Usage(u.tool_calls, u.per_tool, u.input_tokens, u.output_tokens, elapsed)
+        return Usage(u.tool_calls, u.per_tool, u.input_tokens, u.output_tokens, elapsed,
+                     to_usd(u.cost_nusd), {k: to_usd(v) for k, v in u.cost_per_tool.items()},
+                     u.unpriced_tokens)
 
     @property
     def halted(self) -> bool:
@@ -176,42 +184,108 @@ class Task:
         """Calls waiting for a human decision, by idempotency key."""
         return self.guard._store.pending_approvals(self.task_id)
 
-    def record_usage(self, input_tokens: int | Any = 0, output_tokens: int = 0) -> None:
-        """Report model token usage (counts toward ``budget.max_tokens``).
+    def record_usage(self, input_tokens: int | Any = 0, output_tokens: int = 0, *,
+                     model: str | None = None, tool: str | None = None) -> None:
+        """Report model token usage (counts toward ``budget.max_tokens``) and, priced by
+        the model's name, toward the dollar budgets (``max_cost_usd``).
 
         Args:
             input_tokens: input tokens of one model call (an integer ≥ 0). Or, as the only
                 argument, an SDK response or its ``usage``: OpenAI Chat (``prompt_tokens`` /
                 ``completion_tokens``), OpenAI Responses and Anthropic (``input_tokens`` /
                 ``output_tokens``; Anthropic's cache creation and cache read tokens are added
-                to the input), SDK objects or dicts.
+                to the input, and priced as input: an upper bound), SDK objects or dicts. A
+                response's ``model`` names the model.
             output_tokens: output tokens of the same call (an integer ≥ 0).
+            model: the model that spent the tokens (``"gpt-4o"``, or ``"provider:model"``),
+                priced by the guard's price function; without one (and no ``model`` in the
+                response) the tokens are ``unpriced_tokens``.
+            tool: the tool the usage belongs to (a tool that calls a model itself), for
+                its ``max_cost_usd``; default the guarded tool running in this context, if
+                any.
 
         Raises:
-            ValueError: a count is not an integer ≥ 0.
+            ValueError: a count is not an integer ≥ 0, or the price function returned
+                something else than a number of dollars ≥ 0 or None.
             TypeError: an object with no token usage in it.
-            BudgetExceeded: the task's total tokens now exceed ``max_tokens``; the task halts.
+            BudgetExceeded: the task's total tokens now exceed ``max_tokens``, or its cost
+                (or the tool's) exceeds ``max_cost_usd``, or tokens of an unknown price met
+                a dollar budget that halts on them (``unknown_cost = "halt"``); the task
+                halts.
         """
         if not isinstance(input_tokens, int | float | str | bytes | type(None)):
             # a response or usage object (a count of the wrong type stays a ValueError)
             if output_tokens:
                 raise TypeError("pass a response (or usage) alone, or two token counts")
+            model = model or model_of(input_tokens)
             input_tokens, output_tokens = usage_tokens(input_tokens)
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
-        total = self.guard._store.add_usage(self.task_id, cast(int, input_tokens), output_tokens,
-                                            self.guard._clock())
-        limit = self.guard._config.policy.budget.max_tokens
-        if (limit is not None and total > limit
-                and self.guard._config.policy.mode is ENFORCE):
-            reason = f"budget max_tokens exceeded: too many tokens (limit {limit}, used {total})"
-            self.guard._store.set_halted(self.task_id, {
-                "kind": "BudgetExceeded", "reason": reason, "budget": "max_tokens",
-                "limit": limit, "usage": total})
-            self._event("planning->failed", "", HALT, reason)  # no call: the tokens halted it
-            raise BudgetExceeded(reason, budget="max_tokens", limit=limit, usage=total,
-                                 task_id=self.task_id, tool="")
+        guard, now = self.guard, self.guard._clock()
+        inputs = cast(int, input_tokens)
+        total = guard._store.add_usage(self.task_id, inputs, output_tokens, now)
+        tool = self._usage_tool() if tool is None else tool
+        cost: int | None = 0
+        task_nusd = tool_nusd = 0
+        if inputs or output_tokens:
+            cost = self._price(model, inputs, output_tokens)
+            task_nusd, tool_nusd = guard._store.add_cost(
+                self.task_id, cost or 0, inputs + output_tokens if cost is None else 0, tool,
+                now)
+        policy = guard._config.policy
+        if policy.mode is not ENFORCE:
+            return
+        limit = policy.budget.max_tokens
+        if limit is not None and total > limit:
+            self._halt_budget("max_tokens", "budget max_tokens exceeded: too many tokens "
+                              f"(limit {limit}, used {total})", limit, total, "")
+        tool_policy = policy.tools.get(tool) if tool else None
+        for name, limit_usd, used in (
+                ("max_cost_usd", policy.budget.max_cost_usd, task_nusd),
+                (f"tools.{tool}.max_cost_usd", tool_policy.max_cost_usd if tool_policy else None,
+                 tool_nusd)):
+            if limit_usd is None:
+                continue
+            if cost is None and policy.budget.unknown_cost == "halt":
+                why = ("the model's name was not reported (record_usage(model=...))"
+                       if model is None else f"no price is known for model {model!r}")
+                self._halt_budget("max_cost_usd", f"budget {name}: cost unknown, {why} "
+                                  '(budget.unknown_cost = "halt")',
+                                  limit_usd, to_usd(used), tool)
+            if used > to_nusd(limit_usd):
+                self._halt_budget("max_cost_usd", f"budget {name} exceeded: "
+                                  f"too many dollars (limit {limit_usd}, used "
+                                  f"{to_usd(used):.6f})", limit_usd, to_usd(used), tool)
+
+    def _price(self, model: str | None, input_tokens: int, output_tokens: int) -> int | None:
+        """Nano-dollars of the tokens by the guard's price function; None if unknown."""
+        if model is None:
+            return None
+        price = self.guard._price or genai_price
+        usd = price(model, input_tokens, output_tokens)
+        return None if usd is None else to_nusd(usd)
+
+    def _usage_tool(self) -> str:
+        """The guarded tool of this task running in this context (its idempotency key is
+        ``task:tool:hash``), or ``""``."""
+        running = _CURRENT_KEY.get()
+        prefix = f"{self.task_id}:"
+        if running is None or not running[0].startswith(prefix):
+            return ""
+        return running[0][len(prefix):].rpartition(":")[0]
+
+    def _halt_budget(self, budget: str, reason: str, limit: float, used: float, tool: str
+                     ) -> NoReturn:
+        """Halt the task on a budget (``max_tokens``, ``max_cost_usd``) that reported usage,
+        not a call, exceeded."""
+        self.guard._store.set_halted(self.task_id, {
+            "kind": "BudgetExceeded", "reason": reason, "budget": budget,
+            "limit": limit, "usage": used})
+        self._event("planning->failed", tool, HALT, reason,  # no call: the usage halted it
+                    extra={"halt": "BudgetExceeded", "budget": budget})
+        raise BudgetExceeded(reason, budget=budget, limit=limit, usage=used,
+                             task_id=self.task_id, tool=tool)
 
     def new_turn(self) -> None:
         """A new user message: progress for every signature (counts restart, until_change
@@ -291,12 +365,14 @@ class Task:
             StoreError: the store failed and the policy fails closed.
             ToolGuardError: a bug inside the guard (chained to the original exception).
             TypeError: without ``run``, the tool is known by name only (nothing here can
-                execute it); raised before the call is counted.
+                execute it), or it is ``async def`` (only :meth:`acall` can await it): a
+                bug in the host, raised before the call is counted, never shown to the
+                model.
         """
         if run is None:
             entry = self.guard._config.entries.get(tool) if isinstance(tool, str) else None
-            if entry is not None and is_recorded(entry.spec):
-                self._runnable(tool)  # raises
+            if entry is not None and (entry.spec.is_async or is_recorded(entry.spec)):
+                self._runnable(tool, sync=True)  # raises
             return self._run_sync(tool, args, None, approver, resumed)[0]
         return self._run_sync(tool, args, sync_runner(tool, run), approver, resumed)[0]
 
@@ -319,7 +395,7 @@ class Task:
         over to a framework's handler, not to block). ``approver`` and ``resumed`` as for
         :meth:`call`."""
         if run is None:
-            self._runnable(tool)
+            self._runnable(tool, sync=False)
         return (await self._run_async(tool, args, run, approver, resumed))[0]
 
     def begin(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
@@ -356,13 +432,20 @@ class Task:
         ``afail(exc)`` or ``aunknown()``."""
         return await _pending_stage.abegin(self, tool, args, approver)
 
-    def _runnable(self, tool: str) -> None:
+    def _runnable(self, tool: str, *, sync: bool) -> None:
+        """Refuse, before anything is counted, a call the host got wrong: a tool known by
+        name only without ``run=``, or (``sync``) an ``async def`` tool called without a
+        loop to await it."""
         entry = self.guard._config.entries.get(tool) if isinstance(tool, str) else None
         if entry is not None and is_recorded(entry.spec):
             raise TypeError(
                 f"tool {tool!r} is known by name only (guard.register, or a framework tool "
                 "object the guard cannot run by itself): pass run= to task.call/acall with "
                 "what executes it")
+        if sync and entry is not None and entry.spec.is_async:
+            raise TypeError(
+                f"tool {tool!r} is async def: task.call cannot await it; use await "
+                "task.acall(...) (or await task.arun_tool_calls(...)) for async tools")
 
     def _replay_call(self, tool: str, args: Mapping[str, Any] | str | None, result: Any,
                      *, is_error: bool = False, timeout: bool = False) -> ToolResult:

@@ -64,9 +64,9 @@ app = typer.Typer(
 
 def _print_version(given: bool) -> None:
     if given:
-        from importlib.metadata import version  # only for --version: not at every start-up
+        from . import __version__  # the distribution's version too (pyproject.toml reads it)
 
-        typer.echo(f"toolguard {version('toolguard')}")
+        typer.echo(f"toolguard {__version__}")
         raise typer.Exit()
 
 
@@ -81,10 +81,9 @@ def _root(
 
 
 def _stdout() -> Console:
-    from rich.console import Console
+    from ._tables import stdout_console
 
-    # Built per call so that output goes to the current sys.stdout (tests swap it).
-    return Console(soft_wrap=True, highlight=False, markup=False)  # "[a-z]" is data, not markup
+    return stdout_console()  # built per call: output goes to the current sys.stdout
 
 
 @app.command()
@@ -135,7 +134,8 @@ def explain(
     tool: Annotated[str, typer.Option("--tool", help="The tool name the model calls.")],
     file: Annotated[
         Path | None,
-        typer.Argument(help="A policy file (default: the one the environment selects)."),
+        typer.Argument(help="A policy file, or a shipped policy's name (default: the one "
+                                 "the environment selects)."),
     ] = None,
     env: Annotated[
         str | None,
@@ -158,12 +158,22 @@ def explain(
     except PolicyError as exc:
         _fail(str(exc))
 
+    from ._tables import FOLD_MIN_WIDTH, print_table
     from .replay._report import printable  # a policy's text may hold control characters
 
+    out = _stdout()
+    if tool not in policy.tools:  # nothing in the policy names it: default_effect decides
+        effect = policy.default_effect
+        what = ("its calls are refused unless a decorator classifies the function"
+                if effect == "deny" else f"it is {effect} unless a decorator classifies it")
+        out.print(Text(printable(
+            f"{tool} is not declared in the policy (no [tools.{tool}] section): "
+            f"default_effect = \"{effect}\" ({policy.source_of('default_effect')}) decides it; "
+            f"{what}."), style="yellow"))
     table = Table(title=printable(f"{tool}: effective settings"), title_justify="left")
     table.add_column("setting", no_wrap=True)  # key names stay whole, as typed in a policy
     for column in ("value", "source"):
-        table.add_column(column, overflow="fold")
+        table.add_column(column, overflow="fold", min_width=FOLD_MIN_WIDTH)
     for item in dataclasses.fields(settings):
         if item.name in {"name", "sources"}:
             continue
@@ -180,13 +190,14 @@ def explain(
     for name in BudgetPolicy.model_fields:
         key = f"budget.{name}"
         table.add_row(key, _show(getattr(policy.budget, name)), policy.source_of(key))
-    _stdout().print(table)
+    print_table(out, table)
     files = ", ".join(policy.sources) or "none (built-in defaults)"
-    _stdout().print(Text(f"policy files: {files}"))
-    _stdout().print(Text(
+    out.print(Text(f"policy files: {files}"))
+    out.print(Text(
         "Decorator arguments (@requires_approval, @mutating(...)) are not visible here: this "
         "command does not import your tools. In code, guard.settings(NAME) shows the full "
         "resolution, decorator included.", style="dim"))
+
 
 
 

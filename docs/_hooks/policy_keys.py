@@ -86,9 +86,9 @@ def _rows(prefix: str, obj: dict[str, Any], defs: dict[str, Any]) -> list[str]:
 
 def _row(name: str, schema: dict[str, Any], prop: dict[str, Any]) -> str:
     default = prop.get("default", schema.get("default", "—"))
-    shown = "—" if default == "—" else f"`{json.dumps(default, ensure_ascii=False)}`"
+    shown = "—" if default == "—" else f"`{_cell(json.dumps(default, ensure_ascii=False))}`"
     description = prop.get("description") or schema.get("description", "")
-    return f"| `{name}` | {_type(schema)} | {_escape(shown)} | {_escape(description)} |"
+    return f"| `{name}` | {_type(schema)} | {shown} | {_escape(description)} |"
 
 
 def _type(schema: dict[str, Any]) -> str:
@@ -114,4 +114,10 @@ def _type(schema: dict[str, Any]) -> str:
 
 
 def _escape(text: str) -> str:
+    """Schema prose as one table cell: ``_`` literal too (``__name__`` is no bold)."""
+    return _cell(text).replace("_", "\\_")
+
+
+def _cell(text: str) -> str:
+    """Text as one table cell (also inside a code span): ``|`` escaped, one line."""
     return text.replace("|", "\\|").replace("\n", " ")

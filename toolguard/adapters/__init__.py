@@ -1,15 +1,15 @@
 """One-line integrations with agent frameworks, one module per framework.
 
-====================  ================================  ===============================
+====================  ================================  ====================================
 toolguard.adapters.   what you add                      extra
-====================  ================================  ===============================
-``langchain``         ``ToolGuardMiddleware(guard)``    ``toolguard[langchain]``
+====================  ================================  ====================================
+``langchain``         ``ToolGuardMiddleware(guard)``    ``agent-toolguard[langchain]``
                       ``guard_tools(guard, tools)``
-``openai_agents``     ``guard_tools(guard, tools)``     ``toolguard[openai-agents]``
-``pydantic_ai``       ``ToolGuard(guard)``              ``toolguard[pydantic-ai]``
-``mcp``               ``guard_server(server, guard)``   ``toolguard[mcp]``
-``claude_agent_sdk``  ``ToolGuard(guard).query(...)``   ``toolguard[claude-agent-sdk]``
-====================  ================================  ===============================
+``openai_agents``     ``guard_tools(guard, tools)``     ``agent-toolguard[openai-agents]``
+``pydantic_ai``       ``ToolGuard(guard)``              ``agent-toolguard[pydantic-ai]``
+``mcp``               ``guard_server(server, guard)``   ``agent-toolguard[mcp]``
+``claude_agent_sdk``  ``ToolGuard(guard).query(...)``   ``agent-toolguard[claude-agent-sdk]``
+====================  ================================  ====================================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``
 and this package import no framework), and raises an :class:`ImportError` naming the extra

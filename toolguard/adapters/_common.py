@@ -32,13 +32,13 @@ def require(extra: str, *modules: str) -> list[ModuleType]:
     """Import ``modules`` for the adapter of ``extra``.
 
     Raises:
-        ImportError: one is missing; the message names ``pip install 'toolguard[extra]'``.
+        ImportError: one is missing; the message names ``pip install 'agent-toolguard[extra]'``.
     """
     try:
         return [importlib.import_module(name) for name in modules]
     except ImportError as exc:
         raise ImportError(
-            f"toolguard.adapters needs the {extra} extra: pip install 'toolguard[{extra}]' "
+            f"toolguard.adapters needs the {extra} extra: pip install 'agent-toolguard[{extra}]' "
             f"({exc})") from exc
 
 

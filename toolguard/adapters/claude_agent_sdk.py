@@ -1,5 +1,5 @@
 """Claude Agent SDK: guard every tool call of the agent through the SDK's own in-process hooks
-(extra ``toolguard[claude-agent-sdk]``).
+(extra ``agent-toolguard[claude-agent-sdk]``).
 
 ::
 

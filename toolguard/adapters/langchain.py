@@ -1,4 +1,5 @@
-"""LangChain v1 / LangGraph: guard every tool call an agent makes (extra ``toolguard[langchain]``).
+"""LangChain v1 / LangGraph: guard every tool call an agent makes (extra
+``agent-toolguard[langchain]``).
 
 ::
 
@@ -34,7 +35,8 @@ How the guard's decisions reach LangChain:
   answers after ``approval.timeout_s`` finds the task halted (``ApprovalTimedOut``): raise it
   for slow reviewers.
 - **tokens**: the middleware's ``after_model`` reports each model response's
-  ``usage_metadata`` to ``task.record_usage``, so ``budget.max_tokens`` applies.
+  ``usage_metadata`` to ``task.record_usage``, so ``budget.max_tokens`` applies, with the
+  model's name from its ``response_metadata`` (which prices it for ``max_cost_usd``).
 
 The task id is the run's ``config["configurable"]["thread_id"]``, or ``task_id=``.
 """
@@ -267,8 +269,12 @@ class _Dispatch:
         info = runtime.execution_info
         task = self.task(info.thread_id if info is not None else None)
         try:
+            # the model's name: model_name (OpenAI) or model (Anthropic)
+            metadata = getattr(last, "response_metadata", None) or {}
+            model = metadata.get("model_name") or metadata.get("model")
             task.record_usage(int(usage.get("input_tokens") or 0),
-                              int(usage.get("output_tokens") or 0))
+                              int(usage.get("output_tokens") or 0),
+                              model=model if isinstance(model, str) and model else None)
         except Halt as halt:
             if self.on_halt == "raise":
                 raise framework_halt(halt, ToolGuardHalt) from halt

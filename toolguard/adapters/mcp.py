@@ -28,7 +28,7 @@ them) is remembered for the whole task (idempotency scope ``task``). A policy's 
 overrides them (annotation values count as decorator arguments). Approvals are asked through MCP
 elicitation when the client declared that capability (:func:`elicitation_approver`).
 
-The MCP SDK is an optional dependency: ``pip install 'toolguard[mcp]'``.
+The MCP SDK is an optional dependency: ``pip install 'agent-toolguard[mcp]'``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ try:
     from mcp.shared.exceptions import MCPError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "toolguard.adapters.mcp needs the MCP SDK: pip install 'toolguard[mcp]'") from exc
+        "toolguard.adapters.mcp needs the MCP SDK: pip install 'agent-toolguard[mcp]'") from exc
 
 from toolguard._approval import ApprovalDecision, ApprovalRequest, approve, defer, reject
 from toolguard._engine import Guard, Task

@@ -1,5 +1,5 @@
 """OpenAI Agents SDK: guard every function tool an agent calls (extra
-``toolguard[openai-agents]``).
+``agent-toolguard[openai-agents]``).
 
 ::
 

@@ -1,5 +1,5 @@
 """pydantic-ai: guard every tool call of an agent with one capability (extra
-``toolguard[pydantic-ai]``).
+``agent-toolguard[pydantic-ai]``).
 
 ::
 
@@ -23,7 +23,8 @@ hash), then the guard decides on them and, on allow/warn, calls pydantic-ai's ow
   again with ``deferred_tool_results=DeferredToolResults(approvals={call_id: True | False})``.
   An approval is the guard's approval of that call, and the re-run is the same attempt, not
   a repeat; a denial rejects it in the guard too (seen before the next model request).
-- **tokens**: each model response's usage is reported to ``task.record_usage``.
+- **tokens**: each model response's usage is reported to ``task.record_usage``, with the
+  response's ``model_name`` (which prices it for ``max_cost_usd``).
 - **task id**: ``task_id=``, else the run's ``conversation_id`` (shared by runs that continue
   one ``message_history``).
 """
@@ -157,8 +158,10 @@ class ToolGuard(AbstractCapability[Any]):
     async def after_model_request(self, ctx: RunContext[Any], *,
                                   request_context: ModelRequestContext,
                                   response: ModelResponse) -> ModelResponse:
-        """Report the response's tokens to the task's budget (``budget.max_tokens``)."""
+        """Report the response's tokens, with its model's name, to the task's budgets
+        (``budget.max_tokens``, ``max_cost_usd``)."""
         usage = response.usage
         if usage.input_tokens or usage.output_tokens:
-            self._task(ctx).record_usage(usage.input_tokens, usage.output_tokens)
+            self._task(ctx).record_usage(usage.input_tokens, usage.output_tokens,
+                                         model=response.model_name or None)
         return response

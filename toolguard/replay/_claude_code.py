@@ -30,6 +30,7 @@ from ._model import (
     Step,
     UserTurn,
     arguments,
+    model_name,
     text_field,
     usage_counts,
 )
@@ -89,7 +90,8 @@ def _assistant(source: Source, thread: _Thread, message: dict[str, Any], number:
                elapsed: float | None) -> None:
     steps = thread.run.steps
     message_id = str(message.get("id") or f"line {number}")
-    spent = usage_counts(message.get("usage"), _INPUT_KEYS, ("output_tokens",), number)
+    spent = usage_counts(message.get("usage"), _INPUT_KEYS, ("output_tokens",), number,
+                         model_name(message))
     if message_id not in thread.usage_at:
         source.model_turns += 1
         if spent is not None:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import Reader, Run, Source, TokenUsage, field_dict, usage_counts
+from ._model import Reader, Run, Source, TokenUsage, field_dict, model_name, usage_counts
 from ._otel import SpanView, requested_calls, span_steps
 
 __all__ = ["READER"]
@@ -61,7 +61,8 @@ def _views(observations: list[dict[str, Any]]) -> list[SpanView]:
         usage = None
         if kind == "GENERATION":
             # a model turn even when it recorded no usage
-            usage = usage_counts(o.get("usageDetails"), ("input",), ("output",)) or TokenUsage()
+            usage = usage_counts(o.get("usageDetails"), ("input",), ("output",),
+                                 model=model_name(o)) or TokenUsage(model=model_name(o))
             requested.update(name for _, name, _ in requested_calls(o.get("output")))
         tool = kind == "TOOL" or (kind == "SPAN" and requested[name] > 0)
         if tool and requested[name] > 0:

@@ -104,12 +104,15 @@ class UserTurn:
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
     """Model tokens spent (counted toward ``budget.max_tokens``); ``elapsed_s``: seconds since
-    the run started, from a trace line of usage alone (moves the clock, as a call's does)."""
+    the run started, from a trace line of usage alone (moves the clock, as a call's does);
+    ``model``: the model that spent them, where the recording names it (prices them for
+    ``budget.max_cost_usd``)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     line: int | None = None
     elapsed_s: float | None = None
+    model: str | None = None
 
 
 Step: TypeAlias = RecordedCall | UserTurn | TokenUsage
@@ -194,7 +197,13 @@ def usage(value: Any, line: int | None) -> TokenUsage:
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise Malformed(f"'usage.{names[0]}' must be an integer ≥ 0")
         counts.append(n)
-    return TokenUsage(counts[0], counts[1], line)
+    return TokenUsage(counts[0], counts[1], line, model=model_name(value))
+
+
+def model_name(value: Any) -> str | None:
+    """``value["model"]`` when ``value`` is an object and that is a non-empty string."""
+    model = value.get("model") if isinstance(value, dict) else None
+    return model if isinstance(model, str) and model else None
 
 
 def short(value: Any) -> str:
@@ -411,7 +420,7 @@ def unrecorded_args(source: Source, line: int | None) -> dict[str, Any]:
 
 
 def usage_counts(value: Any, inputs: tuple[str, ...], outputs: tuple[str, ...],
-                 line: int | None = None) -> TokenUsage | None:
+                 line: int | None = None, model: str | None = None) -> TokenUsage | None:
     """A :class:`TokenUsage` from the first integer key of ``inputs`` (summed: Anthropic counts
     cache reads and writes apart from ``input_tokens``) and of ``outputs``; ``None`` when
     ``value`` is not an object or holds none of them."""
@@ -427,7 +436,7 @@ def usage_counts(value: Any, inputs: tuple[str, ...], outputs: tuple[str, ...],
     spent_in, spent_out = count(inputs), count(outputs)
     if spent_in is None and spent_out is None:
         return None
-    return TokenUsage(spent_in or 0, spent_out or 0, line)
+    return TokenUsage(spent_in or 0, spent_out or 0, line, model=model)
 
 
 def field_dict(value: Any, key: str) -> dict[str, Any]:

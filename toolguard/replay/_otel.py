@@ -206,7 +206,11 @@ def _responses(value: Any, answers: dict[str, Any], depth: int = 0) -> None:
 def _semconv_usage(attrs: Mapping[str, Any]) -> TokenUsage | None:
     counts = [attrs.get(k) for k in ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens")]
     numbers = [int(c) if isinstance(c, (int, str)) and str(c).isdigit() else 0 for c in counts]
-    return TokenUsage(*numbers) if any(c is not None for c in counts) else None
+    model = attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model")
+    if all(c is None for c in counts):
+        return None
+    return TokenUsage(numbers[0], numbers[1],
+                      model=model if isinstance(model, str) and model else None)
 
 
 def _detect(path: Path, head: bytes) -> bool:

@@ -1,7 +1,8 @@
 """Render a :class:`~toolguard.replay.ReplayReport`: a rich table, JSON, or JSON lines.
 
 * table: one row per run (calls, executed, warn, cached, block, review, invalid, and where and
-  why it halted), a totals row, and one line with the number of runs per decision; with
+  why it halted; the cost of the recorded model usage when some run reported tokens), a
+  totals row, and one line with the number of runs per decision; with
   ``verbose`` also every step that was not a plain allow (tool, an argument excerpt, reason).
 * json: ``{"runs": [{"id", "file", "format", "steps": [...], "summary": {...}}],
   "totals": {...}, "problems": [...], "notes": [...]}`` (``format``: the input format the run
@@ -163,7 +164,8 @@ class TableRows:
 
     def __init__(self, verbose: bool = False) -> None:
         self.verbose = verbose
-        self.rows: list[tuple[str, str, int, int, tuple[int, ...], Text]] = []
+        # (run id, meta, calls, executed, counts, cost, halt, flagged, tokens)
+        self.rows: list[tuple[str, str, int, int, tuple[int, ...], Text, Text, bool, int]] = []
         self.steps: list[tuple[str, str, str, Text, str, str, str]] = []
 
     def add(self, run: RunReport) -> None:
@@ -173,7 +175,8 @@ class TableRows:
             if step.decision in counts:
                 counts[step.decision] += 1
         self.rows.append((printable(run.id), _meta_text(run), run.calls, run.executed,
-                          tuple(counts.values()), _halt_text(run)))
+                          tuple(counts.values()), _cost_text(run.cost_usd, run.unpriced_tokens),
+                          _halt_text(run), _flagged(run), run.tokens))
         if not self.verbose:
             return
         for step in run.steps:
@@ -184,36 +187,49 @@ class TableRows:
                                    str(step.count), printable(step.args), printable(step.reason)))
 
 
-def render_table(report: ReplayReport, console: Console, *, verbose: bool = False) -> None:
+def render_table(report: ReplayReport, console: Console, *, verbose: bool = False,
+                 only_flagged: bool = False) -> None:
     """Print the per-run table, the totals and (``verbose``) every non-allow step.
 
     Args:
         report: what to show.
-        console: where to print (stdout in the CLI).
+        console: where to print (stdout in the CLI): a table on a terminal, plain columns
+            otherwise (:func:`toolguard._tables.print_table`).
         verbose: also list every step whose decision is not ``allow``.
+        only_flagged: list only the runs with a decision other than ``allow`` (or an
+            error); the totals still count every run.
     """
     rows = TableRows(verbose)
     for run in report.runs:
         rows.add(run)
-    render_rows(rows, report.totals(), console)
+    render_rows(rows, report.totals(), console, only_flagged=only_flagged)
 
 
-def render_rows(rows: TableRows, totals: dict[str, Any], console: Console) -> None:
+def render_rows(rows: TableRows, totals: dict[str, Any], console: Console, *,
+                only_flagged: bool = False) -> None:
     """:func:`render_table` from the rows and the totals (``ReplayReport.totals``)."""
-    show_meta = any(row[1] for row in rows.rows)
+    from toolguard._tables import FOLD_MIN_WIDTH, print_table
+
+    shown = [row for row in rows.rows if not only_flagged or row[7]]
+    show_meta = any(row[1] for row in shown)
+    show_cost = any(row[8] for row in rows.rows)
     table = Table(title="toolguard replay", title_justify="left")
-    table.add_column("run", overflow="fold")
+    table.add_column("run", overflow="fold", min_width=FOLD_MIN_WIDTH)
     if show_meta:
-        table.add_column("meta", overflow="fold")
+        table.add_column("meta", overflow="fold", min_width=FOLD_MIN_WIDTH)
     for name in ("calls", "executed", *(str(d) for d in _COUNTS)):
         table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("halted", overflow="fold")
-    for run_id, meta, calls, executed, counts, halt in rows.rows:
+    if show_cost:
+        table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("halted", overflow="fold", min_width=FOLD_MIN_WIDTH)
+    for run_id, meta, calls, executed, counts, cost, halt, _, _ in shown:
         cells: list[str | Text] = [run_id]
         if show_meta:
             cells.append(meta)
         cells += [str(calls), str(executed)]
         cells += [_count(n, d) for n, d in zip(counts, _COUNTS, strict=True)]
+        if show_cost:
+            cells.append(cost)
         cells.append(halt)
         table.add_row(*cells)
     if rows.rows:
@@ -224,9 +240,14 @@ def render_rows(rows: TableRows, totals: dict[str, Any], console: Console) -> No
             cells.append("")
         cells += [str(totals["calls"]), str(totals["executed"])]
         cells += [_count(decisions[str(d)], d) for d in _COUNTS]
+        if show_cost:
+            cells.append(_cost_text(totals["cost_usd"], totals["unpriced_tokens"]))
         cells.append(_count(decisions["halt"], Decision.HALT, " halted"))
         table.add_row(*cells)
-    console.print(table)
+    print_table(console, table)
+    if len(shown) < len(rows.rows):
+        console.print(Text(f"{_plural(len(rows.rows) - len(shown), 'run')} with every call "
+                           "allowed not listed (--only-flagged)"))
     with_ = totals["runs_with"]
     console.print(Text(
         f"{_plural(totals['runs'], 'run')}, {_plural(totals['calls'], 'call')}: "
@@ -238,17 +259,26 @@ def render_rows(rows: TableRows, totals: dict[str, Any], console: Console) -> No
         _render_steps(rows, console)
 
 
+def _flagged(run: RunReport) -> bool:
+    """The run got a decision other than ``allow`` somewhere, or stopped on an error."""
+    return run.error is not None or any(step.decision is not Decision.ALLOW
+                                        for step in run.steps)
+
+
 def _render_steps(rows: TableRows, console: Console) -> None:
+    from toolguard._tables import FOLD_MIN_WIDTH, print_table
+
     table = Table(title="steps that were not a plain allow", title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("run", "left"), ("step", "right"), ("tool", "left"), ("decision", "left"),
         ("count", "right"), ("args", "left"), ("reason", "left"))
     for name, justify in columns:
-        table.add_column(name, justify=justify, overflow="fold")
+        table.add_column(name, justify=justify, overflow="fold",
+                         min_width=FOLD_MIN_WIDTH if justify == "left" else None)
     for row in rows.steps:
         table.add_row(*row)
     if table.row_count:
-        console.print(table)
+        print_table(console, table)
     else:
         console.print(Text("every step was allowed"))
 
@@ -257,6 +287,15 @@ def _count(n: int, decision: Decision, suffix: str = "") -> Text:
     if not n:
         return Text("0" if not suffix else "", style="dim")
     return Text(f"{n}{suffix}", style=_STYLE.get(decision, ""))
+
+
+def cost_text(usd: float, unpriced_tokens: int) -> str:
+    """``$0.2393``, with ``+?`` when some tokens had no known price."""
+    return f"${usd:.4f}" + ("+?" if unpriced_tokens else "")
+
+
+def _cost_text(usd: float, unpriced_tokens: int) -> Text:
+    return Text(cost_text(usd, unpriced_tokens), style="" if usd or unpriced_tokens else "dim")
 
 
 def _halt_text(run: RunReport) -> Text:

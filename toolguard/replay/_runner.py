@@ -33,7 +33,7 @@ from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, PolicyError
 from toolguard._policy import AuditPolicy, Policy, ToolPolicy
 from toolguard._policy_loader import load_policy_dict
-from toolguard._redact import redact, redact_json_text
+from toolguard._redact import redact, redact_json_text, redact_text
 from toolguard._results import ToolResult, _fast_constructor
 from toolguard._types import Decision, Effect, Mode
 from toolguard.stores.memory import MemoryStore
@@ -72,6 +72,11 @@ class StepReport:
         audit: the ``[audit]`` policy that redacts the excerpt.
         stale: a ``cached`` answer that differs from what the recorded call returned (the
             model would have read an outdated result).
+        details: with ``replay_runs(details=True)`` only (``None`` otherwise), what a person
+            looking at the call wants to see, redacted and cut short: ``{"args"`` (up to 400
+            characters), ``"result"`` (the recorded result, up to 400), ``"notice"`` (what the
+            guard gave the model instead of or after the result: a warn's notice, a
+            synthetic result, the halt; ``""`` for a plain allow)``}``.
     """
 
     index: int
@@ -85,6 +90,7 @@ class StepReport:
     line: int | None = None
     audit: AuditPolicy | None = field(default=None, repr=False, compare=False)
     stale: bool = False
+    details: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def args(self) -> str:
@@ -124,6 +130,10 @@ class RunReport:
         halted_at: index of the call at which the run halted, or ``None``.
         halt_reason: why it halted, or ``None``.
         error: a guard failure that stopped the run early (a bug or a store error), or ``None``.
+        tokens: model tokens the recording reported (up to the halt).
+        cost_usd: what those of a known model cost (``genai-prices``), in US dollars.
+        unpriced_tokens: those whose model the recording does not name or the price table
+            does not know.
     """
 
     id: str
@@ -136,6 +146,9 @@ class RunReport:
     halted_at: int | None = None
     halt_reason: str | None = None
     error: str | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_tokens: int = 0
 
     @property
     def halted(self) -> bool:
@@ -162,7 +175,9 @@ class RunReport:
                                "executed": self.executed}
         out.update({str(d): self.count(d) for d in COUNTED})
         out.update({"halt": self.halted, "halted_at": self.halted_at,
-                    "halt_reason": self.halt_reason, "error": self.error, "meta": self.meta})
+                    "halt_reason": self.halt_reason, "error": self.error,
+                    "tokens": self.tokens, "cost_usd": self.cost_usd,
+                    "unpriced_tokens": self.unpriced_tokens, "meta": self.meta})
         return out
 
 
@@ -204,6 +219,7 @@ class Totals:
         decisions: steps per decision (``halt``: halted runs).
         runs_with: runs in which at least one call got the decision.
         tools: the tool names the runs called.
+        tokens, cost_usd, unpriced_tokens: the recorded model usage (:class:`RunReport`).
     """
 
     runs: int = 0
@@ -216,10 +232,16 @@ class Totals:
     runs_with: dict[str, int] = field(
         default_factory=lambda: {str(d): 0 for d in (*COUNTED[1:], Decision.HALT)})
     tools: set[str] = field(default_factory=set)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_tokens: int = 0
 
     def add(self, run: RunReport) -> None:
         """Count ``run`` in."""
         self.runs += 1
+        self.tokens += run.tokens
+        self.cost_usd += run.cost_usd
+        self.unpriced_tokens += run.unpriced_tokens
         self.calls += run.calls
         self.replayed += run.replayed
         self.errors += run.error is not None
@@ -250,6 +272,9 @@ class Totals:
             "executed": self.executed,
             "decisions": dict(self.decisions),
             "runs_with": dict(self.runs_with),
+            "tokens": self.tokens,
+            "cost_usd": round(self.cost_usd, 9),  # whole nano-dollars
+            "unpriced_tokens": self.unpriced_tokens,
             "errors": self.errors,
             "problems": problems,
         }
@@ -286,6 +311,7 @@ def replay_runs(
     *,
     tools: Sequence[ToolSpec] = (),
     on_run: Callable[[RunReport], None] | None = None,
+    details: bool = False,
 ) -> ReplayReport:
     """Replay recorded runs through the guard (see the module docstring).
 
@@ -297,6 +323,7 @@ def replay_runs(
             recorded call of any other tool is ``invalid`` (unknown tool), as at run time.
             Without them every recorded tool name is registered without a schema.
         on_run: called after each run (e.g. to advance a progress bar).
+        details: keep each step's :attr:`StepReport.details` (the HTML report shows them).
 
     Returns:
         The :class:`ReplayReport`. A run whose header ``effects`` are invalid is not replayed
@@ -304,7 +331,7 @@ def replay_runs(
         (``RunReport.error``) and is listed in ``problems`` too.
     """
     report = ReplayReport()
-    for outcome in replay_stream(runs, policy, tools=tools):
+    for outcome in replay_stream(runs, policy, tools=tools, details=details):
         result, problem = outcome
         if result is not None:
             report.runs.append(result)
@@ -321,7 +348,7 @@ invalid header ``effects``) and the problem to report about it, if any."""
 
 
 def replay_stream(items: Iterable[Run | T], policy: Policy | None = None, *,
-                  tools: Sequence[ToolSpec] = (), jobs: int = 1
+                  tools: Sequence[ToolSpec] = (), jobs: int = 1, details: bool = False
                   ) -> Generator[Outcome | T, None, None]:
     """Replay runs one by one as ``items`` yields them, in worker processes when ``jobs`` > 1.
 
@@ -330,6 +357,7 @@ def replay_stream(items: Iterable[Run | T], policy: Policy | None = None, *,
             are handed back in their place in the order.
         policy: the policy; default the built-in defaults.
         tools: tool specs with argument schemas (see :func:`replay_runs`).
+        details: keep each step's :attr:`StepReport.details` (see :func:`replay_runs`).
         jobs: worker processes; 1 replays in this process. Runs are independent of each
             other (each is one task of its own), so the outcomes do not depend on ``jobs``.
 
@@ -338,7 +366,7 @@ def replay_stream(items: Iterable[Run | T], policy: Policy | None = None, *,
         as soon as it and everything before it is done, with a bounded number of runs in
         flight. A run that makes its worker process die is that run's error.
     """
-    replayer = _Replayer(policy or Policy(), tools)
+    replayer = _Replayer(policy or Policy(), tools, details)
     numbered = _numbered(items)
     if jobs <= 1:
         for item in numbered:
@@ -362,8 +390,10 @@ def _numbered(items: Iterable[Run | T]) -> Iterator[tuple[int, Run] | T]:
 class _Replayer:
     """The guards and the clock of one replay."""
 
-    def __init__(self, policy: Policy, tools: Sequence[ToolSpec]) -> None:
+    def __init__(self, policy: Policy, tools: Sequence[ToolSpec], details: bool = False
+                 ) -> None:
         self.policy = policy.model_copy(update={"mode": Mode.ENFORCE})
+        self.details = details
         given = {spec.name: spec for spec in tools}
         self.known: set[str] | None = set(given) if given else None
         # Without definitions, recorded tools need no registration: the guard takes an
@@ -426,13 +456,14 @@ class _Replayer:
                 elif isinstance(item, TokenUsage):
                     if item.elapsed_s is not None:
                         self._advance_to(start + item.elapsed_s)
-                    task.record_usage(item.input_tokens, item.output_tokens)
+                    task.record_usage(item.input_tokens, item.output_tokens,
+                                      model=item.model)
                 elif len(item) == 1:  # one call: nothing to merge
                     call = current = item[0]
                     if call.elapsed_s is not None:
                         self._advance_to(start + call.elapsed_s)
                     report.steps.append(_step(report.replayed, call, self._call(task, call),
-                                              audit))
+                                              audit, self.details))
                     report.replayed += 1
                     current = None
                 else:
@@ -447,17 +478,21 @@ class _Replayer:
                         else:
                             result = self._call(task, call)
                             first.append(result)
-                        report.steps.append(_step(report.replayed, call, result, audit))
+                        report.steps.append(_step(report.replayed, call, result, audit,
+                                                  self.details))
                         report.replayed += 1
                         current = None
         except Halt as exc:
-            report.steps.append(_halt_step(report.replayed, current, exc, task))
+            report.steps.append(_halt_step(report.replayed, current, exc, task, self.details))
             report.halted_at, report.halt_reason = report.replayed, exc.reason
             if current is not None:
                 report.replayed += 1
         except Exception as exc:  # noqa: BLE001 - a guard failure (a bug, a store error)
             # stops this run only: reported as its error, the other runs still replay
             report.error = f"{type(exc).__name__}: {exc}"
+        usage = task.usage
+        report.tokens, report.cost_usd = usage.total_tokens, usage.cost_usd
+        report.unpriced_tokens = usage.unpriced_tokens
         return report
 
     def _call(self, task: Task, call: RecordedCall) -> ToolResult:
@@ -502,19 +537,62 @@ def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[Rec
         yield batch
 
 
-def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy
-          ) -> StepReport:
+def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy,
+          details: bool) -> StepReport:
     stale = result.decision is Decision.CACHED and (call.is_error or result.value != call.result)
+    shown = None
+    if details:
+        # an executed call's notice is the guard's own text; what a call that did not run
+        # got instead may quote a recorded result (a cached one), so it is redacted
+        shown = _details(call, audit, result.notice or "" if result.decision.executed
+                         else _redacted(_text(result.content)))
     return _new_step(index, call.tool, result.args_hash, result.effect, result.decision,
-                     result.reason, result.count, call.arguments, call.line, audit, stale)
+                     result.reason, result.count, call.arguments, call.line, audit, stale,
+                     shown)
 
 
 _new_step: Final[Callable[..., StepReport]] = _fast_constructor(StepReport)
 """``StepReport(...)`` (its fields in order) without the frozen dataclass's per-field
 ``object.__setattr__``: one per replayed call."""
 
+_DETAIL_CHARS: Final = 400
 
-def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> StepReport:
+
+def _details(call: RecordedCall | None, audit: AuditPolicy, notice: str) -> dict[str, str]:
+    """:attr:`StepReport.details` of a step, ``notice`` already safe to show."""
+    if call is None:
+        return {"args": "", "result": "", "notice": _cut(notice)}
+    result = call.result
+    if isinstance(result, dict):  # redacted as arguments are: by key, and inside strings
+        shown = _cut(_text(redact(result, audit.redact_pattern, _DETAIL_CHARS)))
+    else:
+        shown = _redacted(_text(result))
+    args = excerpt({} if call.arguments is None else call.arguments, audit, _DETAIL_CHARS)
+    return {"args": args, "result": shown, "notice": _cut(notice)}
+
+
+def _text(value: Any) -> str:
+    """A result as text: a string as is, anything else as JSON."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, default=repr,
+                                                           ensure_ascii=False)
+
+
+def _redacted(text: str) -> str:
+    """``text`` redacted (credentials of a known shape) and cut to ``_DETAIL_CHARS``. A long
+    text (a recorded result may be megabytes) is cut first to twice that: room for any
+    shape of ``redact_text`` that starts before the cut to match whole (a URL's password
+    is at most 200 characters; a PEM block matches to the end of the text)."""
+    return _cut(redact_text(text[: 2 * _DETAIL_CHARS]))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+
+
+def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task, details: bool
+               ) -> StepReport:
     effect: Effect | None = None
     last = task.history[-1].result if task.history else None
     if call is not None and last is not None and last.decision is Decision.HALT:
@@ -522,7 +600,10 @@ def _halt_step(index: int, call: RecordedCall | None, exc: Halt, task: Task) -> 
     return StepReport(index, call.tool if call else None, exc.args_hash, effect, Decision.HALT,
                       exc.reason, exc.count, call.arguments if call else None,
                       call.line if call else None,
-                      task.guard.policy.audit)
+                      task.guard.policy.audit,
+                      details=_details(call, task.guard.policy.audit,
+                                       _redacted(f"[toolguard] Halted: {exc}"))
+                      if details else None)
 
 
 def excerpt(arguments: Mapping[str, Any] | str, audit: AuditPolicy,

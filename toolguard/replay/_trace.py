@@ -3,7 +3,8 @@
 ``{"tool", "args", "result", "is_error"}``, optionally ``raw_args`` (the model's exact JSON
 text, replayed instead of ``args``), ``batch`` (calls emitted together share a value),
 ``error_type`` (``"timeout"``: the outcome is unknown), ``usage`` (``{"input_tokens",
-"output_tokens"}``, the model tokens spent to propose the call) and ``elapsed_s`` (seconds
+"output_tokens"}``, the model tokens spent to propose the call; with ``model``, in it or on
+the line, the model's name, which prices them) and ``elapsed_s`` (seconds
 since the run started when the call was proposed). A line without a ``tool`` key is a header
 and starts a new run (unless it holds arguments, ``args``, ``raw_args`` or ``arguments``: then
 it is a call that lost its ``tool``, reported and skipped): its ``effects`` are kept for the
@@ -35,6 +36,7 @@ from ._model import (
     Source,
     Step,
     arguments,
+    model_name,
     run_id,
     seconds,
     usage,
@@ -113,7 +115,9 @@ _new_call: Final[Callable[..., RecordedCall]] = _fast_constructor(RecordedCall)
 
 def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
     if _is_usage_line(item):
-        return [replace(usage(item["usage"], line), elapsed_s=seconds(item.get("elapsed_s")))]
+        spent = usage(item["usage"], line)
+        return [replace(spent, elapsed_s=seconds(item.get("elapsed_s")),
+                        model=spent.model or model_name(item))]
     tool = item.get("tool")
     if not isinstance(tool, str) or not tool:
         raise Malformed("'tool' must be a non-empty string")
@@ -130,7 +134,8 @@ def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
     elapsed = seconds(item.get("elapsed_s"))
     steps: list[Step] = []
     if "usage" in item:
-        steps.append(usage(item["usage"], line))
+        spent = usage(item["usage"], line)
+        steps.append(replace(spent, model=spent.model or model_name(item)))
     steps.append(_new_call(tool, args, raw, item.get("result"), is_error,
                            item.get("error_type") == "timeout", batch, elapsed, line))
     return steps

@@ -222,7 +222,9 @@ class FinishRequest(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class TaskUsage:
-    """Counters of one task: tool calls proposed, per tool, tokens, start time (seconds)."""
+    """Counters of one task: tool calls proposed, per tool, tokens, start time (seconds);
+    the price of its model usage in nano-dollars (1e-9 USD), per tool, and the tokens whose
+    price was unknown."""
 
     tool_calls: int
     per_tool: dict[str, int]
@@ -231,6 +233,9 @@ class TaskUsage:
     started_at: float | None
     epoch: int
     halted: dict[str, Any] | None
+    cost_nusd: int = 0
+    cost_per_tool: dict[str, int] = field(default_factory=dict)
+    unpriced_tokens: int = 0
 
 
 @runtime_checkable
@@ -269,6 +274,13 @@ class Store(Protocol):
 
     def add_usage(self, task_id: str, input_tokens: int, output_tokens: int, now: float) -> int:
         """Add token usage; return the task's total tokens."""
+        ...
+
+    def add_cost(self, task_id: str, cost_nusd: int, unpriced_tokens: int, tool: str,
+                 now: float) -> tuple[int, int]:
+        """Add the price of model usage in nano-dollars and the tokens of unknown price,
+        also to ``tool``'s cost unless ``tool`` is ``""``; return the task's total cost and
+        the tool's (0 without a tool)."""
         ...
 
     def usage(self, task_id: str) -> TaskUsage:

@@ -288,6 +288,18 @@ touch(tonumber(ARGV[4]))
 return {gen, total}
 """
 
+_ADD_COST: Final = _PRELUDE + """
+local gen = generation(true)
+if not gen then return redis.error_reply(LOST) end
+redis.call('HSETNX', KEYS[1], 'started', ARGV[1])
+local total = redis.call('HINCRBY', KEYS[1], 'cost', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'unpriced', ARGV[3])
+local tool = 0
+if ARGV[4] ~= '' then tool = redis.call('HINCRBY', KEYS[1], 'c:' .. ARGV[4], ARGV[2]) end
+touch(tonumber(ARGV[5]))
+return {gen, {total, tool}}
+"""
+
 # A read: it checks the generation but never starts one.
 _READ_HASH: Final = _PRELUDE + """
 local gen = generation(false)
@@ -327,6 +339,7 @@ _FINISH_SCRIPT: Final = _script(_FINISH)
 _SET_HALTED_SCRIPT: Final = _script(_SET_HALTED)
 _NEW_TURN_SCRIPT: Final = _script(_NEW_TURN)
 _ADD_USAGE_SCRIPT: Final = _script(_ADD_USAGE)
+_ADD_COST_SCRIPT: Final = _script(_ADD_COST)
 _READ_HASH_SCRIPT: Final = _script(_READ_HASH)
 _SET_APPROVAL_SCRIPT: Final = _script(_SET_APPROVAL)
 _CLEAR_SCRIPT: Final = _script(_CLEAR)

@@ -48,7 +48,15 @@ CREATE INDEX records_expires_at ON records (expires_at);
 CREATE TABLE approvals (task TEXT NOT NULL, key TEXT NOT NULL, record BLOB NOT NULL,
     UNIQUE (task, key));
 """
-_TASK_TABLES: Final = ("tasks", "tools", "sigs", "seen", "approvals")  # records: own TTLs
+# the cost of a task's model usage in nano-dollars (tool "": the task's, with its unpriced
+# tokens); created in a file of the same schema made before the table was
+_COSTS: Final = """
+CREATE TABLE IF NOT EXISTS costs (task TEXT NOT NULL, tool TEXT NOT NULL,
+    nusd INTEGER NOT NULL, unpriced INTEGER NOT NULL, PRIMARY KEY (task, tool))
+    WITHOUT ROWID
+"""
+_TASK_TABLES: Final = ("tasks", "tools", "sigs", "seen", "approvals", "costs")
+"""Tables of per-task state (records keep their own TTLs)."""
 
 
 def default_path(env: Mapping[str, str] | None = None) -> Path:
@@ -141,6 +149,7 @@ def _check_schema(conn: sqlite3.Connection) -> None:
             if statement.strip():
                 conn.execute(statement)
         conn.execute("INSERT INTO toolguard_meta VALUES ('schema', ?)", (_SCHEMA,))
+        conn.execute(_COSTS)
         return
     version = None
     if "toolguard_meta" in names:
@@ -150,6 +159,8 @@ def _check_schema(conn: sqlite3.Connection) -> None:
         raise sqlite3.DatabaseError(
             "the file is a SQLite database but not a toolguard store of schema "
             f"{_SCHEMA} (found {'schema ' + str(version) if version else 'other tables'})")
+    if "costs" not in names:
+        conn.execute(_COSTS)
 
 
 @contextlib.contextmanager

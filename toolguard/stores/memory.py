@@ -72,9 +72,12 @@ class _Task:
     calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cost_nusd: int = 0
+    unpriced_tokens: int = 0
     started_at: float | None = None
     halted: dict[str, Any] | None = None
     tool_calls: dict[str, int] = field(default_factory=dict)
+    tool_costs: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     # signature -> history, least recently used first (bounded by max_entries)
     sigs: OrderedDict[str, _Sig] = field(default_factory=OrderedDict)
@@ -397,6 +400,19 @@ class MemoryStore:
             state.output_tokens += output_tokens
             return state.input_tokens + state.output_tokens
 
+    def add_cost(self, task_id: str, cost_nusd: int, unpriced_tokens: int, tool: str,
+                 now: float) -> tuple[int, int]:
+        with self._lock:
+            state = self._task(task_id)
+            if state.started_at is None:
+                state.started_at = now
+            state.cost_nusd += cost_nusd
+            state.unpriced_tokens += unpriced_tokens
+            tool_total = 0
+            if tool:
+                tool_total = state.tool_costs[tool] = state.tool_costs.get(tool, 0) + cost_nusd
+            return state.cost_nusd, tool_total
+
     def usage(self, task_id: str) -> TaskUsage:
         with self._lock:
             state = self._task(task_id)
@@ -408,6 +424,9 @@ class MemoryStore:
                 started_at=state.started_at,
                 epoch=state.epoch,
                 halted=state.halted,
+                cost_nusd=state.cost_nusd,
+                cost_per_tool=dict(state.tool_costs),
+                unpriced_tokens=state.unpriced_tokens,
             )
 
     def set_approval(self, task_id: str, key: str, record: ApprovalRecord, ttl_s: float) -> None:

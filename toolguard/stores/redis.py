@@ -1,6 +1,6 @@
 """Redis store: per-task state shared by every worker process and host serving a task.
 
-Needs the extra ``toolguard[redis]`` (redis-py). Semantics are exactly those of
+Needs the extra ``agent-toolguard[redis]`` (redis-py). Semantics are exactly those of
 :class:`~toolguard.stores.MemoryStore` (one contract suite, ``tests/test_store_contract.py``,
 runs against both); only where the state lives differs.
 
@@ -95,7 +95,7 @@ try:
     from redis.exceptions import NoScriptError
 except ImportError as _exc:  # pragma: no cover - tests/test_imports.py hides redis
     raise ImportError(
-        "toolguard.stores.RedisStore needs redis-py: pip install 'toolguard[redis]'"
+        "toolguard.stores.RedisStore needs redis-py: pip install 'agent-toolguard[redis]'"
     ) from _exc
 
 from toolguard._errors import StoreError
@@ -113,6 +113,7 @@ from ._base import (
 from ._json import _approval, _approval_json, _dumps
 from ._redis_lost import _MAX_TASKS, _keep_outcome, _remember_claim, _write_unrecorded
 from ._redis_scripts import (
+    _ADD_COST_SCRIPT,
     _ADD_USAGE_SCRIPT,
     _BEGIN_SCRIPT,
     _CLEAR_SCRIPT,
@@ -489,6 +490,19 @@ class RedisStore:
                            [_time(now), input_tokens, output_tokens, self._state_ms_arg])
         return int(total)
 
+    def add_cost(self, task_id: str, cost_nusd: int, unpriced_tokens: int, tool: str,
+                 now: float) -> tuple[int, int]:
+        """Add the price of model usage, in nano-dollars, and tokens of unknown price
+        (to ``tool``'s cost too, unless ``""``); return the task's and the tool's cost.
+
+        Raises:
+            StoreError: Redis failed or timed out, or the task's state was lost.
+        """
+        total, tool_total = self._eval(
+            "add_cost", task_id, _ADD_COST_SCRIPT, self._keys(task_id)[:5],
+            [_time(now), cost_nusd, unpriced_tokens, tool, self._state_ms_arg])
+        return int(total), int(tool_total)
+
     def usage(self, task_id: str) -> TaskUsage:
         """The task's counters (zeros for a task never seen).
 
@@ -508,6 +522,9 @@ class RedisStore:
             started_at=None if started is None else float(started),
             epoch=int(fields.get("epoch", 0)),
             halted=None if halted is None else orjson.loads(halted),
+            cost_nusd=int(fields.get("cost", 0)),
+            cost_per_tool={k[2:]: int(v) for k, v in fields.items() if k.startswith("c:")},
+            unpriced_tokens=int(fields.get("unpriced", 0)),
         )
 
     def set_approval(self, task_id: str, key: str, record: ApprovalRecord, ttl_s: float) -> None:

@@ -467,6 +467,32 @@ class SQLiteStore:
 
         return self._run("add_usage", task_id, body)
 
+    def add_cost(self, task_id: str, cost_nusd: int, unpriced_tokens: int, tool: str,
+                 now: float) -> tuple[int, int]:
+        """Add the price of model usage, in nano-dollars, and tokens of unknown price (to
+        ``tool``'s cost too, unless ``""``); return the task's and the tool's cost.
+
+        Raises:
+            StoreError: SQLite failed (see the class doc).
+        """
+        def body(conn: sqlite3.Connection) -> tuple[int, int]:
+            state = self._task(conn, task_id, self._clock())
+            if state[6] is None:
+                state[6] = now
+            self._put_task(conn, task_id, state)
+            totals = []
+            for name, unpriced in (("", unpriced_tokens), *(((tool, 0),) if tool else ())):
+                conn.execute(
+                    "INSERT INTO costs VALUES (?, ?, ?, ?) ON CONFLICT (task, tool) DO UPDATE "
+                    "SET nusd = nusd + excluded.nusd, unpriced = unpriced + excluded.unpriced",
+                    (task_id, name, cost_nusd, unpriced))
+                (total,) = conn.execute("SELECT nusd FROM costs WHERE task = ? AND tool = ?",
+                                        (task_id, name)).fetchone()
+                totals.append(int(total))
+            return totals[0], totals[1] if tool else 0
+
+        return self._run("add_cost", task_id, body)
+
     def usage(self, task_id: str) -> TaskUsage:
         """The task's counters (zeros for a task never seen).
 
@@ -479,9 +505,15 @@ class SQLiteStore:
             per_tool: dict[str, int] = dict(conn.execute(
                 "SELECT tool, calls FROM tools WHERE task = ? AND calls > 0 ORDER BY tool",
                 (task_id,)))
+            costs = {tool: (int(nusd), int(unpriced)) for tool, nusd, unpriced in conn.execute(
+                "SELECT tool, nusd, unpriced FROM costs WHERE task = ?", (task_id,))}
+            task_cost, unpriced = costs.pop("", (0, 0))
             return TaskUsage(tool_calls=state[3], per_tool=per_tool, input_tokens=state[4],
                              output_tokens=state[5], started_at=state[6], epoch=state[1],
-                             halted=None if state[7] is None else orjson.loads(state[7]))
+                             halted=None if state[7] is None else orjson.loads(state[7]),
+                             cost_nusd=task_cost,
+                             cost_per_tool={k: v[0] for k, v in costs.items()},
+                             unpriced_tokens=unpriced)
 
         return self._run("usage", task_id, body)
 
