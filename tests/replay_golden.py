@@ -5,12 +5,12 @@ Regenerate (only when a change of the report is intended, and say so in the comm
 
     python -m tests.replay_golden > tests/golden/replay_reports.json
 
-Each set is replayed in process (``read_runs`` + ``replay_runs``) and rendered three ways: the
-``--format json`` document, the JSON lines, and the verbose table (whose rows carry each
-step's argument excerpt). Each run is digested on its own (its JSON object, its excerpts), so a
-difference names the run; the totals, problems, notes and the rendered texts are digested
-whole. Paths are written relative to the shared folder, so the digests do not depend on
-where it is.
+Each set is replayed (``read_runs`` + ``replay_stream``, in process or by worker processes)
+and rendered three ways: the ``--format json`` document, the JSON lines, and the verbose
+table (whose rows carry each step's argument excerpt). Each run is digested on its own (its
+JSON object, its excerpts), so a difference names the run; the totals, problems, notes and
+the rendered texts are digested whole. Paths are written relative to the shared folder, so
+the digests do not depend on where it is.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 
 import toolguard as tg
-from toolguard.replay import read_runs, read_tool_definitions, replay_runs
+from toolguard.replay import ReplayReport, read_runs, read_tool_definitions, replay_stream
 from toolguard.replay._report import jsonl_lines, render_table, to_json, to_json_text
 
 from .conftest import ROOT, SHARED
@@ -52,14 +52,19 @@ def _relative(text: str) -> str:
     return text.replace(str(SHARED), "<shared>")
 
 
-def report_of(name: str) -> dict[str, Any]:
-    """The digests of one set's report (see the module docstring)."""
+def report_of(name: str, jobs: int = 1) -> dict[str, Any]:
+    """The digests of one set's report (see the module docstring), replayed by ``jobs``
+    worker processes (1: in this process)."""
     paths, policy_file, tools_file = SETS[name]
     runs, read_problems = read_runs([SHARED / p for p in paths], allow_empty=True)
     policy = tg.load_policy(POLICIES / policy_file, env={}) if policy_file else None
     tools = read_tool_definitions(SHARED / tools_file) if tools_file else ()
-    report = replay_runs(runs, policy, tools=tools)
-    report.problems[:0] = read_problems
+    report = ReplayReport(problems=read_problems)
+    for result, problem in replay_stream(runs, policy, tools=tools, jobs=jobs):
+        if result is not None:
+            report.runs.append(result)
+        if problem is not None:
+            report.problems.append(problem)
     document = to_json(report)
     out: dict[str, Any] = {"runs": {}}
     for run, data in zip(report.runs, document["runs"], strict=True):

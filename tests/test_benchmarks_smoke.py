@@ -67,3 +67,15 @@ def test_benchmark_smoke_run_writes_every_section(tmp_path: Path) -> None:
         assert redis["throughput"]
         assert {r["path"] for r in redis["per_call"] if r.get("kind") == "guard"} == {
             "allow", "warn", "cached", "block", "executed"}
+
+
+def test_the_replay_scale_benchmark_smoke_run_reports_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "replay_scale.py"),
+                           "--smoke", "--json", str(out)], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["smoke"] is True
+    assert {r["format"] for r in result["rows"]} == {"trace", "chat"}
+    assert result["targets"]["trace"].keys() >= {"rss_ok", "cpu_ok", "jobs2_ok"}

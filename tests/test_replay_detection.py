@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.progress import Progress, TaskID
+from rich.progress import Progress
 
 import toolguard as tg
 from toolguard.replay import RecordedCall, TokenUsage, UserTurn, open_file, readers, replay_runs
@@ -380,33 +380,30 @@ def test_inspect_runs_are_samples_times_epochs(tmp_path: Path) -> None:
     assert runs[0].meta == {"task": "t", "model": "m", "sample": 1, "epoch": 1}
 
 
-def test_big_inputs_get_a_progress_bar_per_file_on_a_terminal(
+def test_big_inputs_get_a_progress_bar_of_files_and_calls_on_a_terminal(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from toolguard import _replay_cli
 
     files = [write_lines(tmp_path / f"t{i:02}.jsonl", [{"case": f"c{i}"},
                                                         {"tool": "x", "args": {}}])
              for i in range(20)]
-    shown: list[tuple[str, int]] = []  # (the bar's label, calls replayed when it went)
-    add_task, remove_task = Progress.add_task, Progress.remove_task
+    shown: list[tuple[int, int | None, int]] = []  # (files done, of files, calls) at the end
+    stop = Progress.stop
 
-    def added(self: Progress, description: str, **fields: Any) -> TaskID:
-        shown.append((description, 0))
-        return add_task(self, description, **fields)
-
-    def removed(self: Progress, task: TaskID) -> None:
-        [bar] = [t for t in self.tasks if t.id == task]
-        shown[-1] = (shown[-1][0], bar.fields["calls"])
-        remove_task(self, task)
+    def stopped(self: Progress) -> None:
+        [bar] = self.tasks
+        shown.append((int(bar.completed), None if bar.total is None else int(bar.total),
+                      bar.fields["calls"]))
+        stop(self)
 
     monkeypatch.setattr(_replay_cli, "_on_terminal", lambda: True)
-    monkeypatch.setattr(Progress, "add_task", added)
-    monkeypatch.setattr(Progress, "remove_task", removed)
+    monkeypatch.setattr(Progress, "stop", stopped)
     result = replay(tmp_path, "--format", "json")
     assert result.exit_code == 0
-    assert shown == [(f"[{i + 1}/20] {f.name}", 1) for i, f in enumerate(files)]
+    assert shown == [(20, 20, 20)]
     assert replay(files[0], "--format", "json").exit_code == 0  # small: no bar
-    assert len(shown) == 20
+    assert replay(tmp_path, "--format", "json", "--quiet").exit_code == 0  # asked for none
+    assert len(shown) == 1
 
 
 def test_codex_rollouts_of_earlier_versions_hold_bare_items(tmp_path: Path) -> None:

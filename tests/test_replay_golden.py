@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from toolguard.replay import _parallel
+
 from .conftest import ROOT
 from .replay_golden import SETS, report_of
 
@@ -18,10 +20,14 @@ GOLDEN = ROOT / "tests" / "golden" / "replay_reports.json"
 
 
 @pytest.mark.usefixtures("shared")
+@pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("name", sorted(SETS))
-def test_the_whole_report_is_unchanged(name: str) -> None:
+def test_the_whole_report_is_unchanged(name: str, jobs: int,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """By worker processes too: small batches, so that even a small set spreads over both."""
+    monkeypatch.setattr(_parallel, "BATCH_CALLS", 16)
     expected = json.loads(Path(GOLDEN).read_text())[name]
-    got = report_of(name)
+    got = report_of(name, jobs)
     changed = sorted(run for run in expected["runs"].keys() | got["runs"].keys()
                      if expected["runs"].get(run) != got["runs"].get(run))
     assert changed == [], f"{name}: these runs' reports changed"

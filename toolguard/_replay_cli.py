@@ -28,10 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
+import signal
 import sys
+import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -45,11 +49,13 @@ if TYPE_CHECKING:  # rich, the replay readers and the policy loader load when a 
     from ._decorators import ToolSpec
     from ._policy import Policy
     from .replay import (
+        FileRuns,
         ReplayInputError,
         ReplayNote,
         ReplayReport,
         Run,
         RunReport,
+        Totals,
     )
 
 
@@ -57,6 +63,7 @@ __all__ = ["FailOn", "OutputFormat", "register", "replay"]
 
 FAILED: int = 1
 BAD_INPUT: int = 2
+INTERRUPTED: int = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 _PROGRESS_MIN_BYTES = 1 << 20  # less input replays in a blink: no progress bar
 _PROGRESS_MIN_FILES = 20
 
@@ -134,6 +141,15 @@ def replay(
     list_formats: Annotated[
         bool, typer.Option("--list-formats", help="List the input formats and exit.")
     ] = False,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=1, show_default=False,
+                     help="Replay in this many worker processes [default: the number of "
+                          "CPUs]. The report is the same for any number."),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bar on stderr.")
+    ] = False,
     html: Annotated[
         Path | None,
         typer.Option("--html", metavar="REPORT.html", dir_okay=False,
@@ -148,7 +164,6 @@ def replay(
     from ._tables import stdout_console
     from .replay import readers
     from .replay._registry import reader_named
-    from .replay._report import jsonl_lines, render_table, to_json_text
 
     if list_formats:
         _print_formats(stdout_console())
@@ -163,26 +178,32 @@ def replay(
               f"{', '.join(r.name for r in readers())}")
     guard_policy = _load_policy(policy, env)
     specs = _load_tools(tools)
-    report = _replay(paths, guard_policy, specs, input_format, allow_empty,
-                     details=html is not None)
-    for note in _after_notes(report, guard_policy, tools, specs):
+    output = _Output(output_format, verbose, only_flagged, keep_runs=html is not None)
+    interrupted = False
+    try:
+        _replay(paths, guard_policy, specs, input_format, allow_empty,
+                jobs or os.cpu_count() or 1, output, quiet, details=html is not None)
+    except KeyboardInterrupt:
+        interrupted = True
+    for note in _after_notes(output.totals, guard_policy, tools, specs):
         _note(note)
-        report.notes.append(note)
-    if not report.runs and not (allow_empty and not report.problems):
-        _fail("no runs to replay")
-    if output_format is OutputFormat.JSON:
-        typer.echo(to_json_text(report))
-    elif output_format is OutputFormat.JSONL:
-        for line in jsonl_lines(report):
-            typer.echo(line)
-    else:
-        render_table(report, stdout_console(), verbose=verbose, only_flagged=only_flagged)
-    if html is not None:
-        _write_html(report, html)
+        output.notes.append(note)
+    if interrupted:
+        from rich.text import Text
 
-    if report.problems:
+        _stderr().print(Text(
+            f"toolguard replay: interrupted: the report covers the {output.totals.runs} "
+            "run(s) replayed so far", style="bold red"))
+    elif not output.totals.runs and not (allow_empty and not output.problems):
+        _fail("no runs to replay")
+    output.finish()
+    if html is not None:
+        _write_html(output.report(), html)
+    if interrupted:
+        raise typer.Exit(INTERRUPTED)
+    if output.problems:
         raise typer.Exit(BAD_INPUT)
-    if _failed(report, fail_on):
+    if _failed(output.totals, fail_on):
         raise typer.Exit(FAILED)
 
 
@@ -204,39 +225,122 @@ def _write_html(report: ReplayReport, path: Path) -> None:
         _fail(f"cannot write {path}: {exc.strerror or exc}")
 
 
-def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
-            input_format: str | None, allow_empty: bool, *, details: bool = False
-            ) -> ReplayReport:
-    """Read and replay file by file; each file's problems and notes go to stderr as soon as
-    it is done, and into the report, reading problems before replay ones."""
-    from .replay import ReplayReport, UniqueIds, iter_files, open_file, replay_runs
+class _Output:
+    """The report, written as the runs are replayed: ``jsonl`` lines and the ``json``
+    document's runs go to stdout as each run is done; the table is printed at the end from
+    its rows. Keeps the totals, the problems and the notes, and the runs only when
+    ``keep_runs`` (the HTML report shows every run)."""
 
-    report = ReplayReport()
-    files = list(iter_files(paths, report.problems,
-                            notes=report.notes if allow_empty else None))
-    for problem in report.problems:  # directories without any transcript
+    def __init__(self, output_format: OutputFormat, verbose: bool, only_flagged: bool,
+                 keep_runs: bool) -> None:
+        from .replay import ReplayReport, Totals
+        from .replay._report import JsonDocument, TableRows
+
+        self.format = output_format
+        self.totals = Totals()
+        self.problems: list[ReplayInputError] = []
+        self.notes: list[ReplayNote] = []
+        self.document = JsonDocument(self._write)
+        self.rows = TableRows(verbose)
+        self.only_flagged = only_flagged
+        self.kept: ReplayReport | None = ReplayReport() if keep_runs else None
+
+    @staticmethod
+    def _write(text: str) -> None:
+        typer.echo(text, nl=False)
+        sys.stdout.flush()
+
+    def add(self, run: RunReport) -> None:
+        from .replay._report import run_lines
+
+        self.totals.add(run)
+        if self.kept is not None:
+            self.kept.runs.append(run)
+        if self.format is OutputFormat.JSON:
+            self.document.add(run)
+        elif self.format is OutputFormat.JSONL:
+            lines = "".join(f"{line}\n" for line in run_lines(run))
+            if lines:
+                self._write(lines)
+        else:
+            self.rows.add(run)
+
+    def finish(self) -> None:
+        from ._tables import stdout_console
+        from .replay._report import render_rows
+
+        totals = self.totals.as_dict(len(self.problems))
+        if self.format is OutputFormat.JSON:
+            self.document.finish(totals, self.problems, self.notes)
+        elif self.format is OutputFormat.TABLE:
+            render_rows(self.rows, totals, stdout_console(), only_flagged=self.only_flagged)
+
+    def report(self) -> ReplayReport:
+        """The report of the runs kept (``keep_runs``), with the problems and notes."""
+        from .replay import ReplayReport
+
+        runs = [] if self.kept is None else self.kept.runs
+        return ReplayReport(runs, self.problems, self.notes)
+
+
+@dataclass(frozen=True, slots=True)
+class _FileEnd:
+    """In the stream of runs: every run of this file was read."""
+
+    path: Path
+    opened: FileRuns
+
+
+def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
+            input_format: str | None, allow_empty: bool, jobs: int, output: _Output,
+            quiet: bool, *, details: bool = False) -> None:
+    """Read and replay file by file, run by run, into ``output``; each file's problems and
+    notes go to stderr as soon as its runs are replayed, and into ``output``, reading
+    problems before replay ones. ``details``: keep each step's details (the HTML report)."""
+    from .replay import UniqueIds, iter_files, open_file, replay_stream
+
+    files = list(iter_files(paths, output.problems,
+                            notes=output.notes if allow_empty else None))
+    for problem in output.problems:  # directories without any transcript
         _error(problem)
-    for note in report.notes:
+    for note in output.notes:
         _note(note)
     unique = UniqueIds()
-    with _FileProgress(files) as progress:
+
+    def items() -> Iterator[Run | _FileEnd]:
         for path in files:
             opened = open_file(path, input_format=input_format, allow_empty=allow_empty)
-            runs = progress.track(path, unique(opened.runs))
-            part = replay_runs(runs, policy, tools=specs, on_run=progress.advance,
-                               details=details)
-            progress.done(path)
-            report.runs.extend(part.runs)
-            for problem in (*opened.problems, *part.problems):
-                _error(problem)
-                report.problems.append(problem)
-            for note in opened.notes:
-                _note(note)
-                report.notes.append(note)
-    return report
+            yield from unique(opened.runs)
+            yield _FileEnd(path, opened)
+
+    held: list[ReplayInputError] = []  # the replay problems of the file being replayed
+    with _Progress(files, quiet) as progress, _CtrlC() as ctrl_c:
+        stream = replay_stream(items(), policy, tools=specs, jobs=jobs, details=details)
+        try:
+            for item in stream:
+                if ctrl_c.pressed:
+                    raise KeyboardInterrupt
+                if isinstance(item, _FileEnd):
+                    progress.file_done()
+                    for seen in (*item.opened.problems, *held):
+                        _error(seen)
+                        output.problems.append(seen)
+                    held.clear()
+                    for note in item.opened.notes:
+                        _note(note)
+                        output.notes.append(note)
+                    continue
+                result, trouble = item
+                if result is not None:
+                    output.add(result)
+                    progress.advance(result)
+                if trouble is not None:
+                    held.append(trouble)
+        finally:
+            stream.close()  # stops the workers, on Ctrl-C too
 
 
-def _after_notes(report: ReplayReport, policy: Policy, tools: Path | None,
+def _after_notes(totals: Totals, policy: Policy, tools: Path | None,
                  specs: Sequence[ToolSpec]) -> list[ReplayNote]:
     """Notes on the replay as a whole, once each: a policy ``mode`` replay does not apply
     (replay judges as ``enforce``, see :mod:`toolguard.replay`), and a ``--tools`` file that
@@ -249,20 +353,43 @@ def _after_notes(report: ReplayReport, policy: Policy, tools: Path | None,
         notes.append(ReplayNote(
             policy.source_of("mode"), f"replay judges as in enforce mode; the policy's mode = "
             f"{policy.mode.value} is not applied"))
-    called = {step.tool for run in report.runs for step in run.steps if step.tool is not None}
+    called = totals.tools
     if tools is not None and called and called.isdisjoint(spec.name for spec in specs):
         notes.append(ReplayNote(str(tools), "the tools file defines none of the recordings' "
                                 f"{len(called)} tool(s), so every call is invalid"))
     return notes
 
 
-class _FileProgress:
-    """A progress bar per file on stderr while it replays (calls replayed so far), for inputs
-    big enough to take a while, on a terminal only."""
+class _CtrlC:
+    """While replaying, a first Ctrl-C (SIGINT) asks the replay to stop after the run at hand,
+    so that no run is half written; a second one stops at once."""
 
-    def __init__(self, files: Sequence[Path]) -> None:
+    def __init__(self) -> None:
+        self.pressed = False
+        self.before: Any = None
+
+    def __enter__(self) -> _CtrlC:
+        with contextlib.suppress(ValueError):  # not the main thread: Ctrl-C stays as it is
+            self.before = signal.signal(signal.SIGINT, self._press)
+        return self
+
+    def _press(self, signum: int, frame: object) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
+        self.pressed = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self.before is not None:
+            signal.signal(signal.SIGINT, self.before)
+
+
+class _Progress:
+    """One progress bar on stderr while the replay runs (files and calls done, calls per
+    second), for inputs big enough to take a while, on a terminal only, unless ``quiet``."""
+
+    def __init__(self, files: Sequence[Path], quiet: bool) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
         size = 0
         for path in files:
@@ -270,16 +397,18 @@ class _FileProgress:
                 size += path.stat().st_size
         self.progress: Progress | None = None
         big = size >= _PROGRESS_MIN_BYTES or len(files) >= _PROGRESS_MIN_FILES
-        if big and _on_terminal():
-            self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                     TextColumn("{task.fields[calls]} calls"),
-                                     console=Console(stderr=True), transient=True)
-        self.task: TaskID | None = None
-        self.files = len(files)
-        self.number = 0  # of the file being replayed
-        self.calls = 0  # replayed in that file so far
+        if big and not quiet and _on_terminal():
+            self.progress = Progress(
+                TextColumn("replay"), BarColumn(),
+                TextColumn("{task.completed}/{task.total} files, {task.fields[calls]} calls, "
+                           "{task.fields[rate]} calls/s"),
+                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self.task: TaskID = self.progress.add_task("replay", total=len(files), calls=0,
+                                                       rate=0)
+        self.calls = 0
+        self.started = time.monotonic()
 
-    def __enter__(self) -> _FileProgress:
+    def __enter__(self) -> _Progress:
         if self.progress is not None:
             self.progress.start()
         return self
@@ -288,26 +417,17 @@ class _FileProgress:
         if self.progress is not None:
             self.progress.stop()
 
-    def track(self, path: Path, runs: Iterator[Run]) -> Iterator[Run]:
-        """Show ``path``'s bar (it pulses: a file's run count is known only once read)."""
-        self.number += 1
-        self.calls = 0
-        if self.progress is not None:
-            self.task = self.progress.add_task(
-                f"[{self.number}/{self.files}] {path.name}", total=None, calls=0)
-        return runs
-
     def advance(self, run: RunReport) -> None:
         """One more run replayed."""
         self.calls += run.replayed
-        if self.progress is not None and self.task is not None:
-            self.progress.update(self.task, calls=self.calls)
+        if self.progress is not None:
+            rate = round(self.calls / max(time.monotonic() - self.started, 1e-3))
+            self.progress.update(self.task, calls=self.calls, rate=rate)
 
-    def done(self, path: Path) -> None:
-        """``path`` is replayed: its bar goes."""
-        if self.progress is not None and self.task is not None:
-            self.progress.remove_task(self.task)
-            self.task = None
+    def file_done(self) -> None:
+        """One more file replayed."""
+        if self.progress is not None:
+            self.progress.advance(self.task)
 
 
 def _on_terminal() -> bool:
@@ -333,12 +453,12 @@ def _print_formats(console: Console) -> None:
                        "'openai' and 'anthropic' name the chat reader."))
 
 
-def _failed(report: ReplayReport, fail_on: FailOn) -> bool:
+def _failed(totals: Totals, fail_on: FailOn) -> bool:
     if fail_on is FailOn.NEVER:
         return False
-    if report.runs_with(Decision.HALT):
+    if totals.runs_with[str(Decision.HALT)]:
         return True
-    return fail_on is FailOn.BLOCK and bool(report.runs_with(Decision.BLOCK))
+    return fail_on is FailOn.BLOCK and bool(totals.runs_with[str(Decision.BLOCK)])
 
 
 def _load_policy(file: Path | None, env: str | None) -> Policy:

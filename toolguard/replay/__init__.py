@@ -34,10 +34,20 @@ from ._model import (
     UserTurn,
 )
 from ._registry import Reader, readers
-from ._runner import ReplayReport, RunReport, StepReport, policy_with_effects, replay_runs
+from ._runner import (
+    Outcome,
+    ReplayReport,
+    RunReport,
+    StepReport,
+    Totals,
+    policy_with_effects,
+    replay_runs,
+    replay_stream,
+)
 
 __all__ = [
     "FileRuns",
+    "Outcome",
     "Reader",
     "RecordedCall",
     "ReplayInputError",
@@ -48,6 +58,7 @@ __all__ = [
     "Step",
     "StepReport",
     "TokenUsage",
+    "Totals",
     "UniqueIds",
     "UserTurn",
     "iter_files",
@@ -58,4 +69,5 @@ __all__ = [
     "read_tool_definitions",
     "readers",
     "replay_runs",
+    "replay_stream",
 ]

@@ -50,6 +50,9 @@ def _detect(path: Path, head: bytes) -> bool:
 
 
 def _read(source: Source) -> Iterator[Run]:
+    if _big_list(source):
+        yield from _streamed_runs(source)
+        return
     data = source.read_bytes()
     try:
         value = source.load_json(data)
@@ -97,22 +100,67 @@ def _document(source: Source, value: Any) -> Iterator[Run]:
             # messages: one without a role is reported by chat_steps, not the whole file
             yield from chat_messages(source, value, {}, None, "the document")
         elif runs:
-            # a list of runs: a bad element is reported and skipped, the rest replays
             for i, item in enumerate(value):
-                where = f"run {i} of the list"
-                if not isinstance(item, dict):
-                    source.problem(None, f"{where}: expected an object with 'messages' or "
-                                         f"'traj', got {json_type(item)}")
-                elif any(k in item for k in CHAT_KEYS):
-                    yield from chat_run(source, item, None, where)
-                else:
-                    source.problem(None, f"{where}: an object without 'messages' or 'traj'")
+                yield from _list_run(source, i, item)
         else:
             raise ReplayInputError(source.file, None, "a JSON list must hold chat messages "
                                                       "or runs (objects with 'messages')")
     else:
         raise ReplayInputError(source.file, None, "expected a JSON object or list, got "
                                                   f"{type(value).__name__}")
+
+
+def _list_run(source: Source, i: int, item: Any) -> Iterator[Run]:
+    """The ``i``-th element of a list of runs: a bad one is reported and skipped, the rest
+    replays."""
+    where = f"run {i} of the list"
+    if not isinstance(item, dict):
+        source.problem(None, f"{where}: expected an object with 'messages' or 'traj', got "
+                             f"{json_type(item)}")
+    elif any(k in item for k in CHAT_KEYS):
+        yield from chat_run(source, item, None, where)
+    else:
+        source.problem(None, f"{where}: an object without 'messages' or 'traj'")
+
+
+STREAM_BYTES = 8 << 20  # not Final: a test streams small files
+"""A list of runs bigger than this is parsed run by run (ijson), so memory holds one run;
+a smaller document is parsed whole (orjson: faster, and exact messages for bad JSON)."""
+
+
+def _big_list(source: Source) -> bool:
+    """The file is bigger than :data:`STREAM_BYTES` and its first element is a run (an
+    object with ``messages`` or ``traj``)."""
+    try:
+        if source.path.stat().st_size <= STREAM_BYTES:
+            return False
+    except OSError:
+        return False  # read_bytes says why
+    head = source.read_head().lstrip(b" \t\r\n")
+    if not head.startswith(b"["):
+        return False
+    first = head[1:].lstrip(b" \t\r\n")
+    return first.startswith(b"{") and bool(_RUN_KEY.match(first[1:].lstrip()))
+
+
+_RUN_KEY: Final = re.compile(rb'"(?:messages|traj|id|task_id|trial|reward|run|case)"\s*:')
+
+
+def _streamed_runs(source: Source) -> Iterator[Run]:
+    """The runs of a big JSON list of runs, one element parsed at a time (ijson; numbers
+    as the standard library reads them: integers of any size, floats as float)."""
+    import ijson
+
+    try:
+        with source.path.open("rb") as handle:
+            for i, item in enumerate(ijson.items(handle, "item", use_float=True)):
+                yield from _list_run(source, i, item)
+    except OSError as exc:
+        raise ReplayInputError(source.file, None, f"cannot read: {exc.strerror or exc}"
+                               ) from None
+    except ijson.JSONError as exc:
+        raise ReplayInputError(source.file, None, f"not valid JSON ({source.format}): {exc}; "
+                               "the runs before it still replay") from None
 
 
 READER: Final = Reader(

@@ -55,6 +55,10 @@ class ReplayInputError(ToolGuardError, ValueError):
         self.message = message
         super().__init__(f"{file}:{line}: {message}" if line is not None else f"{file}: {message}")
 
+    def __reduce__(self) -> tuple[type[ReplayInputError], tuple[str, int | None, str]]:
+        # pickled by its fields (a worker of ``replay --jobs`` sends it back)
+        return type(self), (self.file, self.line, self.message)
+
 
 @dataclass(frozen=True, slots=True)
 class RecordedCall:

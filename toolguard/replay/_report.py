@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import orjson
@@ -25,9 +25,11 @@ from rich.text import Text
 
 from toolguard._types import Decision
 
+from ._model import ReplayInputError, ReplayNote
 from ._runner import ReplayReport, RunReport
 
-__all__ = ["jsonl_lines", "render_table", "to_json", "to_json_text"]
+__all__ = ["JsonDocument", "TableRows", "jsonl_lines", "render_rows", "render_table",
+           "run_lines", "to_json", "to_json_text"]
 
 _COUNTS: Final = (Decision.WARN, Decision.CACHED, Decision.BLOCK, Decision.REVIEW,
                   Decision.INVALID)
@@ -42,27 +44,71 @@ _META_CHARS: Final = 40
 def to_json(report: ReplayReport) -> dict[str, Any]:
     """The report as JSON values (the ``--format json`` document)."""
     return {
-        "runs": [{"id": run.id, "file": run.file, "format": run.format,
-                  "steps": [s.to_dict() for s in run.steps],
-                  "summary": run.summary()} for run in report.runs],
-        "totals": report.totals(),
-        "problems": [{"file": p.file, "line": p.line, "message": p.message}
-                     for p in report.problems],
+        "runs": [_run_json(run) for run in report.runs],
+        **_tail_json(report.totals(), report.problems, report.notes),
+    }
+
+
+def _run_json(run: RunReport) -> dict[str, Any]:
+    return {"id": run.id, "file": run.file, "format": run.format,
+            "steps": [s.to_dict() for s in run.steps], "summary": run.summary()}
+
+
+def _tail_json(totals: dict[str, Any], problems: Sequence[ReplayInputError],
+               notes: Sequence[ReplayNote]) -> dict[str, Any]:
+    return {
+        "totals": totals,
+        "problems": [{"file": p.file, "line": p.line, "message": p.message} for p in problems],
         "notes": [{"file": n.file, "line": n.line, "message": n.message, "count": n.count}
-                  for n in report.notes],
+                  for n in notes],
     }
 
 
 def to_json_text(report: ReplayReport) -> str:
-    """:func:`to_json` as indented JSON text."""
-    return _dumps(to_json(report), indent=True)
+    """:func:`to_json` as indented JSON text (what :class:`JsonDocument` writes)."""
+    parts: list[str] = []
+    document = JsonDocument(parts.append)
+    for run in report.runs:
+        document.add(run)
+    document.finish(report.totals(), report.problems, report.notes)
+    return "".join(parts).removesuffix("\n")
+
+
+class JsonDocument:
+    """Writes the ``--format json`` document run by run as the runs are replayed, then the
+    totals, problems and notes: memory holds one run, not the report. The text is
+    :func:`to_json` indented by two spaces; each run's object (and the rest) by orjson, by the
+    standard library where orjson refuses a value (see :func:`_dumps`)."""
+
+    def __init__(self, write: Callable[[str], object]) -> None:
+        """``write``: takes each piece of text in turn (the document ends with a newline)."""
+        self.write = write
+        self.runs = 0
+
+    def add(self, run: RunReport) -> None:
+        """Write ``run``'s object into the ``runs`` list."""
+        text = _dumps(_run_json(run), indent=True).replace("\n", "\n    ")
+        self.write(('{\n  "runs": [\n    ' if not self.runs else ",\n    ") + text)
+        self.runs += 1
+
+    def finish(self, totals: dict[str, Any], problems: Sequence[ReplayInputError],
+               notes: Sequence[ReplayNote]) -> None:
+        """Close the ``runs`` list and write the rest of the document."""
+        tail = _dumps(_tail_json(totals, problems, notes), indent=True)
+        self.write(('{\n  "runs": [],\n' if not self.runs else "\n  ],\n") + tail[2:] + "\n")
 
 
 def jsonl_lines(report: ReplayReport) -> Iterator[str]:
     """One JSON object per step, in run order, each with a ``"run"`` key (no newline)."""
     for run in report.runs:
-        for step in run.steps:
-            yield _dumps({"run": run.id, **step.to_dict()}, indent=False)
+        yield from run_lines(run)
+
+
+def run_lines(run: RunReport) -> Iterator[str]:
+    """``--format jsonl``: one JSON object per step of ``run``, each with a ``"run"`` key (no
+    newline)."""
+    for step in run.steps:
+        yield _dumps({"run": run.id, **step.to_dict()}, indent=False)
 
 
 def _dumps(value: Any, indent: bool) -> str:
@@ -111,6 +157,36 @@ def printable(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
+class TableRows:
+    """What the table shows, added run by run (a streamed replay keeps these, not the runs):
+    one row of a few short cells per run and, with ``verbose``, one per step that was not a
+    plain allow."""
+
+    def __init__(self, verbose: bool = False) -> None:
+        self.verbose = verbose
+        # (run id, meta, calls, executed, counts, cost, halt, flagged, tokens)
+        self.rows: list[tuple[str, str, int, int, tuple[int, ...], Text, Text, bool, int]] = []
+        self.steps: list[tuple[str, str, str, Text, str, str, str]] = []
+
+    def add(self, run: RunReport) -> None:
+        """Add ``run``'s row (and its non-allow steps)."""
+        counts = dict.fromkeys(_COUNTS, 0)
+        for step in run.steps:
+            if step.decision in counts:
+                counts[step.decision] += 1
+        self.rows.append((printable(run.id), _meta_text(run), run.calls, run.executed,
+                          tuple(counts.values()), _cost_text(run.cost_usd, run.unpriced_tokens),
+                          _halt_text(run), _flagged(run), run.tokens))
+        if not self.verbose:
+            return
+        for step in run.steps:
+            if step.decision is not Decision.ALLOW:
+                self.steps.append((printable(run.id), str(step.index),
+                                   printable(step.tool or "(token usage)"),
+                                   Text(str(step.decision), style=_STYLE.get(step.decision, "")),
+                                   str(step.count), printable(step.args), printable(step.reason)))
+
+
 def render_table(report: ReplayReport, console: Console, *, verbose: bool = False,
                  only_flagged: bool = False) -> None:
     """Print the per-run table, the totals and (``verbose``) every non-allow step.
@@ -123,11 +199,20 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
         only_flagged: list only the runs with a decision other than ``allow`` (or an
             error); the totals still count every run.
     """
+    rows = TableRows(verbose)
+    for run in report.runs:
+        rows.add(run)
+    render_rows(rows, report.totals(), console, only_flagged=only_flagged)
+
+
+def render_rows(rows: TableRows, totals: dict[str, Any], console: Console, *,
+                only_flagged: bool = False) -> None:
+    """:func:`render_table` from the rows and the totals (``ReplayReport.totals``)."""
     from toolguard._tables import FOLD_MIN_WIDTH, print_table
 
-    shown = [run for run in report.runs if not only_flagged or _flagged(run)]
-    show_meta = any(_meta_text(run) for run in shown)
-    show_cost = any(run.tokens for run in report.runs)
+    shown = [row for row in rows.rows if not only_flagged or row[7]]
+    show_meta = any(row[1] for row in shown)
+    show_cost = any(row[8] for row in rows.rows)
     table = Table(title="toolguard replay", title_justify="left")
     table.add_column("run", overflow="fold", min_width=FOLD_MIN_WIDTH)
     if show_meta:
@@ -137,18 +222,17 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
     if show_cost:
         table.add_column("cost", justify="right", no_wrap=True)
     table.add_column("halted", overflow="fold", min_width=FOLD_MIN_WIDTH)
-    for run in shown:
-        cells: list[str | Text] = [printable(run.id)]
+    for run_id, meta, calls, executed, counts, cost, halt, _, _ in shown:
+        cells: list[str | Text] = [run_id]
         if show_meta:
-            cells.append(_meta_text(run))
-        cells += [str(run.calls), str(run.executed)]
-        cells += [_count(run.count(d), d) for d in _COUNTS]
+            cells.append(meta)
+        cells += [str(calls), str(executed)]
+        cells += [_count(n, d) for n, d in zip(counts, _COUNTS, strict=True)]
         if show_cost:
-            cells.append(_cost_text(run.cost_usd, run.unpriced_tokens))
-        cells.append(_halt_text(run))
+            cells.append(cost)
+        cells.append(halt)
         table.add_row(*cells)
-    totals = report.totals()
-    if report.runs:
+    if rows.rows:
         table.add_section()
         decisions = totals["decisions"]
         cells = [Text(f"total ({_plural(totals['runs'], 'run')})", style="bold")]
@@ -161,8 +245,8 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
         cells.append(_count(decisions["halt"], Decision.HALT, " halted"))
         table.add_row(*cells)
     print_table(console, table)
-    if len(shown) < len(report.runs):
-        console.print(Text(f"{_plural(len(report.runs) - len(shown), 'run')} with every call "
+    if len(shown) < len(rows.rows):
+        console.print(Text(f"{_plural(len(rows.rows) - len(shown), 'run')} with every call "
                            "allowed not listed (--only-flagged)"))
     with_ = totals["runs_with"]
     console.print(Text(
@@ -171,8 +255,8 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
         f"cached {with_['cached']}, block {with_['block']}, review {with_['review']}, "
         f"invalid {with_['invalid']}, halt {with_['halt']}; "
         f"{_plural(totals['not_replayed'], 'call')} not replayed after a halt"))
-    if verbose:
-        _render_steps(report, console)
+    if rows.verbose:
+        _render_steps(rows, console)
 
 
 def _flagged(run: RunReport) -> bool:
@@ -181,7 +265,7 @@ def _flagged(run: RunReport) -> bool:
                                         for step in run.steps)
 
 
-def _render_steps(report: ReplayReport, console: Console) -> None:
+def _render_steps(rows: TableRows, console: Console) -> None:
     from toolguard._tables import FOLD_MIN_WIDTH, print_table
 
     table = Table(title="steps that were not a plain allow", title_justify="left")
@@ -191,14 +275,8 @@ def _render_steps(report: ReplayReport, console: Console) -> None:
     for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold",
                          min_width=FOLD_MIN_WIDTH if justify == "left" else None)
-    for run in report.runs:
-        for step in run.steps:
-            if step.decision is Decision.ALLOW:
-                continue
-            table.add_row(printable(run.id), str(step.index),
-                          printable(step.tool or "(token usage)"),
-                          Text(str(step.decision), style=_STYLE.get(step.decision, "")),
-                          str(step.count), printable(step.args), printable(step.reason))
+    for row in rows.steps:
+        table.add_row(*row)
     if table.row_count:
         print_table(console, table)
     else:

@@ -24,13 +24,13 @@ Fixed for every replay, whatever the policy says:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from toolguard._decorators import ToolSpec
 from toolguard._engine import Guard, Task
-from toolguard._errors import Halt, PolicyError, ToolGuardError
+from toolguard._errors import Halt, PolicyError
 from toolguard._policy import AuditPolicy, Policy, ToolPolicy
 from toolguard._policy_loader import load_policy_dict
 from toolguard._redact import redact, redact_json_text, redact_text
@@ -41,7 +41,10 @@ from toolguard.testing import FakeClock, auto_defer
 
 from ._model import RecordedCall, ReplayInputError, ReplayNote, Run, Step, TokenUsage, UserTurn
 
-__all__ = ["ReplayReport", "RunReport", "StepReport", "policy_with_effects", "replay_runs"]
+__all__ = ["Outcome", "ReplayReport", "RunReport", "StepReport", "Totals", "policy_with_effects",
+           "replay_runs", "replay_stream"]
+
+T = TypeVar("T")
 
 COUNTED: Final = (Decision.ALLOW, Decision.WARN, Decision.CACHED, Decision.BLOCK,
                   Decision.REVIEW, Decision.INVALID)
@@ -198,26 +201,82 @@ class ReplayReport:
         return [r for r in self.runs if r.reached(decision)]
 
     def totals(self) -> dict[str, Any]:
-        """Totals over all runs (JSON values).
+        """Totals over all runs (JSON values); see :meth:`Totals.as_dict`."""
+        totals = Totals()
+        for run in self.runs:
+            totals.add(run)
+        return totals.as_dict(len(self.problems))
 
-        ``decisions`` counts steps per decision (``halt``: halted runs); ``runs_with`` counts
-        runs in which at least one call got that decision.
-        """
-        decisions = {str(d): sum(r.count(d) for r in self.runs) for d in COUNTED}
-        decisions["halt"] = sum(1 for r in self.runs if r.halted)
+
+@dataclass(slots=True)
+class Totals:
+    """Counts over the runs replayed so far, added one run at a time (a streamed replay keeps
+    these, not the runs).
+
+    Attributes:
+        runs, calls, replayed, executed, errors: summed over the runs (``errors``: runs that
+            stopped on a guard error).
+        decisions: steps per decision (``halt``: halted runs).
+        runs_with: runs in which at least one call got the decision.
+        tools: the tool names the runs called.
+        tokens, cost_usd, unpriced_tokens: the recorded model usage (:class:`RunReport`).
+    """
+
+    runs: int = 0
+    calls: int = 0
+    replayed: int = 0
+    executed: int = 0
+    errors: int = 0
+    decisions: dict[str, int] = field(
+        default_factory=lambda: {str(d): 0 for d in (*COUNTED, Decision.HALT)})
+    runs_with: dict[str, int] = field(
+        default_factory=lambda: {str(d): 0 for d in (*COUNTED[1:], Decision.HALT)})
+    tools: set[str] = field(default_factory=set)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_tokens: int = 0
+
+    def add(self, run: RunReport) -> None:
+        """Count ``run`` in."""
+        self.runs += 1
+        self.tokens += run.tokens
+        self.cost_usd += run.cost_usd
+        self.unpriced_tokens += run.unpriced_tokens
+        self.calls += run.calls
+        self.replayed += run.replayed
+        self.errors += run.error is not None
+        seen: set[str] = set()
+        for step in run.steps:
+            name = str(step.decision)
+            if step.decision is not Decision.HALT:
+                self.decisions[name] += 1
+            self.executed += step.executed
+            seen.add(name)
+            if step.tool is not None:
+                self.tools.add(step.tool)
+        if run.halted:
+            self.decisions["halt"] += 1
+        for name in seen & self.runs_with.keys():
+            self.runs_with[name] += 1
+
+    def as_dict(self, problems: int) -> dict[str, Any]:
+        """The ``totals`` of the JSON report: ``runs``, ``calls``, ``replayed``,
+        ``not_replayed``, ``executed``, ``decisions`` (steps per decision; ``halt``: halted
+        runs), ``runs_with`` (runs in which at least one call got that decision), ``errors``
+        and ``problems`` (their number, given)."""
         return {
-            "runs": len(self.runs),
-            "calls": sum(r.calls for r in self.runs),
-            "replayed": sum(r.replayed for r in self.runs),
-            "not_replayed": sum(r.calls - r.replayed for r in self.runs),
-            "executed": sum(r.executed for r in self.runs),
-            "decisions": decisions,
-            "runs_with": {str(d): len(self.runs_with(d)) for d in (*COUNTED[1:], Decision.HALT)},
-            "tokens": sum(r.tokens for r in self.runs),
-            "cost_usd": round(sum(r.cost_usd for r in self.runs), 9),  # whole nano-dollars
-            "unpriced_tokens": sum(r.unpriced_tokens for r in self.runs),
-            "errors": sum(1 for r in self.runs if r.error is not None),
-            "problems": len(self.problems),
+            "runs": self.runs,
+            "calls": self.calls,
+            "replayed": self.replayed,
+            "not_replayed": self.calls - self.replayed,
+            "executed": self.executed,
+            "decisions": dict(self.decisions),
+            "runs_with": dict(self.runs_with),
+            "tokens": self.tokens,
+            "cost_usd": round(self.cost_usd, 9),  # whole nano-dollars
+            "unpriced_tokens": self.unpriced_tokens,
+            "errors": self.errors,
+            "problems": problems,
         }
 
 
@@ -271,36 +330,61 @@ def replay_runs(
         but listed in ``problems``; a guard failure inside a run stops that run only
         (``RunReport.error``) and is listed in ``problems`` too.
     """
-    replayer = _Replayer(policy or Policy(), tools, details)
     report = ReplayReport()
-    for number, run in enumerate(runs):
-        try:
-            guard = replayer.guard_for(run)
-        except PolicyError as exc:
-            report.problems.append(ReplayInputError(
-                run.file, run.line, f"run {run.id}: invalid header effects: "
-                + "; ".join(f"{p.path}: {p.message}" for p in exc.problems)))
-            continue
-        except RecursionError:
-            report.problems.append(ReplayInputError(
-                run.file, run.line, f"run {run.id}: header effects nested too deeply"))
-            continue
-        except Exception as exc:  # noqa: BLE001 - a header is data: whatever the policy
-            # loader fails with on it (a regex too big to compile, say) is this run's problem,
-            # and the other runs still replay
-            report.problems.append(ReplayInputError(
-                run.file, run.line, f"run {run.id}: invalid header effects: "
-                f"{type(exc).__name__}: {exc}"))
-            continue
-        result = replayer.replay(guard, f"replay-{number}:{run.id}", run)
-        report.runs.append(result)
-        if result.error is not None:  # a bug in the guard: the run is incomplete, say so
-            report.problems.append(ReplayInputError(
-                run.file, run.line, f"run {run.id}: stopped after {result.replayed} call(s) "
-                f"by a guard error: {result.error}"))
-        if on_run is not None:
-            on_run(result)
+    for outcome in replay_stream(runs, policy, tools=tools, details=details):
+        result, problem = outcome
+        if result is not None:
+            report.runs.append(result)
+            if on_run is not None:
+                on_run(result)
+        if problem is not None:
+            report.problems.append(problem)
     return report
+
+
+Outcome = tuple[RunReport | None, ReplayInputError | None]
+"""What replaying one run gave: its report (``None`` when it could not be replayed at all, for
+invalid header ``effects``) and the problem to report about it, if any."""
+
+
+def replay_stream(items: Iterable[Run | T], policy: Policy | None = None, *,
+                  tools: Sequence[ToolSpec] = (), jobs: int = 1, details: bool = False
+                  ) -> Generator[Outcome | T, None, None]:
+    """Replay runs one by one as ``items`` yields them, in worker processes when ``jobs`` > 1.
+
+    Args:
+        items: the runs, with any other values (say, a marker at the end of each file) that
+            are handed back in their place in the order.
+        policy: the policy; default the built-in defaults.
+        tools: tool specs with argument schemas (see :func:`replay_runs`).
+        details: keep each step's :attr:`StepReport.details` (see :func:`replay_runs`).
+        jobs: worker processes; 1 replays in this process. Runs are independent of each
+            other (each is one task of its own), so the outcomes do not depend on ``jobs``.
+
+    Yields:
+        For each run, its :data:`Outcome`; each other item as it is; all in input order, each
+        as soon as it and everything before it is done, with a bounded number of runs in
+        flight. A run that makes its worker process die is that run's error.
+    """
+    replayer = _Replayer(policy or Policy(), tools, details)
+    numbered = _numbered(items)
+    if jobs <= 1:
+        for item in numbered:
+            yield replayer.outcome(*item) if isinstance(item, tuple) else item
+        return
+    from ._parallel import pooled
+
+    yield from pooled(numbered, replayer, jobs)
+
+
+def _numbered(items: Iterable[Run | T]) -> Iterator[tuple[int, Run] | T]:
+    number = 0
+    for item in items:
+        if isinstance(item, Run):
+            yield number, item
+            number += 1
+        else:
+            yield item
 
 
 class _Replayer:
@@ -334,6 +418,30 @@ class _Replayer:
                                              approver=auto_defer, clock=self.clock,
                                              strict_tools=False)
         return guard
+
+    def outcome(self, number: int, run: Run) -> Outcome:
+        """Replay ``run``, the ``number``-th of the replay (its task id), and say what went
+        wrong if something did."""
+        try:
+            guard = self.guard_for(run)
+        except PolicyError as exc:
+            return None, ReplayInputError(
+                run.file, run.line, f"run {run.id}: invalid header effects: "
+                + "; ".join(f"{p.path}: {p.message}" for p in exc.problems))
+        except RecursionError:
+            return None, ReplayInputError(
+                run.file, run.line, f"run {run.id}: header effects nested too deeply")
+        except Exception as exc:  # noqa: BLE001 - a header is data: whatever the policy
+            # loader fails with on it (a regex too big to compile, say) is this run's problem,
+            # and the other runs still replay
+            return None, ReplayInputError(
+                run.file, run.line, f"run {run.id}: invalid header effects: "
+                f"{type(exc).__name__}: {exc}")
+        task_id = f"replay-{number}:{run.id}"
+        try:
+            return failed(run, self.replay(guard, task_id, run))
+        finally:  # runs are independent tasks: a finished one's state is garbage
+            guard.store.clear_task(task_id)
 
     def replay(self, guard: Guard, task_id: str, run: Run) -> RunReport:
         report = RunReport(run.id, run.file, run.meta, calls=len(run.calls), format=run.format)
@@ -379,7 +487,8 @@ class _Replayer:
             report.halted_at, report.halt_reason = report.replayed, exc.reason
             if current is not None:
                 report.replayed += 1
-        except ToolGuardError as exc:
+        except Exception as exc:  # noqa: BLE001 - a guard failure (a bug, a store error)
+            # stops this run only: reported as its error, the other runs still replay
             report.error = f"{type(exc).__name__}: {exc}"
         usage = task.usage
         report.tokens, report.cost_usd = usage.total_tokens, usage.cost_usd
@@ -397,6 +506,16 @@ class _Replayer:
         now = self.clock()
         if when > now:
             self.clock.advance(when - now)
+
+
+def failed(run: Run, result: RunReport) -> Outcome:
+    """``result`` with the problem of its error, if the run stopped on one."""
+    if result.error is None:
+        return result, None
+    # a bug in the guard: the run is incomplete, say so
+    return result, ReplayInputError(
+        run.file, run.line, f"run {run.id}: stopped after {result.replayed} call(s) by a guard "
+        f"error: {result.error}")
 
 
 def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[RecordedCall]]:
