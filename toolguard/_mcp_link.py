@@ -31,7 +31,8 @@ A guarded call sent upstream ends in one of two ways: its answer, or an unknown 
 ``TimeoutError``, so an identical retry goes to review instead of running again) when the
 upstream goes away or breaks its stream (a frame over the limit), when no answer came within
 the call timeout (the upstream is then sent ``notifications/cancelled`` for it, as the MCP
-spec asks of a sender that stops waiting), or when the client cancels it.
+spec asks of a sender that stops waiting), or when the client cancels it. The guarded calls
+are :class:`~toolguard._mcp_calls.GuardedCalls`, a base of :class:`Link`.
 
 Everything else (resources, prompts, completions, logging, pings, notifications, progress, the
 upstream's requests to the client and the client's answers) passes through byte for byte. Ids
@@ -50,14 +51,12 @@ stream of the only request in flight if there is one, else to the session's stan
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._mcp_frames import UNKNOWN_OUTCOME
+from ._mcp_calls import GuardedCalls
 from ._mcp_ports import (
     CALL_REFUSED_AS_NOTIFICATION,
     CONNECTION_CLOSED,
-    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     PROXY_CAPABILITIES,
@@ -70,15 +69,12 @@ from ._mcp_ports import (
     _error,
     _hashable,
     _id_maker,
-    _LinkAsker,
     _note,
     _progress_token,
-    _UpstreamCallError,
     dumps,
     handshake,
 )
 from ._outcomes import OutcomeUnknown
-from ._task import current_idempotency_key
 
 if TYPE_CHECKING:
     from ._fast import Remote
@@ -90,7 +86,7 @@ __all__ = ["PROXY_CAPABILITIES", "ClientPort", "Handler", "Link", "UpstreamFaile
 _MISSING = object()
 
 
-class Link:
+class Link(GuardedCalls):
     """One client session and its upstream session; see the module docstring.
 
     Args:
@@ -236,192 +232,6 @@ class Link:
             self._send(rid, result=error_result(self.up.describe_gone()))
         else:
             self._send(rid, error=_error(CONNECTION_CLOSED, self.up.describe_gone()))
-
-    # -- a guarded tools/call -------------------------------------------------------------
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _begin(self, rid: Any, raw: bytes, message: Json, params: Json) -> bool:
-        """The guard's first half, in this callback (see the module docstring): False where
-        it does not apply and a task must guard the call."""
-        from .adapters.mcp import HaltError
-
-        name: str = params["name"]
-        arguments = params.get("arguments")
-        try:
-            kind, begun = self.middleware.begin_json(
-                self.middleware.task_of(self.session_id), name, arguments)
-        except HaltError as halt:
-            self._finish(rid, error=halt.error())
-            return True
-        except Exception as exc:  # noqa: BLE001 - a bug must still answer the call
-            self._internal(rid, name, exc)
-            return True
-        if kind == "acall":
-            return False
-        if kind == "done":
-            self._finish(rid, result=begun)
-        elif kind == "pipeline":
-            self._spawn(self._guarded(rid, raw, message, params, begun))
-        elif self.up.gone is not None:  # as guard_json's run: the tool did not run
-            self._end(rid, begun, None, UpstreamGone(self.up.describe_gone()))
-        else:
-            call: Remote = begun
-            self._remote[rid] = call
-            self._send_call(rid, _outgoing(raw, message, call.args, call.forwarded_key),
-                            message)
-        return True
-
-    def _send_call(self, rid: Any, raw: bytes, message: Json) -> None:
-        """Send a guarded call upstream (``raw``: from :func:`_outgoing`), its deadline
-        set: a time in a dict, not a timer
-        per call (a timer handle made and cancelled costs ~15x as much, measured on uvloop
-        and asyncio's loop); one timer, :meth:`_sweep`, waits for the first deadline."""
-        self._deadlines[rid] = self._loop.time() + self.call_timeout_s
-        if self._sweeper is None:
-            self._sweeper = self._loop.call_later(self.call_timeout_s, self._sweep)
-        self.up.send(raw, message)
-
-    def _sweep(self) -> None:
-        """Time out the calls whose deadline passed; wait for the next one."""
-        self._sweeper = None
-        now = self._loop.time()
-        expired = []
-        for rid, deadline in self._deadlines.items():
-            if deadline > now:
-                break
-            expired.append(rid)
-        for rid in expired:
-            self._timed_out(rid)
-        if self._deadlines:
-            first = next(iter(self._deadlines.values()))
-            self._sweeper = self._loop.call_later(max(first - now, 0.0), self._sweep)
-
-    def _timed_out(self, rid: Any) -> None:
-        # the reason first: the guard's error text keeps the first 300 characters
-        why = (f"the upstream MCP server did not answer within {self.call_timeout_s:g} s "
-               f"(`{self.up.name}`)")
-        if self.up.gone is None:  # it should stop, and not answer (MCP's cancellation)
-            cancel: Json = {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                            "params": {"requestId": rid, "reason": f"toolguard: {why}"}}
-            self.up.send(dumps(cancel), cancel)
-        self._lost(rid, OutcomeUnknown(why))
-
-    def _lost(self, rid: Any, why: OutcomeUnknown) -> None:
-        """A guarded call sent upstream will get no answer: its outcome is unknown."""
-        self._deadlines.pop(rid, None)
-        waiting = self._calls.pop(rid, None)
-        if waiting is not None and not waiting.done():
-            waiting.set_exception(why)
-        call = self._remote.pop(rid, None)
-        if call is not None:
-            self._end(rid, call, None, why)
-
-    def _answered(self, rid: Any, call: Remote, raw: bytes, reply: Json) -> None:
-        """The upstream answered a call :meth:`_begin` sent: pass it on, record it."""
-        result = _call_result(reply)
-        if isinstance(result, Exception):
-            self._end(rid, call, None, result)
-            return
-        sent = call.final and rid in self._open and result.get("isError") is not True
-        if sent:  # the guard hands it back unchanged: out now, recorded right after
-            self._close_request(rid)
-            self._to_client(raw, rid, True)
-        self._end(rid, call, result, None, raw, sent)
-
-    def _end(self, rid: Any, call: Remote, result: Json | None, exc: BaseException | None,
-             raw: bytes = b"", sent: bool = False) -> None:
-        """The guard's second half for a call :meth:`_begin` sent, and the client's answer."""
-        from .adapters.mcp import HaltError
-
-        try:
-            outcome = self.middleware.end_json(call, result, exc)
-        except HaltError as halt:
-            self._finish(rid, error=halt.error())
-            return
-        except BaseException as error:
-            if error is exc:  # a cancellation, recorded as an unknown outcome: no answer
-                self._guarding.discard(rid)
-                return
-            if not isinstance(error, Exception):
-                raise
-            self._internal(rid, call.tool, error)
-            return
-        self._answer(rid, call.tool, outcome, result, raw, sent)
-
-    def _answer(self, rid: Any, name: str, outcome: Any, result: Any, raw: bytes,
-                sent: bool) -> None:
-        if sent:  # the upstream's answer went out as it arrived
-            self._guarding.discard(rid)
-            if outcome is not result:  # the record failed (a store that failed closed)
-                _note(f"{name}: the guard's record failed after the upstream's answer went "
-                      f"to the client: {str(outcome)[:200]}")
-        elif result is not None and outcome is result:  # the tool ran, the guard added nothing
-            self._finish_raw(rid, raw)
-        else:
-            self._finish(rid, result=outcome)
-
-    def _internal(self, rid: Any, name: str, exc: Exception) -> None:
-        _note(f"internal error guarding {name}: {type(exc).__name__}: {exc}")
-        self._finish(rid, error=_error(INTERNAL_ERROR, f"toolguard: internal error: {exc}"))
-
-    async def _guarded(self, rid: Any, raw: bytes, message: Json, params: Json,
-                       begun: Any = None) -> None:
-        """A call the guard's task guards (see the module docstring); ``begun``: one that
-        :meth:`_begin` began and the pipeline goes on with."""
-        from .adapters.mcp import HaltError
-
-        name: str = params["name"]
-        arguments = params.get("arguments")
-        answered: list[tuple[Any, bytes]] = []
-
-        async def run(args: dict[str, Any]) -> Mapping[str, Any]:
-            if self.up.gone is not None:
-                raise UpstreamGone(self.up.describe_gone())
-            forwards = self.middleware.guard.settings(name).forwards_idempotency_key
-            out = _outgoing(raw, message, args, current_idempotency_key() if forwards else None)
-            waiting: asyncio.Future[tuple[bytes, Json]] = self._loop.create_future()
-            self._calls[rid] = waiting
-            self._send_call(rid, out, message)
-            reply_raw, reply = await waiting
-            result = _call_result(reply)
-            if isinstance(result, Exception):
-                raise result
-            answered.append((result, reply_raw))
-            return result
-
-        try:
-            if begun is None and not self.middleware.knows(name):
-                await self.learn_tools()
-                if self.middleware.knows(name) and self._begin(rid, raw, message, params):
-                    return
-            outcome = await self.middleware.guard_json(
-                self.middleware.task_of(self.session_id), name, arguments, run,
-                _LinkAsker(self, rid), begun=begun)
-        except HaltError as halt:
-            self._finish(rid, error=halt.error())
-            return
-        except UpstreamGone as gone:
-            self._finish(rid, error=_error(CONNECTION_CLOSED, str(gone)))
-            return
-        except Exception as exc:  # noqa: BLE001 - a bug must still answer the call
-            self._internal(rid, name, exc)
-            return
-        result, reply_raw = answered[0] if answered else (None, b"")
-        self._answer(rid, name, outcome, result, reply_raw, False)
-
-    def _finish(self, rid: Any, *, result: Any = None, error: Json | None = None) -> None:
-        self._guarding.discard(rid)
-        if rid in self._open:  # else the client cancelled it: no answer
-            self._send(rid, result=result, error=error)
-
-    def _finish_raw(self, rid: Any, raw: bytes) -> None:
-        self._guarding.discard(rid)
-        if rid in self._open:
-            self._close_request(rid)
-            self._to_client(raw, rid, True)
 
     async def learn_tools(self, timeout_s: float | None = None) -> None:
         """List the upstream's tools (every page) and register the new ones with the guard.
@@ -588,38 +398,3 @@ class Link:
         for waiting in (*self._mine_down.values(), *self._mine_up.values()):
             waiting.cancel()
         await self.up.close()
-
-
-IDEMPOTENCY_META = "toolguard/idempotency-key"
-
-
-def _outgoing(raw: bytes, message: Json, args: Any, key: str | None) -> bytes:
-    """A guarded ``tools/call`` as it goes upstream: the client's bytes, unless the guard
-    validated the arguments into other values, or the tool forwards its idempotency key
-    (``forwards_idempotency_key``): then in ``params._meta["toolguard/idempotency-key"]``
-    (MCP's place for metadata, under a prefix of its own), the same key for a retry of a call
-    whose outcome is unknown, for the upstream to deduplicate on."""
-    params: Json = message["params"]
-    if key is None and args == params.get("arguments"):
-        return raw
-    sent: Json = {**params, "arguments": args}
-    if key is not None:
-        meta = params.get("_meta")
-        sent["_meta"] = {**(meta if isinstance(meta, dict) else {}), IDEMPOTENCY_META: key}
-    return dumps({**message, "params": sent})
-
-
-def _call_result(reply: Json) -> Json | Exception:
-    """The ``CallToolResult`` of the upstream's answer to a ``tools/call``, or the error a
-    JSON-RPC error answer (or one without a result) is for the guard: an unknown outcome
-    for one the proxy wrote of a request the upstream may have acted on (an HTTP 5xx, a
-    stream cut before the answer: :data:`~toolguard._mcp_frames.UNKNOWN_OUTCOME`)."""
-    result = reply.get("result")
-    if isinstance(result, dict):
-        return result
-    error = reply.get("error")
-    text = str((error.get("message") if isinstance(error, dict) else None)
-               or "the upstream gave no result")
-    if isinstance(error, dict) and error.get("data") == UNKNOWN_OUTCOME:
-        return OutcomeUnknown(text)
-    return _UpstreamCallError(text)
