@@ -11,7 +11,7 @@ import os
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, replace
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from . import _admit as _admit_stage
 from . import _approve as _approve_stage
@@ -23,29 +23,22 @@ from . import _pending as _pending_stage
 from . import _pipeline as _pipeline_stage
 from . import _prepare as _prepare_stage
 from . import _record as _record_stage
+from . import _usage
 from . import _wait as _wait_stage
 from ._approval import Approver
 from ._call import CallRecord, _RecordedError
 from ._context import CURRENT_KEY as _CURRENT_KEY
 from ._context import CURRENT_TASK as _CURRENT_TASK
-from ._cost import genai_price, model_of, to_nusd, to_usd
+from ._cost import to_usd
 from ._decorators import ToolSpec, is_recorded
 from ._direct import direct_call, direct_call_async
-from ._errors import (
-    BudgetExceeded,
-    Halt,
-    StoreError,
-)
+from ._errors import Halt, StoreError
 from ._integration import sync_runner
-from ._loops import OnHalt, arun_tool_calls, run_tool_calls, usage_tokens
+from ._loops import OnHalt, arun_tool_calls, run_tool_calls
 from ._outcomes import forwarded_key
 from ._pending import PendingCall
 from ._results import ToolResult, Usage
-from ._types import (
-    ALLOW,
-    ENFORCE,
-    HALT,
-)
+from ._types import ALLOW, HALT
 from .stores._base import (
     ApprovalRecord,
     ApprovalState,
@@ -213,79 +206,7 @@ class Task:
                 a dollar budget that halts on them (``unknown_cost = "halt"``); the task
                 halts.
         """
-        if not isinstance(input_tokens, int | float | str | bytes | type(None)):
-            # a response or usage object (a count of the wrong type stays a ValueError)
-            if output_tokens:
-                raise TypeError("pass a response (or usage) alone, or two token counts")
-            model = model or model_of(input_tokens)
-            input_tokens, output_tokens = usage_tokens(input_tokens)
-        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
-        guard, now = self.guard, self.guard._clock()
-        inputs = cast(int, input_tokens)
-        total = guard._store.add_usage(self.task_id, inputs, output_tokens, now)
-        tool = self._usage_tool() if tool is None else tool
-        cost: int | None = 0
-        task_nusd = tool_nusd = 0
-        if inputs or output_tokens:
-            cost = self._price(model, inputs, output_tokens)
-            task_nusd, tool_nusd = guard._store.add_cost(
-                self.task_id, cost or 0, inputs + output_tokens if cost is None else 0, tool,
-                now)
-        policy = guard._config.policy
-        if policy.mode is not ENFORCE:
-            return
-        limit = policy.budget.max_tokens
-        if limit is not None and total > limit:
-            self._halt_budget("max_tokens", "budget max_tokens exceeded: too many tokens "
-                              f"(limit {limit}, used {total})", limit, total, "")
-        tool_policy = policy.tools.get(tool) if tool else None
-        for name, limit_usd, used in (
-                ("max_cost_usd", policy.budget.max_cost_usd, task_nusd),
-                (f"tools.{tool}.max_cost_usd", tool_policy.max_cost_usd if tool_policy else None,
-                 tool_nusd)):
-            if limit_usd is None:
-                continue
-            if cost is None and policy.budget.unknown_cost == "halt":
-                why = ("the model's name was not reported (record_usage(model=...))"
-                       if model is None else f"no price is known for model {model!r}")
-                self._halt_budget("max_cost_usd", f"budget {name}: cost unknown, {why} "
-                                  '(budget.unknown_cost = "halt")',
-                                  limit_usd, to_usd(used), tool)
-            if used > to_nusd(limit_usd):
-                self._halt_budget("max_cost_usd", f"budget {name} exceeded: "
-                                  f"too many dollars (limit {limit_usd}, used "
-                                  f"{to_usd(used):.6f})", limit_usd, to_usd(used), tool)
-
-    def _price(self, model: str | None, input_tokens: int, output_tokens: int) -> int | None:
-        """Nano-dollars of the tokens by the guard's price function; None if unknown."""
-        if model is None:
-            return None
-        price = self.guard._price or genai_price
-        usd = price(model, input_tokens, output_tokens)
-        return None if usd is None else to_nusd(usd)
-
-    def _usage_tool(self) -> str:
-        """The guarded tool of this task running in this context (its idempotency key is
-        ``task:tool:hash``), or ``""``."""
-        running = _CURRENT_KEY.get()
-        prefix = f"{self.task_id}:"
-        if running is None or not running[0].startswith(prefix):
-            return ""
-        return running[0][len(prefix):].rpartition(":")[0]
-
-    def _halt_budget(self, budget: str, reason: str, limit: float, used: float, tool: str
-                     ) -> NoReturn:
-        """Halt the task on a budget (``max_tokens``, ``max_cost_usd``) that reported usage,
-        not a call, exceeded."""
-        self.guard._store.set_halted(self.task_id, {
-            "kind": "BudgetExceeded", "reason": reason, "budget": budget,
-            "limit": limit, "usage": used})
-        self._event("planning->failed", tool, HALT, reason,  # no call: the usage halted it
-                    extra={"halt": "BudgetExceeded", "budget": budget})
-        raise BudgetExceeded(reason, budget=budget, limit=limit, usage=used,
-                             task_id=self.task_id, tool=tool)
+        _usage.record_usage(self, input_tokens, output_tokens, model, tool)
 
     def new_turn(self) -> None:
         """A new user message: progress for every signature (counts restart, until_change

@@ -1,12 +1,13 @@
 """What :class:`~toolguard.stores.RedisStore` sends and reads: the client it builds from a URL
 (timeouts, retries, cluster start-up nodes), times and TTLs as Redis takes them, the JSON of
-stored results, records and approvals, and the escaping of key parts.
+stored results, records and approvals, the replies of the begin and usage scripts, and the
+escaping of key parts.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import orjson
@@ -18,7 +19,8 @@ from redis.retry import Retry
 
 from toolguard._types import RecordState
 
-from ._base import IdempotencyRecord
+from ._base import IdempotencyRecord, Snapshot, TaskUsage
+from ._json import _approval
 
 _MAX_TTL_S: Final = 10 * 365 * 86_400.0  # clamp: PX must fit Redis' range, inf must not leak
 _STATES: Final = {b"p": RecordState.IN_PROGRESS, b"c": RecordState.COMPLETED,
@@ -109,6 +111,50 @@ def _record(raw: bytes | str) -> IdempotencyRecord:
     state, epoch, _expires_at, created_at, tail = _bytes(raw).split(b"|", 4)
     call_id, content = orjson.loads(tail)
     return IdempotencyRecord(_STATES[state], int(epoch), float(created_at), content, call_id)
+
+
+def _snapshot(reply: list[Any]) -> Snapshot:
+    """The :class:`Snapshot` of the begin script's reply (``_BEGIN_SCRIPT``)."""
+    (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
+     record, approval, claimed, halted, run, run_outcome, run_signature, transient) = reply
+    return Snapshot(
+        halted=None if halted is None else orjson.loads(halted),
+        epoch=int(epoch),
+        calls=int(calls),
+        tool_calls=int(tool_calls),
+        consecutive_failures=int(failures),
+        tokens=int(tokens_in) + int(tokens_out),
+        started_at=float(started),
+        count=int(count),
+        polls=int(polls),
+        record=None if record is None else _record(record),
+        approval=None if approval is None else _approval(approval),
+        claimed=bool(claimed),
+        stagnation=int(run),
+        stagnation_outcome=_text(run_outcome),
+        stagnation_signature=_text(run_signature),
+        transient=int(transient),
+    )
+
+
+def _usage(raw: list[Any]) -> TaskUsage:
+    """The :class:`TaskUsage` of the task's meta hash, as the read script returns it (field,
+    value, field, value, ...)."""
+    fields = {_text(k): v for k, v in zip(raw[::2], raw[1::2], strict=True)}
+    halted = fields.get("halted")
+    started = fields.get("started")
+    return TaskUsage(
+        tool_calls=int(fields.get("calls", 0)),
+        per_tool={k[2:]: int(v) for k, v in fields.items() if k.startswith("t:")},
+        input_tokens=int(fields.get("in", 0)),
+        output_tokens=int(fields.get("out", 0)),
+        started_at=None if started is None else float(started),
+        epoch=int(fields.get("epoch", 0)),
+        halted=None if halted is None else orjson.loads(halted),
+        cost_nusd=int(fields.get("cost", 0)),
+        cost_per_tool={k[2:]: int(v) for k, v in fields.items() if k.startswith("c:")},
+        unpriced_tokens=int(fields.get("unpriced", 0)),
+    )
 
 
 def _escape(text: str) -> str:

@@ -1,6 +1,7 @@
 """The file under :class:`~toolguard.stores.SQLiteStore`: where it is (the per-user default,
 ``sqlite:`` URLs), opening it (mode 0600, WAL, our tables or an error, never a takeover),
-transactions, the size bounds and the sweep, and what a failure tells the user.
+transactions, reading and writing a task's rows and its records, the size bounds and the
+sweep, and what a failure tells the user.
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ import os
 import sqlite3
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
+import orjson
+
 from toolguard._errors import StoreError
+from toolguard._types import RecordState
+
+from ._base import IdempotencyRecord
 
 __all__ = ["STATE_DIR_VARIABLE", "default_path", "path_from_url"]
 
@@ -22,6 +28,7 @@ _FILE_NAME: Final = "state.db"
 _SCHEMA: Final = "1"  # the version of the tables below, kept in toolguard_meta
 SWEEP_ONE_IN: Final = 64  # a write transaction sweeps with this chance (1 / n)
 _SWEEP_TASKS: Final = 256  # idle tasks removed per sweep at most
+_STATES: Final = {state.value: state for state in RecordState}
 
 _TABLES: Final = """
 CREATE TABLE toolguard_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -255,3 +262,50 @@ def sweep(conn: sqlite3.Connection, now: float, state_ttl_s: float, max_tasks: i
             (now - state_ttl_s, over))]
     for task_id in idle:
         drop_task(conn, task_id)
+
+
+def load_task(conn: sqlite3.Connection, task_id: str, now: float, state_ttl_s: float
+              ) -> list[Any]:
+    """The task's row as a list (a fresh one if it was idle past ``state_ttl_s``), its
+    ``used_at`` already set to ``now``; write it back with :func:`put_task`."""
+    row = conn.execute(
+        "SELECT used_at, epoch, changes, calls, tokens_in, tokens_out, started_at, "
+        "halted, last_sig FROM tasks WHERE task = ?", (task_id,)).fetchone()
+    if row is not None and now - row[0] <= state_ttl_s:
+        state = list(row)
+        state[0] = now
+        return state
+    if row is not None:
+        drop_task(conn, task_id)
+    return [now, 0, 0, 0, 0, 0, None, None, ""]
+
+
+def put_task(conn: sqlite3.Connection, task_id: str, state: list[Any]) -> None:
+    conn.execute("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (task_id, *state))
+
+
+def load_tool(conn: sqlite3.Connection, task_id: str, tool: str) -> list[Any]:
+    """The (task, tool) row as a list: calls, failures, and the stagnation run (epoch,
+    length, outcome, signatures); zeros for a tool the task never called."""
+    row = conn.execute(
+        "SELECT calls, failures, run_epoch, run_len, run_outcome, run_sig FROM tools "
+        "WHERE task = ? AND tool = ?", (task_id, tool)).fetchone()
+    return list(row) if row else [0, 0, -1, 0, "", ""]
+
+
+def put_tool(conn: sqlite3.Connection, task_id: str, tool: str, tool_state: list[Any]) -> None:
+    conn.execute("INSERT OR REPLACE INTO tools VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                 (task_id, tool, *tool_state))
+
+
+def load_record(conn: sqlite3.Connection, task_id: str, key: str, now: float
+                ) -> IdempotencyRecord | None:
+    """The idempotency record under ``key`` unless it expired by ``now``."""
+    row = conn.execute(
+        "SELECT state, changes, created_at, call_id, content FROM records "
+        "WHERE task = ? AND key = ? AND expires_at > ?", (task_id, key, now)).fetchone()
+    if row is None:
+        return None
+    content = None if row[4] is None else orjson.loads(row[4])
+    return IdempotencyRecord(_STATES[row[0]], row[1], row[2], content, row[3])

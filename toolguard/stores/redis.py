@@ -143,8 +143,10 @@ from ._redis_wire import (
     _escape,
     _ms,
     _record,
+    _snapshot,
     _text,
     _time,
+    _usage,
     _where,
     startup_nodes,
     unreachable,
@@ -393,26 +395,7 @@ class RedisStore:
                 _remember_claim(self._orphans, self._lock, task_id, key, orphan, tail)
                 recover_soon(self)
             raise
-        (epoch, calls, tool_calls, failures, tokens_in, tokens_out, started, count, polls,
-         record, approval, claimed, halted, run, run_outcome, run_signature, transient) = r
-        return Snapshot(
-            halted=None if halted is None else orjson.loads(halted),
-            epoch=int(epoch),
-            calls=int(calls),
-            tool_calls=int(tool_calls),
-            consecutive_failures=int(failures),
-            tokens=int(tokens_in) + int(tokens_out),
-            started_at=float(started),
-            count=int(count),
-            polls=int(polls),
-            record=None if record is None else _record(record),
-            approval=None if approval is None else _approval(approval),
-            claimed=bool(claimed),
-            stagnation=int(run),
-            stagnation_outcome=_text(run_outcome),
-            stagnation_signature=_text(run_signature),
-            transient=int(transient),
-        )
+        return _snapshot(r)
 
     def finish(self, task_id: str, req: FinishRequest) -> None:
         """Record a call's outcome (progress, failures, idempotency record, halt): one Lua
@@ -525,21 +508,7 @@ class RedisStore:
         """
         raw = self._eval("usage", task_id, _READ_HASH_SCRIPT, self._keys(task_id)[:5],
                          ["1", self._state_ms_arg])
-        fields = {_text(k): v for k, v in zip(raw[::2], raw[1::2], strict=True)}
-        halted = fields.get("halted")
-        started = fields.get("started")
-        return TaskUsage(
-            tool_calls=int(fields.get("calls", 0)),
-            per_tool={k[2:]: int(v) for k, v in fields.items() if k.startswith("t:")},
-            input_tokens=int(fields.get("in", 0)),
-            output_tokens=int(fields.get("out", 0)),
-            started_at=None if started is None else float(started),
-            epoch=int(fields.get("epoch", 0)),
-            halted=None if halted is None else orjson.loads(halted),
-            cost_nusd=int(fields.get("cost", 0)),
-            cost_per_tool={k[2:]: int(v) for k, v in fields.items() if k.startswith("c:")},
-            unpriced_tokens=int(fields.get("unpriced", 0)),
-        )
+        return _usage(raw)
 
     def set_approval(self, task_id: str, key: str, record: ApprovalRecord, ttl_s: float) -> None:
         """Store a human decision (or a pending request) for ``key``. As in memory, approvals

@@ -91,8 +91,13 @@ from ._sqlite_file import (
     drop_task,
     failure,
     fit,
+    load_record,
+    load_task,
+    load_tool,
     open_database,
     path_from_url,
+    put_task,
+    put_tool,
     sweep,
     transaction,
 )
@@ -104,8 +109,6 @@ __all__ = ["STATE_DIR_VARIABLE", "SQLiteStore", "default_path", "path_from_url"]
 
 OnError = Literal["fail_closed", "fail_open"]
 T = TypeVar("T")
-
-_STATES: Final = {state.value: state for state in RecordState}
 
 class SQLiteStore:
     """Per-task state in a SQLite file, shared by every process of the machine that opens it
@@ -229,35 +232,6 @@ class SQLiteStore:
                           exc) from exc
         return value
 
-    def _task(self, conn: sqlite3.Connection, task_id: str, now: float) -> list[Any]:
-        """The task's row as a list (a fresh one if it was idle past ``state_ttl_s``), its
-        ``used_at`` already set to ``now``; write it back with :meth:`_put_task`."""
-        row = conn.execute(
-            "SELECT used_at, epoch, changes, calls, tokens_in, tokens_out, started_at, "
-            "halted, last_sig FROM tasks WHERE task = ?", (task_id,)).fetchone()
-        if row is not None and now - row[0] <= self._state_ttl_s:
-            state = list(row)
-            state[0] = now
-            return state
-        if row is not None:
-            drop_task(conn, task_id)
-        return [now, 0, 0, 0, 0, 0, None, None, ""]
-
-    @staticmethod
-    def _put_task(conn: sqlite3.Connection, task_id: str, state: list[Any]) -> None:
-        conn.execute("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     (task_id, *state))
-
-    def _record(self, conn: sqlite3.Connection, task_id: str, key: str,
-                now: float) -> IdempotencyRecord | None:
-        row = conn.execute(
-            "SELECT state, changes, created_at, call_id, content FROM records "
-            "WHERE task = ? AND key = ? AND expires_at > ?", (task_id, key, now)).fetchone()
-        if row is None:
-            return None
-        content = None if row[4] is None else orjson.loads(row[4])
-        return IdempotencyRecord(_STATES[row[0]], row[1], row[2], content, row[3])
-
     def _put_record(self, conn: sqlite3.Connection, task_id: str, key: str,
                     state: RecordState, changes: int, at: float, expires_at: float,
                     call_id: str, content: bytes | None) -> None:
@@ -282,7 +256,7 @@ class SQLiteStore:
         (tool, signature, key, claim, task_scope, count, poll, at, claim_ttl_s,
          call_id) = req
         now = self._clock()
-        state = self._task(conn, task_id, now)
+        state = load_task(conn, task_id, now, self._state_ttl_s)
         _, epoch, changes, calls, tokens_in, tokens_out, started_at, halted, last_sig = state
         if started_at is None:
             state[6] = started_at = at
@@ -296,7 +270,7 @@ class SQLiteStore:
         if key:
             # A call that waited on an identical call in progress (count False) was sent
             # together with it: that call's result is its own (see MemoryStore.begin).
-            record = self._record(conn, task_id, key, now)
+            record = load_record(conn, task_id, key, now)
             if (record is not None and record.state is COMPLETED
                     and not (task_scope or not count) and record.epoch != changes):
                 record = None  # until_change: lapsed at a write or a new turn since
@@ -309,10 +283,7 @@ class SQLiteStore:
                 claimed = True
         # a duplicate of a call that is running right now is the same call, not a repeat
         concurrent = record is not None and record.state is IN_PROGRESS
-        tool_row = conn.execute(
-            "SELECT calls, failures, run_epoch, run_len, run_outcome, run_sig FROM tools "
-            "WHERE task = ? AND tool = ?", (task_id, tool)).fetchone()
-        tool_state: list[Any] = list(tool_row) if tool_row else [0, 0, -1, 0, "", ""]
+        tool_state = load_tool(conn, task_id, tool)
         if count and halted is None:  # a refused call of a halted task is free
             state[3] = calls + 1
             tool_state[0] += 1
@@ -323,8 +294,8 @@ class SQLiteStore:
             if last_sig != signature:
                 resets = 0  # another call came in between: its run starts afresh
                 state[8] = signature
-            self._put_tool(conn, task_id, tool, tool_state)
-        self._put_task(conn, task_id, state)
+            put_tool(conn, task_id, tool, tool_state)
+        put_task(conn, task_id, state)
         conn.execute("INSERT OR REPLACE INTO sigs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                      (task_id, signature, sig_epoch, repeats, polls, resets, digest,
                       transient))
@@ -341,12 +312,6 @@ class SQLiteStore:
             tool_state[1], tokens_in + tokens_out, started_at, repeats if repeats > 1 else 1,
             polls, record, approval, claimed, run[1], run[2], run[3], transient)
 
-    @staticmethod
-    def _put_tool(conn: sqlite3.Connection, task_id: str, tool: str,
-                  tool_state: list[Any]) -> None:
-        conn.execute("INSERT OR REPLACE INTO tools VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (task_id, tool, *tool_state))
-
     def finish(self, task_id: str, req: FinishRequest) -> None:
         """Record a call's outcome (progress, failures, idempotency record, halt): one
         transaction.
@@ -361,14 +326,11 @@ class SQLiteStore:
          store_result, content, release, ttl_s, at, halt, call_id, outcome,
          max_progress_resets, transient, progress) = req
         now = self._clock()
-        state = self._task(conn, task_id, now)
+        state = load_task(conn, task_id, now, self._state_ttl_s)
         epoch = state[1]
         if executed and success and mutating:
             state[2] += 1
-        tool_row = conn.execute(
-            "SELECT calls, failures, run_epoch, run_len, run_outcome, run_sig FROM tools "
-            "WHERE task = ? AND tool = ?", (task_id, tool)).fetchone()
-        tool_state: list[Any] = list(tool_row) if tool_row else [0, 0, -1, 0, "", ""]
+        tool_state = load_tool(conn, task_id, tool)
         if executed:
             tool_state[1] = 0 if success else tool_state[1] + 1
             row = conn.execute("SELECT epoch, count, polls, resets, digest, transient "
@@ -416,7 +378,7 @@ class SQLiteStore:
                 tool_state[2:] = [epoch, tool_state[3] + 1, outcome,
                                   stagnation_recent(tool_state[5], signature)]
         if executed or outcome:
-            self._put_tool(conn, task_id, tool, tool_state)
+            put_tool(conn, task_id, tool, tool_state)
         if key:
             if store_result:
                 self._put_record(conn, task_id, key, COMPLETED, state[2], at, now + ttl_s,
@@ -430,7 +392,7 @@ class SQLiteStore:
                              (task_id, key, IN_PROGRESS.value, call_id, now))
         if halt is not None:
             state[7] = _dumps(halt)
-        self._put_task(conn, task_id, state)
+        put_task(conn, task_id, state)
 
     def get_record(self, task_id: str, key: str, now: float) -> IdempotencyRecord | None:
         """The idempotency record under ``key`` unless it expired (by the store's clock).
@@ -439,7 +401,7 @@ class SQLiteStore:
             StoreError: SQLite failed (see the class doc).
         """
         return self._run("get_record", task_id,
-                         lambda conn: self._record(conn, task_id, key, self._clock()))
+                         lambda conn: load_record(conn, task_id, key, self._clock()))
 
     def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
         """Set (or with None clear) the task's halted flag; clearing it restarts every
@@ -449,11 +411,11 @@ class SQLiteStore:
             StoreError: SQLite failed (see the class doc).
         """
         def body(conn: sqlite3.Connection) -> None:
-            state = self._task(conn, task_id, self._clock())
+            state = load_task(conn, task_id, self._clock(), self._state_ttl_s)
             state[7] = None if halt is None else _dumps(halt)
             if halt is None:  # resumed: failure streaks restart (the user fixed the cause)
                 conn.execute("UPDATE tools SET failures = 0 WHERE task = ?", (task_id,))
-            self._put_task(conn, task_id, state)
+            put_task(conn, task_id, state)
 
         self._run("set_halted", task_id, body)
 
@@ -464,10 +426,10 @@ class SQLiteStore:
             StoreError: SQLite failed (see the class doc).
         """
         def body(conn: sqlite3.Connection) -> None:
-            state = self._task(conn, task_id, self._clock())
+            state = load_task(conn, task_id, self._clock(), self._state_ttl_s)
             state[1] += 1
             state[2] += 1
-            self._put_task(conn, task_id, state)
+            put_task(conn, task_id, state)
 
         self._run("new_turn", task_id, body)
 
@@ -479,12 +441,12 @@ class SQLiteStore:
             StoreError: SQLite failed (see the class doc).
         """
         def body(conn: sqlite3.Connection) -> int:
-            state = self._task(conn, task_id, self._clock())
+            state = load_task(conn, task_id, self._clock(), self._state_ttl_s)
             if state[6] is None:
                 state[6] = now
             state[4] += input_tokens
             state[5] += output_tokens
-            self._put_task(conn, task_id, state)
+            put_task(conn, task_id, state)
             return int(state[4] + state[5])
 
         return self._run("add_usage", task_id, body)
@@ -498,10 +460,10 @@ class SQLiteStore:
             StoreError: SQLite failed (see the class doc).
         """
         def body(conn: sqlite3.Connection) -> tuple[int, int]:
-            state = self._task(conn, task_id, self._clock())
+            state = load_task(conn, task_id, self._clock(), self._state_ttl_s)
             if state[6] is None:
                 state[6] = now
-            self._put_task(conn, task_id, state)
+            put_task(conn, task_id, state)
             totals = []
             for name, unpriced in (("", unpriced_tokens), *(((tool, 0),) if tool else ())):
                 conn.execute(
@@ -522,8 +484,8 @@ class SQLiteStore:
             StoreError: SQLite failed (see the class doc).
         """
         def body(conn: sqlite3.Connection) -> TaskUsage:
-            state = self._task(conn, task_id, self._clock())
-            self._put_task(conn, task_id, state)
+            state = load_task(conn, task_id, self._clock(), self._state_ttl_s)
+            put_task(conn, task_id, state)
             per_tool: dict[str, int] = dict(conn.execute(
                 "SELECT tool, calls FROM tools WHERE task = ? AND calls > 0 ORDER BY tool",
                 (task_id,)))
@@ -547,7 +509,7 @@ class SQLiteStore:
             StoreError: SQLite failed (see the class doc).
         """
         def body(conn: sqlite3.Connection) -> None:
-            self._put_task(conn, task_id, self._task(conn, task_id, self._clock()))
+            put_task(conn, task_id, load_task(conn, task_id, self._clock(), self._state_ttl_s))
             conn.execute("INSERT OR REPLACE INTO approvals VALUES (?, ?, ?)",
                          (task_id, key, _approval_json(record)))
             bound(conn, "approvals", self._max_entries)
@@ -570,7 +532,7 @@ class SQLiteStore:
             StoreError: SQLite failed (see the class doc).
         """
         def body(conn: sqlite3.Connection) -> dict[str, ApprovalRecord]:
-            self._put_task(conn, task_id, self._task(conn, task_id, self._clock()))
+            put_task(conn, task_id, load_task(conn, task_id, self._clock(), self._state_ttl_s))
             rows = conn.execute("SELECT key, record FROM approvals WHERE task = ? "
                                 "ORDER BY rowid", (task_id,))
             return {key: _approval(raw) for key, raw in rows}
