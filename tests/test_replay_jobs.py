@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _synthetic import write_trace  # benchmarks/, on pytest's pythonpath
 
-from benchmarks._synthetic import write_trace
 from toolguard.replay import Run, RunReport, _parallel, open_file, replay_stream
 from toolguard.replay._report import to_json_text
 from toolguard.replay._runner import ReplayReport, _Replayer

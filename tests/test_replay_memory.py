@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from _synthetic import write_chat, write_trace  # benchmarks/, on pytest's pythonpath
 
-from benchmarks._synthetic import write_chat, write_trace
 from toolguard.replay import _chat, open_file, replay_runs
+from toolguard.replay._model import Source
 from toolguard.replay._report import to_json_text
 
 LIMIT_MB = 200  # holding every run's report of 200k calls takes about 500 MB
@@ -48,7 +49,7 @@ def test_a_big_list_of_runs_is_read_run_by_run_with_the_same_report(
     read: list[str] = []
     streamed_runs = _chat._streamed_runs
 
-    def streamed(source: _chat.Source) -> object:
+    def streamed(source: Source) -> object:
         read.append(source.file)
         return streamed_runs(source)
 

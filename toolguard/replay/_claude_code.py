@@ -31,10 +31,9 @@ from ._model import (
     UserTurn,
     arguments,
     model_name,
-    text_field,
     usage_counts,
 )
-from ._reading import head_objects
+from ._reading import head_objects, text_field
 
 __all__ = ["READER"]
 

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import Clock, Reader, Run, Source, TokenUsage, UserTurn, text_field
-from ._reading import head_objects
+from ._model import Clock, Reader, Run, Source, TokenUsage, UserTurn
+from ._reading import head_objects, text_field
 from ._responses import ItemSteps
 
 __all__ = ["READER"]

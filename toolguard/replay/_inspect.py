@@ -28,9 +28,9 @@ from ._model import (
     Step,
     UserTurn,
     arguments,
-    field_list,
     usage_counts,
 )
+from ._reading import field_list
 
 __all__ = ["READER"]
 

@@ -22,8 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import Reader, Run, Source, TokenUsage, field_dict, model_name, usage_counts
+from ._model import Reader, Run, Source, TokenUsage, model_name, usage_counts
 from ._otel import SpanView, requested_calls, span_steps
+from ._reading import field_dict
 
 __all__ = ["READER"]
 

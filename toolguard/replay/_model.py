@@ -439,18 +439,6 @@ def usage_counts(value: Any, inputs: tuple[str, ...], outputs: tuple[str, ...],
     return TokenUsage(spent_in or 0, spent_out or 0, line, model=model)
 
 
-def field_dict(value: Any, key: str) -> dict[str, Any]:
-    """``value[key]`` if ``value`` is an object and that is an object, else ``{}``."""
-    found = value.get(key) if isinstance(value, dict) else None
-    return found if isinstance(found, dict) else {}
-
-
-def field_list(value: Any, key: str) -> list[Any]:
-    """``value[key]`` if ``value`` is an object and that is a list, else ``[]``."""
-    found = value.get(key) if isinstance(value, dict) else None
-    return found if isinstance(found, list) else []
-
-
 class Pending:
     """The calls of one run that wait for their results, by call id: ``add`` appends a call to
     ``steps``; ``answer`` puts a result into the call with that id (once)."""
@@ -473,13 +461,6 @@ class Pending:
         assert isinstance(call, RecordedCall)  # only calls are waiting
         self.steps[position] = replace(call, result=result, is_error=is_error)
         return True
-
-
-def text_field(value: Any, key: str) -> str | None:
-    """``value[key]`` if ``value`` is an object and that is a string, else ``None`` (record
-    kinds are compared with sets, which a list or an object in their place would break)."""
-    found = value.get(key) if isinstance(value, dict) else None
-    return found if isinstance(found, str) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,10 +26,9 @@ from ._model import (
     Step,
     UserTurn,
     arguments,
-    field_list,
-    text_field,
     usage_counts,
 )
+from ._reading import field_list, text_field
 
 __all__ = ["READER"]
 

@@ -34,11 +34,9 @@ from ._model import (
     Step,
     TokenUsage,
     arguments,
-    field_dict,
-    field_list,
     unrecorded_args,
 )
-from ._reading import head_objects
+from ._reading import field_dict, field_list, head_objects
 
 __all__ = ["READER", "SpanView", "requested_calls", "span_steps"]
 

@@ -20,10 +20,13 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from ._model import Run
-from ._runner import Outcome, RunReport, _Replayer, failed
+from ._records import Outcome, RunReport, failed
+
+if TYPE_CHECKING:
+    from ._runner import _Replayer
 
 __all__ = ["BATCH_CALLS", "pooled"]
 

@@ -93,3 +93,22 @@ def _loads(raw: bytes, exact: bool) -> Any:
         except orjson.JSONDecodeError:
             pass
     return load_json(raw)
+
+
+def field_dict(value: Any, key: str) -> dict[str, Any]:
+    """``value[key]`` if ``value`` is an object and that is an object, else ``{}``."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, dict) else {}
+
+
+def field_list(value: Any, key: str) -> list[Any]:
+    """``value[key]`` if ``value`` is an object and that is a list, else ``[]``."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, list) else []
+
+
+def text_field(value: Any, key: str) -> str | None:
+    """``value[key]`` if ``value`` is an object and that is a string, else ``None`` (record
+    kinds are compared with sets, which a list or an object in their place would break)."""
+    found = value.get(key) if isinstance(value, dict) else None
+    return found if isinstance(found, str) else None

@@ -30,11 +30,10 @@ from ._model import (
     Step,
     UserTurn,
     call_arguments,
-    field_list,
-    text_field,
     unrecorded_args,
     usage_counts,
 )
+from ._reading import field_list, text_field
 
 __all__ = ["READER", "ItemSteps"]
 

@@ -17,18 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import (
-    Pending,
-    Reader,
-    RecordedCall,
-    Run,
-    Source,
-    Step,
-    arguments,
-    field_dict,
-    field_list,
-    usage_counts,
-)
+from ._model import Pending, Reader, RecordedCall, Run, Source, Step, arguments, usage_counts
+from ._reading import field_dict, field_list
 
 __all__ = ["READER"]
 

@@ -28,10 +28,9 @@ from ._model import (
     Step,
     UserTurn,
     arguments,
-    field_dict,
-    field_list,
     usage_counts,
 )
+from ._reading import field_dict, field_list
 
 __all__ = ["READER"]
 

@@ -1,0 +1,287 @@
+"""What a replay reports: the guard's decision on each recorded call (:class:`StepReport`),
+each run's (:class:`RunReport`), the whole replay's (:class:`ReplayReport`) and the bounded
+counters a streamed replay keeps instead of its runs (:class:`Totals`). No replaying here
+(``_runner.py``) and no rendering (``_report.py``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from toolguard._policy import AuditPolicy
+from toolguard._redact import redact, redact_json_text
+from toolguard._types import Decision, Effect
+
+from ._model import ReplayInputError, ReplayNote, Run
+
+__all__ = ["COUNTED", "Outcome", "ReplayReport", "RunReport", "StepReport", "Totals", "excerpt",
+           "failed"]
+
+COUNTED: Final = (Decision.ALLOW, Decision.WARN, Decision.CACHED, Decision.BLOCK,
+                  Decision.REVIEW, Decision.INVALID)
+"""Decisions counted per run (a halt is a flag and a step index, not a count)."""
+
+_EXCERPT_CHARS: Final = 80
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """The guard's decision on one recorded call.
+
+    Attributes:
+        index: 0-based index of the call in its run.
+        tool: the tool name; ``None`` for a halt caused by token usage reported between calls.
+        args_hash: the canonical arguments hash (``""`` when there is no call).
+        effect: the effect the call was judged with, or ``None``.
+        decision: what the guard did.
+        reason: one line on why (``""`` for a plain allow).
+        count: the call's repeat count (1 = first since the last progress).
+        args: a one-line excerpt of the arguments, at most 80 characters, redacted as the
+            audit redacts them (made when read: only the verbose table shows it).
+        line: the 1-based line of the call in a JSONL file, or ``None``.
+        arguments: the call's recorded arguments (``RecordedCall.arguments``), or ``None``.
+        audit: the ``[audit]`` policy that redacts the excerpt.
+        stale: a ``cached`` answer that differs from what the recorded call returned (the
+            model would have read an outdated result).
+        details: with ``replay_runs(details=True)`` only (``None`` otherwise), what a person
+            looking at the call wants to see, redacted and cut short: ``{"args"`` (up to 400
+            characters), ``"result"`` (the recorded result, up to 400), ``"notice"`` (what the
+            guard gave the model instead of or after the result: a warn's notice, a
+            synthetic result, the halt; ``""`` for a plain allow)``}``.
+    """
+
+    index: int
+    tool: str | None
+    args_hash: str
+    effect: Effect | None
+    decision: Decision
+    reason: str
+    count: int
+    arguments: Mapping[str, Any] | str | None = field(default=None, repr=False, compare=False)
+    line: int | None = None
+    audit: AuditPolicy | None = field(default=None, repr=False, compare=False)
+    stale: bool = False
+    details: dict[str, str] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def args(self) -> str:
+        """A one-line excerpt of the arguments (see the class docstring); ``""`` without a
+        call. Redacting every step's arguments up front was a third of a replay's time."""
+        if self.tool is None:  # a halt on token usage, between calls
+            return ""
+        return excerpt({} if self.arguments is None else self.arguments,
+                       self.audit if self.audit is not None else AuditPolicy())
+
+    @property
+    def executed(self) -> bool:
+        """True exactly for ``allow`` and ``warn``: the recorded result was fed back."""
+        return self.decision.executed
+
+    def to_dict(self) -> dict[str, Any]:
+        """The step as JSON values (the ``--format json`` step object)."""
+        return {
+            "index": self.index, "tool": self.tool, "args_hash": self.args_hash,
+            "effect": None if self.effect is None else str(self.effect),
+            "decision": str(self.decision), "reason": self.reason, "count": self.count,
+            "executed": self.executed,
+        }
+
+
+@dataclass(slots=True)
+class RunReport:
+    """Every decision on one run.
+
+    Attributes:
+        id: the run's id. file: the file it came from. meta: its metadata (header keys).
+        format: the input format it was read as (``Run.format``).
+        calls: recorded calls in the run. replayed: calls the guard decided on (fewer than
+            ``calls`` after a halt).
+        steps: one :class:`StepReport` per replayed call (a halt caused by token usage adds
+            a step without a tool).
+        halted_at: index of the call at which the run halted, or ``None``.
+        halt_reason: why it halted, or ``None``.
+        error: a guard failure that stopped the run early (a bug or a store error), or ``None``.
+        tokens: model tokens the recording reported (up to the halt).
+        cost_usd: what those of a known model cost (``genai-prices``), in US dollars.
+        unpriced_tokens: those whose model the recording does not name or the price table
+            does not know.
+    """
+
+    id: str
+    file: str
+    meta: dict[str, Any]
+    calls: int
+    format: str = ""
+    replayed: int = 0
+    steps: list[StepReport] = field(default_factory=list)
+    halted_at: int | None = None
+    halt_reason: str | None = None
+    error: str | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_tokens: int = 0
+
+    @property
+    def halted(self) -> bool:
+        """True when the run ended in a halt."""
+        return self.halted_at is not None
+
+    def count(self, decision: Decision) -> int:
+        """How many steps got ``decision`` (``halt``: 1 if the run halted)."""
+        return sum(1 for s in self.steps if s.decision is decision)
+
+    @property
+    def executed(self) -> int:
+        """Calls that ran (``allow`` and ``warn``)."""
+        return sum(1 for s in self.steps if s.executed)
+
+    def reached(self, decision: Decision) -> bool:
+        """True when some call of the run got ``decision``."""
+        return any(s.decision is decision for s in self.steps)
+
+    def summary(self) -> dict[str, Any]:
+        """The per-run summary (JSON values): counts per decision, the halt, the metadata."""
+        out: dict[str, Any] = {"calls": self.calls, "replayed": self.replayed,
+                               "not_replayed": self.calls - self.replayed,
+                               "executed": self.executed}
+        out.update({str(d): self.count(d) for d in COUNTED})
+        out.update({"halt": self.halted, "halted_at": self.halted_at,
+                    "halt_reason": self.halt_reason, "error": self.error,
+                    "tokens": self.tokens, "cost_usd": self.cost_usd,
+                    "unpriced_tokens": self.unpriced_tokens, "meta": self.meta})
+        return out
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """The result of a replay: the runs and the input problems met on the way.
+
+    Attributes:
+        runs: one :class:`RunReport` per replayed run, in input order.
+        problems: lines, runs or files that could not be read or replayed.
+        notes: records the readers did not use, one per kind and file (no effect on the exit
+            code).
+    """
+
+    runs: list[RunReport] = field(default_factory=list)
+    problems: list[ReplayInputError] = field(default_factory=list)
+    notes: list[ReplayNote] = field(default_factory=list)
+
+    def runs_with(self, decision: Decision) -> list[RunReport]:
+        """The runs in which some call got ``decision``."""
+        return [r for r in self.runs if r.reached(decision)]
+
+    def totals(self) -> dict[str, Any]:
+        """Totals over all runs (JSON values); see :meth:`Totals.as_dict`."""
+        totals = Totals()
+        for run in self.runs:
+            totals.add(run)
+        return totals.as_dict(len(self.problems))
+
+
+@dataclass(slots=True)
+class Totals:
+    """Counts over the runs replayed so far, added one run at a time (a streamed replay keeps
+    these, not the runs).
+
+    Attributes:
+        runs, calls, replayed, executed, errors: summed over the runs (``errors``: runs that
+            stopped on a guard error).
+        decisions: steps per decision (``halt``: halted runs).
+        runs_with: runs in which at least one call got the decision.
+        tools: the tool names the runs called.
+        tokens, cost_usd, unpriced_tokens: the recorded model usage (:class:`RunReport`).
+    """
+
+    runs: int = 0
+    calls: int = 0
+    replayed: int = 0
+    executed: int = 0
+    errors: int = 0
+    decisions: dict[str, int] = field(
+        default_factory=lambda: {str(d): 0 for d in (*COUNTED, Decision.HALT)})
+    runs_with: dict[str, int] = field(
+        default_factory=lambda: {str(d): 0 for d in (*COUNTED[1:], Decision.HALT)})
+    tools: set[str] = field(default_factory=set)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_tokens: int = 0
+
+    def add(self, run: RunReport) -> None:
+        """Count ``run`` in."""
+        self.runs += 1
+        self.tokens += run.tokens
+        self.cost_usd += run.cost_usd
+        self.unpriced_tokens += run.unpriced_tokens
+        self.calls += run.calls
+        self.replayed += run.replayed
+        self.errors += run.error is not None
+        seen: set[str] = set()
+        for step in run.steps:
+            name = str(step.decision)
+            if step.decision is not Decision.HALT:
+                self.decisions[name] += 1
+            self.executed += step.executed
+            seen.add(name)
+            if step.tool is not None:
+                self.tools.add(step.tool)
+        if run.halted:
+            self.decisions["halt"] += 1
+        for name in seen & self.runs_with.keys():
+            self.runs_with[name] += 1
+
+    def as_dict(self, problems: int) -> dict[str, Any]:
+        """The ``totals`` of the JSON report: ``runs``, ``calls``, ``replayed``,
+        ``not_replayed``, ``executed``, ``decisions`` (steps per decision; ``halt``: halted
+        runs), ``runs_with`` (runs in which at least one call got that decision), ``errors``
+        and ``problems`` (their number, given)."""
+        return {
+            "runs": self.runs,
+            "calls": self.calls,
+            "replayed": self.replayed,
+            "not_replayed": self.calls - self.replayed,
+            "executed": self.executed,
+            "decisions": dict(self.decisions),
+            "runs_with": dict(self.runs_with),
+            "tokens": self.tokens,
+            "cost_usd": round(self.cost_usd, 9),  # whole nano-dollars
+            "unpriced_tokens": self.unpriced_tokens,
+            "errors": self.errors,
+            "problems": problems,
+        }
+
+
+def excerpt(arguments: Mapping[str, Any] | str, audit: AuditPolicy,
+            limit: int = _EXCERPT_CHARS) -> str:
+    """A one-line excerpt of a call's ``arguments`` (``RecordedCall.arguments``), redacted
+    as the audit redacts them (``audit``: the policy's ``[audit]``): the value of a single
+    argument, else compact JSON; the raw text when the model's JSON text was recorded. At
+    most ``limit`` characters."""
+    if isinstance(arguments, str):
+        text = redact_json_text(arguments, audit.redact_pattern)
+    else:
+        args = redact(arguments, audit.redact_pattern, 10 * limit)
+        if len(args) == 1 and isinstance(next(iter(args.values())), str):
+            text = str(next(iter(args.values())))
+        else:
+            # the standard library writes integers of any size (orjson stops at 64 bits)
+            text = json.dumps(args, default=repr, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+Outcome = tuple[RunReport | None, ReplayInputError | None]
+"""What replaying one run gave: its report (``None`` when it could not be replayed at all, for
+invalid header ``effects``) and the problem to report about it, if any."""
+
+
+def failed(run: Run, result: RunReport) -> Outcome:
+    """``result`` with the problem of its error, if the run stopped on one."""
+    if result.error is None:
+        return result, None
+    # a bug in the guard: the run is incomplete, say so
+    return result, ReplayInputError(
+        run.file, run.line, f"run {run.id}: stopped after {result.replayed} call(s) by a guard "
+        f"error: {result.error}")
