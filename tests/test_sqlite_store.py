@@ -124,26 +124,35 @@ def test_the_file_is_private_to_its_user(tmp_path: Path) -> None:
 
 
 # -- several processes, one task -------------------------------------------------------
+# Four processes take turns on the file's lock: on a machine busy with other work a turn can
+# wait longer than the store's default 5 s, which these tests are not about.
+LOCK_WAIT_S = 60.0
+
+
+def _shared(tmp_path: Path) -> functools.partial[SQLiteStore]:
+    return functools.partial(SQLiteStore, tmp_path / "state.db", timeout_s=LOCK_WAIT_S)
+
+
 def test_four_processes_same_call_execute_once(tmp_path: Path) -> None:
-    make, log = functools.partial(SQLiteStore, tmp_path / "state.db"), str(tmp_path / "log")
+    make, log = _shared(tmp_path), str(tmp_path / "log")
     out = run_processes(same_call_worker, [(make, log, True)] * 4)
     check_same_call(out, log, ladder=True)
 
 
 def test_four_processes_same_call_default_ladder(tmp_path: Path) -> None:
-    make, log = functools.partial(SQLiteStore, tmp_path / "state.db"), str(tmp_path / "log")
+    make, log = _shared(tmp_path), str(tmp_path / "log")
     out = run_processes(same_call_worker, [(make, log, False)] * 4)
     check_same_call(out, log, ladder=False)
 
 
 def test_budget_shared_by_four_processes(tmp_path: Path) -> None:
-    make, log = functools.partial(SQLiteStore, tmp_path / "state.db"), str(tmp_path / "log")
+    make, log = _shared(tmp_path), str(tmp_path / "log")
     out = run_processes(budget_worker, [(make, log, i) for i in range(4)])
     check_budget(out, log)
 
 
 def test_crashed_workers_claim_expires(tmp_path: Path) -> None:
-    check_crashed_claim_expires(functools.partial(SQLiteStore, tmp_path / "state.db"))
+    check_crashed_claim_expires(_shared(tmp_path))
 
 
 _ONE_CALL = """
