@@ -248,6 +248,8 @@ def _run(policy: tg.Policy, steps: list[Any], fast: bool, is_async: bool = False
             task.resume()
         except tg.ToolGuardError as error:
             seen.append(("error", type(error).__name__, str(error)))
+        except TypeError as error:  # the host's mistake (task.call of an async def tool)
+            seen.append(("host error", str(error)))
     loop.run_until_complete(loop.shutdown_default_executor())  # sync tools' worker threads
     loop.close()
     seen.append(runs)
