@@ -197,7 +197,7 @@ def test_every_bad_variable_is_reported_with_the_files_problems(tmp_path: Path) 
             "env TOOLGUARD_BUDGET__MAX_TOOL_CALL",
             "budget.max_tool_call",
             "unknown key 'max_tool_call' (allowed: max_tool_calls, max_tokens, timeout_s, "
-            "max_consecutive_failures)",
+            "max_consecutive_failures, max_cost_usd, unknown_cost)",
         ),
         (
             "env TOOLGUARD_DEFAULT_EFFECT",

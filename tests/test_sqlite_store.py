@@ -397,7 +397,7 @@ def test_bytes_are_bounded_oldest_records_first(tmp_path: Path, clock: FakeClock
 
 
 def test_threads_share_one_file(tmp_path: Path, clock: FakeClock) -> None:
-    store = SQLiteStore(tmp_path / "state.db", clock=clock)
+    store = SQLiteStore(tmp_path / "state.db", clock=clock, timeout_s=LOCK_WAIT_S)
     req = BeginRequest("pay", "s", "k", True, False, True, False, clock(), 30.0)
     claims: list[bool] = []
     threads = [threading.Thread(target=lambda: claims.append(store.begin(TASK, req).claimed))
