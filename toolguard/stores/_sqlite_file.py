@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -136,7 +137,7 @@ def open_database(path: Path, timeout_s: float) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None,
                            check_same_thread=False)
     try:
-        conn.execute("PRAGMA journal_mode = WAL")
+        _wal(conn, timeout_s)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA journal_size_limit = 4194304")  # WAL truncated to 4 MB
         with transaction(conn):
@@ -145,6 +146,22 @@ def open_database(path: Path, timeout_s: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Put the file in WAL mode. Several processes opening a new file at once race for the
+    change of journal mode, and SQLite answers the losers "database is locked" at once,
+    without its busy handler: they try again until ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
+        else:
+            return
 
 
 def _check_schema(conn: sqlite3.Connection) -> None:
