@@ -20,6 +20,7 @@ from autogen_core.models import (
     ModelInfo,
     RequestUsage,
 )
+from autogen_core.tools import FunctionTool, StaticWorkbench, ToolOverride
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
 import toolguard as tg
@@ -230,3 +231,22 @@ async def test_a_halt_leaves_run_stream_too() -> None:
         await asyncio.wait_for(drain(), LIMIT)
     assert "TaskResult" not in seen  # never a result that looks done
     assert seen.count("ToolCallExecutionEvent") == 4 and s.RUNS == {"read_file": 3}
+
+
+async def test_a_whole_workbench_is_guarded_by_the_names_it_lists() -> None:
+    # a workbench (here AutoGen's StaticWorkbench, renaming a tool as McpWorkbench users
+    # do) is wrapped as it is: the guard judges the name the model sees and calls
+    inner = StaticWorkbench([FunctionTool(s.write_file, "Write a file.")],
+                            tool_overrides={"write_file": ToolOverride(name="save_note")})
+    g, audit = s.guard([], strict_tools=False)
+    guarded = ToolGuard(g, task_id="t-wb")
+    agent = AssistantAgent("agent", model(*[[("save_note", dict(s.WRITE[1]))]] * 2),
+                           workbench=guarded.workbench(inner), model_context=guarded.context(),
+                           max_tool_iterations=5)
+    await run(agent, "go")
+    assert s.RUNS == {"write_file": 1}
+    # a tool the policy does not name is judged as a write (the default): run once
+    assert [(tool, d) for tool, d, _ in s.audited(audit)] == [("save_note", s.ALLOW),
+                                                               ("save_note", s.CACHED)]
+    state = await agent.save_state()  # the agent's state: the inner workbench's and context's
+    assert len(state["llm_context"]["messages"]) == 6
