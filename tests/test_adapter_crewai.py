@@ -249,3 +249,25 @@ def test_the_text_tool_format_is_guarded_too(hooks_closed: list[ToolGuard]) -> N
     assert [d for _, d, _ in s.audited(audit)] == [
         s.ALLOW, s.CACHED, s.ALLOW, s.ALLOW, s.WARN, s.BLOCK, s.HALT]
     assert any(s.CACHED_NOTICE in str(m) for m in script.seen[-1])
+
+
+def test_an_agent_kicked_off_alone_halts_as_its_own_task(
+        hooks_closed: list[ToolGuard]) -> None:
+    g, audit = s.guard([], strict_tools=False)
+    guard_hooks = ToolGuard(g)
+    hooks_closed.append(guard_hooks)
+    agent = Agent(role="clerk", goal="help", backstory="a clerk", tools=TOOLS,
+                  llm=Script(model="scripted", steps=[[s.READ]] * 5))
+    with pytest.raises(tg.RepeatedToolCalls):
+        agent.kickoff("go")
+    assert s.RUNS == {"read_file": 3}
+    assert {e.task_id for e in audit.events} == {str(agent.id)}
+    assert guard_hooks.task(str(agent.id)).halted
+
+
+async def test_an_async_kickoff_halts_too(hooks_closed: list[ToolGuard]) -> None:
+    g, _ = s.guard([], strict_tools=False)
+    hooks_closed.append(ToolGuard(g))
+    with pytest.raises(tg.RepeatedToolCalls):
+        await crew_for(Script(model="scripted", steps=[[s.READ]] * 5)).akickoff()
+    assert s.RUNS == {"read_file": 3}
