@@ -14,6 +14,7 @@ import io
 import json
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ with warnings.catch_warnings():  # crewai.rag refuses the attribute its own subm
 
 import toolguard as tg
 from toolguard.adapters.crewai import ToolGuard
+from toolguard.stores.sqlite import SQLiteStore
 
 from . import adapter_support as s
 from .adapter_support import fresh_runs  # noqa: F401 - the autouse fixture
@@ -271,3 +273,15 @@ async def test_an_async_kickoff_halts_too(hooks_closed: list[ToolGuard]) -> None
     with pytest.raises(tg.RepeatedToolCalls):
         await crew_for(Script(model="scripted", steps=[[s.READ]] * 5)).akickoff()
     assert s.RUNS == {"read_file": 3}
+
+
+def test_a_failing_store_blocks_the_call_and_stops_the_run(
+        tmp_path: Path, hooks_closed: list[ToolGuard]) -> None:
+    not_a_store = tmp_path / "state.db"
+    not_a_store.write_bytes(b"this is not a SQLite database, " * 200)
+    g = tg.Guard(s.policy(), store=SQLiteStore(not_a_store), strict_tools=False)
+    hooks_closed.append(ToolGuard(g))
+    with pytest.raises(HookAborted) as stopped:  # fail closed: CrewAI does not go on
+        crew_for(Script(model="scripted", steps=[[s.WRITE]])).kickoff()
+    assert isinstance(stopped.value.__cause__, tg.StoreError)
+    assert s.RUNS == {}

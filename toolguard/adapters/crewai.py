@@ -31,6 +31,8 @@ blocked call too).
   the halted call does not run, and the after hook raises the halt as the ``HookAborted``
   that CrewAI documents as the way a hook stops the run. Resume with
   ``guard_hooks.task(str(crew.id)).resume()`` and ``crew.kickoff()`` again.
+- **the guard fails** (a store that fails closed): the call does not run, and the after
+  hook stops the run with a ``HookAborted`` whose ``__cause__`` is the guard's error.
 - **task id**: ``task_id=``, else the crew's ``id``, else the agent's ``id``; the store is
   the guard's.
 - **scope**: CrewAI's hooks are process-wide: they guard every crew and agent until
@@ -95,8 +97,8 @@ class ToolGuard:
         self._approver = approver
         # by id() of the tool_input dict CrewAI hands both hooks of one call (kept alive
         # here, so the id is not reused while the entry lives)
-        self._calls: LRUCache[int, tuple[dict[str, Any], PendingCall | ToolResult | Halt]] = (
-            LRUCache(4096))
+        self._calls: LRUCache[
+            int, tuple[dict[str, Any], PendingCall | ToolResult | Exception]] = LRUCache(4096)
         self._lock = threading.Lock()
         register_before_tool_call_hook(self.before_tool_call)
         register_after_tool_call_hook(self.after_tool_call)
@@ -118,7 +120,18 @@ class ToolGuard:
 
     def before_tool_call(self, context: ToolCallHookContext) -> bool | None:
         """CrewAI's before tool call hook: ``None`` lets CrewAI run the call, ``False``
-        blocks it (the after hook then writes what the model reads)."""
+        blocks it (the after hook then writes what the model reads, or stops the run).
+
+        Never raises: CrewAI would swallow the exception and run the tool. A halt, or the
+        guard's own failure (a store that fails closed), blocks the call and is raised by
+        the after hook."""
+        try:
+            return self._before(context)
+        except Exception as exc:  # noqa: BLE001 - raised by the after hook, not lost
+            self._keep(context, exc)
+            return False
+
+    def _before(self, context: ToolCallHookContext) -> bool | None:
         name = context.tool_name
         tool = context.tool
         schema = getattr(tool, "args_schema", None)
@@ -127,11 +140,7 @@ class ToolGuard:
               description=str(getattr(tool, "description", "") or ""))
         task = self._tasks(self._task_id or _task_of(context))
         approver = self._approver or _console(context)
-        try:
-            pending = task.begin(name, dict(context.tool_input), approver=approver)
-        except Halt as halt:
-            self._keep(context, halt)
-            return False
+        pending = task.begin(name, dict(context.tool_input), approver=approver)
         if pending.result is None:
             self._keep(context, pending)
             return None
@@ -144,28 +153,39 @@ class ToolGuard:
 
         Raises:
             Halt: the guard halted the task (also a CrewAI ``HookAborted``).
+            HookAborted: the guard itself failed (its ``__cause__``, e.g. a
+                :class:`toolguard.StoreError`): the run stops, fail closed.
         """
         with self._lock:
             entry = self._calls.pop(id(context.tool_input), None)
         if entry is None or entry[0] is not context.tool_input:
             return None
         kept = entry[1]
-        if isinstance(kept, Halt):
-            raise framework_halt(kept, HookAborted)
         if isinstance(kept, ToolResult):
             return str(kept.content)
-        failure = _failure(context)
         try:
-            recorded = (kept.fail(ToolFailed(failure)) if failure is not None
-                        else kept.finish(context.tool_result))
+            recorded = _record(kept, context)
         except Halt as halt:
             raise framework_halt(halt, HookAborted) from None
+        except Exception as exc:  # CrewAI would swallow it and go on unguarded
+            raise HookAborted(f"toolguard failed closed: {type(exc).__name__}: {exc}",
+                              source="toolguard") from exc
         return None if recorded.notice is None else str(recorded.content)
 
     def _keep(self, context: ToolCallHookContext,
-              kept: PendingCall | ToolResult | Halt) -> None:
+              kept: PendingCall | ToolResult | Exception) -> None:
         with self._lock:
             self._calls[id(context.tool_input)] = (context.tool_input, kept)
+
+
+def _record(kept: PendingCall | Exception, context: ToolCallHookContext) -> ToolResult:
+    """Report what the tool did to its pending call (or raise what the before hook kept)."""
+    if isinstance(kept, Exception):
+        raise kept
+    failure = _failure(context)
+    if failure is not None:
+        return kept.fail(ToolFailed(failure))
+    return kept.finish(context.tool_result)
 
 
 def _task_of(context: ToolCallHookContext) -> str:
