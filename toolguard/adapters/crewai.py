@@ -100,6 +100,7 @@ class ToolGuard:
         self._calls: LRUCache[
             int, tuple[dict[str, Any], PendingCall | ToolResult | Exception]] = LRUCache(4096)
         self._lock = threading.Lock()
+        self._known: set[str] = set()  # tool names the guard knows
         register_before_tool_call_hook(self.before_tool_call)
         register_after_tool_call_hook(self.after_tool_call)
 
@@ -133,11 +134,13 @@ class ToolGuard:
 
     def _before(self, context: ToolCallHookContext) -> bool | None:
         name = context.tool_name
-        tool = context.tool
-        schema = getattr(tool, "args_schema", None)
-        known(self._tasks.guard, name, name,
-              args_schema=schema.model_json_schema() if schema is not None else None,
-              description=str(getattr(tool, "description", "") or ""))
+        if name not in self._known:  # the JSON schema costs more than the guard's call
+            tool = context.tool
+            schema = getattr(tool, "args_schema", None)
+            known(self._tasks.guard, name, name,
+                  args_schema=schema.model_json_schema() if schema is not None else None,
+                  description=str(getattr(tool, "description", "") or ""))
+            self._known.add(name)
         task = self._tasks(self._task_id or _task_of(context))
         approver = self._approver or _console(context)
         pending = task.begin(name, dict(context.tool_input), approver=approver)
