@@ -14,6 +14,7 @@ toolguard.adapters.   what you add                      extra
 ``smolagents``        ``guard_agent(agent, guard)``     ``agent-toolguard[smolagents]``
 ``autogen``           ``guarded.workbench(tools)``      ``agent-toolguard[autogen]``
                       ``guarded.context()``
+``crewai``            ``ToolGuard(guard)`` (hooks)      ``agent-toolguard[crewai]``
 ====================  ================================  ====================================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``
