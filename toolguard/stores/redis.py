@@ -20,11 +20,14 @@ or split a task over slots, and an empty task id is written ``%``)::
                              progress fingerprint) pairs (progress detection)
     P:{T}:appr        hash   idempotency key -> approval record (JSON)
     P:{T}:recs        set    idempotency keys that have a record (for clear_task)
-    P:{T}:rec:<key>   string idempotency record: "state|changes|expires_at|created_at|" + JSON
+    P:{T}:rec:<key>   string idempotency record: "state|changes|expires_at|created_at|" + JSON;
+                             a claim has the end of its TTL before the JSON (past it, and
+                             until expires_at, it reads as an unknown outcome)
 
 The five task keys expire ``state_ttl_s`` seconds after the task's last use (every
-operation refreshes them); each record carries its own TTL (``PX``: the claim TTL for an
-in-progress claim, the idempotency TTL for completed and unknown records). Nothing is kept
+operation refreshes them); each record carries its own TTL (``PX``: the claim TTL plus the
+idempotency TTL for an in-progress claim, which is an unknown outcome after the first,
+the idempotency TTL for completed and unknown records). Nothing is kept
 without a TTL. Records also store their expiry time on the guard's clock and are ignored
 once ``now`` passes it, so expiry follows an injected clock exactly as in memory; ``PX``
 removes them physically.
@@ -32,7 +35,8 @@ removes them physically.
 Atomicity and round trips: :meth:`RedisStore.begin` and :meth:`RedisStore.finish` are one
 Lua script each (``EVALSHA``), so two workers racing on one signature see consecutive
 counts and exactly one of them claims the idempotency key (a ``SET ... PX`` inside the
-script: atomic with the read, and a claim left by a crashed worker expires after its TTL).
+script: atomic with the read, and a claim left by a crashed worker becomes an unknown
+outcome after its TTL).
 A call answered from the idempotency cache costs one round trip, an executed call two.
 Every other method is one round trip.
 
@@ -389,6 +393,9 @@ class RedisStore:
                 _ms(req.claim_ttl_s), self._state_ms_arg, tail,
                 "1" if req.call_id else "0",  # a call id to recognise its claim by
                 orphan,
+                # kept as an unknown outcome for ttl_s more once the claim's TTL passes
+                _time(req.now + min(req.claim_ttl_s + req.ttl_s, _MAX_TTL_S)),
+                _ms(req.claim_ttl_s + req.ttl_s),
             ])
         except StoreError:
             if req.claim and req.call_id:  # the script may have claimed the key: ours
@@ -454,7 +461,7 @@ class RedisStore:
             return None
         raw = _bytes(raw)
         abandoned = raw.startswith(b"p|") and raw.endswith(b"|[null,null]")  # as good as none
-        return None if abandoned or float(raw.split(b"|", 3)[2]) <= now else _record(raw)
+        return None if abandoned or float(raw.split(b"|", 3)[2]) <= now else _record(raw, now)
 
     def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
         """Set (or with None clear) the task's halted flag; clearing it restarts every
