@@ -346,7 +346,7 @@ def _codex(event: str, call: str, **fields: Any) -> dict[str, Any]:
 
 def test_codex_events_in_claude_codes_shape(env: dict[str, str]) -> None:
     answers = []
-    for i in range(4):
+    for i in range(5):
         _code, answer, _ = _event(env, _codex("PreToolUse", f"c{i}"), "codex")
         answers.append(answer)
         if _decision(answer) is None:
@@ -355,6 +355,13 @@ def test_codex_events_in_claude_codes_shape(env: dict[str, str]) -> None:
     assert answers[:2] == [None, None]
     assert "3 times" in answers[2]["hookSpecificOutput"]["additionalContext"]
     assert _decision(answers[3]) == "deny"
+    # a halt: Codex refuses continue/stopReason in PreToolUse (the call would then run),
+    # so it is a denial with the reason, and a systemMessage for the user
+    halt = answers[4]
+    assert _decision(halt) == "deny" and "continue" not in halt and "stopReason" not in halt
+    reason = halt["hookSpecificOutput"]["permissionDecisionReason"]
+    assert reason.startswith("toolguard halted the agent at Bash")
+    assert halt["systemMessage"] == reason
 
 
 def _gemini(event: str, tool: str, args: dict[str, Any], **fields: Any) -> dict[str, Any]:
