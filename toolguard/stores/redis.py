@@ -59,8 +59,9 @@ then apply twice (counts err high, never low). Three faults get more than an err
   other worker takes it over too instead of waiting.
 - *A lost finish* (the tool ran, then Redis failed): the outcome is kept in this store and
   written before the task's next operation through it, and by the same thread as soon as
-  Redis answers, so a retry through any worker finds the stored result rather than running
-  again when the claim expires. If this process dies first, the outcome is lost with it.
+  Redis answers, so a retry through any worker finds the stored result rather than an
+  unknown outcome (review) when the claim's TTL passes. If this process dies first, the
+  outcome is lost with it, and the claim becomes that unknown outcome.
 - *Lost state* (a restart without persistence, an eviction, a deletion): the first write of
   a task sets a random generation marker in its meta hash, which this store remembers; a
   task it knows whose marker is gone or changed raises :class:`toolguard.StoreError`
@@ -410,7 +411,7 @@ class RedisStore:
 
         An outcome Redis does not take is kept by this store and written before the task's
         next operation through it (``begin`` included), so an identical retry finds the
-        completed record instead of running again once the claim expires.
+        completed record instead of an unknown outcome once the claim's TTL passes.
 
         Raises:
             StoreError: Redis failed or timed out (the outcome is kept, as above), or the
