@@ -20,7 +20,8 @@ where ``toolguard install`` writes its configuration.
   tool call is denied with ``decision: "deny"`` and ``reason``; ``hookSpecificOutput.
   additionalContext`` adds context; ``continue: false`` with ``stopReason`` stops the
   agent (from ``BeforeTool`` too: the call does not run, the model is not asked again, and
-  ``gemini -p`` prints "Agent execution stopped by hook: REASON"); exit 2 blocks. Settings: ``.gemini/settings.json`` or ``~/.gemini/settings.json``.
+  ``gemini -p`` prints "Agent execution stopped by hook: REASON"); exit 2 blocks.
+  Settings: ``.gemini/settings.json`` or ``~/.gemini/settings.json``.
 """
 
 from __future__ import annotations
