@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,9 @@ import pytest
 
 import toolguard as tg
 from toolguard._policy import BudgetPolicy, IdempotencyPolicy, LadderPolicy, LadderThresholds
+from toolguard._types import RecordState
 from toolguard.stores import Store
+from toolguard.testing import auto_defer
 
 
 def run_processes(target: Callable[..., None], args: list[tuple[Any, ...]]) -> list[Any]:
@@ -135,25 +138,35 @@ def check_budget(out: list[Any], log: str) -> None:
     assert len(logged(log)) == 10
 
 
-def crashing_worker(make_store: Callable[[], Store], barrier: Any, results: Any) -> None:
-    """Claims a write of task "crash" and dies while it runs (in_progress_ttl_s = 0.3)."""
+def crashing_worker(make_store: Callable[[], Store], results: Any) -> None:
+    """Claims a write of task "crash" (in_progress_ttl_s = 0.3), says so, and runs until it
+    is killed."""
     store = make_store()
 
     def write(path: str) -> str:
         results.put("claimed")
-        results.close()
-        results.join_thread()  # flushed: the parent sees it before this process dies
-        os._exit(3)  # the worker dies mid-call: its claim stays behind
+        time.sleep(120)  # the tool is running when the worker is killed
+        return "never"
 
     policy = tg.Policy(idempotency=IdempotencyPolicy(in_progress_ttl_s=0.3))
     tg.Guard(policy, tools=[tg.mutating(write)], store=store).task("crash").call(
         "write", {"path": "a"})
 
 
-def check_crashed_claim_expires(make_store: Callable[[], Store]) -> None:
-    """After :func:`crashing_worker`: the identical call waits out the dead worker's claim
-    (not its 30 s wait timeout), runs once, and is then cached."""
-    assert run_processes(crashing_worker, [(make_store,)]) == ["claimed"]
+def check_crashed_claim_is_unknown(make_store: Callable[[], Store]) -> None:
+    """A worker killed (SIGKILL) while its mutating call runs: once the claim's TTL passed,
+    the identical call from another process is not run but reported unknown (review), and
+    the store's record says the outcome is unknown, with the dead call's id."""
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    worker = ctx.Process(target=crashing_worker, args=(make_store, results))
+    worker.start()
+    try:
+        assert results.get(timeout=60) == "claimed"
+    finally:
+        os.kill(worker.pid or 0, signal.SIGKILL)
+        worker.join(10)
+    assert worker.exitcode == -signal.SIGKILL
     ran: list[str] = []
 
     @tg.mutating
@@ -162,11 +175,15 @@ def check_crashed_claim_expires(make_store: Callable[[], Store]) -> None:
         return f"wrote {path}"
 
     store = make_store()
-    task = tg.Guard(tools=[write], store=store).task("crash")
+    task = tg.Guard(tools=[write], store=store, approver=auto_defer).task("crash")
     start = time.monotonic()
-    result = task.call("write", {"path": "a"})
-    assert time.monotonic() - start < 2.0
-    # Executed once; as a duplicate of a running call, this attempt was not counted a repeat.
-    assert (result.decision, result.count, ran) == (tg.Decision.ALLOW, 1, ["a"])
-    assert task.call("write", {"path": "a"}).decision is tg.Decision.CACHED
+    result = task.call("write", {"path": "a"})  # waits out the claim, not its 30 s timeout
+    assert time.monotonic() - start < 5.0
+    assert (result.decision, result.executed, ran) == (tg.Decision.REVIEW, False, [])
+    assert "without a known outcome" in str(result.content)
+    key = next(iter(task.pending_approvals))
+    record = store.get_record("crash", key, time.time())
+    assert record is not None and record.state is RecordState.UNKNOWN
+    assert record.call_id.startswith("crash#")  # the killed worker's call
+    assert task.call("write", {"path": "a"}).decision is tg.Decision.REVIEW and ran == []
     getattr(store, "close", lambda: None)()

@@ -64,3 +64,6 @@ def test_a_looping_codex_session_is_stopped(project: Path) -> None:
     assert "Blocked, not executed: Bash was called 4 times" in told
     assert "toolguard halted the agent at Bash" in told
     assert "toolguard: the session is halted" in told  # and nothing more runs
+    # Codex takes no stop from a tool hook: the halt is a denial, its reason on stderr
+    assert "blocked by PreToolUse hook: toolguard halted the agent at Bash" in done.stderr
+    assert len(fake.requests) == 7  # six commands asked for, then the model's last word

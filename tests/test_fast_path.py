@@ -259,7 +259,7 @@ def _run(policy: tg.Policy, steps: list[Any], fast: bool, is_async: bool = False
                  sorted(task.pending_approvals)))
     # the store's own state: idempotency records (claims included) and ladder counts
     seen.append([(key, record.state, record.content, expires)
-                 for key, (record, expires) in store._records._data.items()])
+                 for key, (record, expires, _) in store._records._data.items()])
     state = store._tasks["fast"]
     seen.append(([(k, v.count, v.polls, v.resets, v.last_digest, v.epoch)
                   for k, v in state.sigs.items()], list(state.seen), state.stagnation,

@@ -31,7 +31,10 @@ def project(tmp_path: Path) -> Any:
     home.mkdir(parents=True)
     (home / "settings.json").write_text(json.dumps({
         "security": {"auth": {"selectedType": "gemini-api-key"}},
-        "telemetry": {"enabled": False}, "privacy": {"usageStatisticsEnabled": False}}))
+        "telemetry": {"enabled": False}, "privacy": {"usageStatisticsEnabled": False},
+        # its own detector of identical calls stops the loop at the fifth: off, so that the
+        # guard's halt is what stops it
+        "model": {"disableLoopDetection": True}}))
     (home / "trustedFolders.json").write_text(json.dumps({str(project): "TRUST_FOLDER"}))
     (project / "data.txt").write_text("forty-two\n")
     yield project
@@ -56,12 +59,25 @@ def test_a_looping_gemini_cli_session_is_stopped(project: Path) -> None:
                                                os.environ.get("PYTHONPATH", "")]))
         subprocess.run([sys.executable, "-m", "toolguard", "install", "gemini", "--project",
                         "--dir", str(project)], env=env, check=True, capture_output=True)
-        subprocess.run([GEMINI, "-p", "Write the file and look at the data.", "--yolo",
-                        "--output-format", "json", "-m", "gemini-2.5-pro"], cwd=project,
-                       env=env, capture_output=True, text=True, timeout=600, check=False)
+        done = subprocess.run(
+            [GEMINI, "-p", "Write the file and look at the data.", "--yolo",
+             "--output-format", "text", "-m", "gemini-2.5-pro"], cwd=project, env=env,
+            capture_output=True, text=True, timeout=600, check=False)
         told = fake.told()
+        asked = [_calls(body) for _, body in fake.requests if body.get("tools")]
     assert out.read_text() == "hello\n"
     assert told.count("NOT executed again") == 2  # the identical writes did not run again
     assert told.count("Output: forty-two") == 3  # the read-only ladder: allow, allow, warn
     assert "You have called run_shell_command with these same arguments 3 times" in told
     assert "Blocked, not executed: run_shell_command was called 4 times" in told
+    # the fifth is a halt (continue: false): the agent stops there, the model is not asked
+    # again (its sixth identical command never comes), and the user reads why
+    assert asked == list(range(8)), asked
+    assert ("Agent execution stopped by hook: toolguard halted the agent at "
+            "run_shell_command") in done.stderr
+
+
+def _calls(body: dict[str, Any]) -> int:
+    """How many function calls of the model a request's conversation holds."""
+    return sum(1 for c in body.get("contents", []) if c.get("role") == "model"
+               for p in c.get("parts", []) if "functionCall" in p)

@@ -82,6 +82,25 @@ def test_a_write_never_reported_is_not_repeated_blind(env: dict[str, str]) -> No
         "permissionDecisionReason"]
 
 
+def test_a_write_whose_hook_process_died_is_unknown_from_the_store_alone(
+        env: dict[str, str]) -> None:
+    """The PreToolUse process died before it kept the pending call (nothing for a later
+    event to sweep): the store's claim itself turns into an unknown outcome once
+    ``in_progress_ttl_s`` passes, so the identical write waits for it and then asks."""
+    env = {**env, "TOOLGUARD_IDEMPOTENCY__IN_PROGRESS_TTL_S": "0.05",
+           "TOOLGUARD_IDEMPOTENCY__WAIT_TIMEOUT_S": "10"}
+    write = {"file_path": "/w/a.txt", "content": "x"}
+    assert _event(env, _pre("Write", write, "t1"))[0] == 0
+    pending = Path(env["TOOLGUARD_STATE_DIR"]) / "pending"
+    kept = list(pending.rglob("*.json"))
+    assert len(kept) == 1
+    kept[0].unlink()
+    code, answer, _ = _event(env, _pre("Write", write, "t2"))
+    assert code == 0 and _decision(answer) == "ask"
+    assert "without a known outcome" in answer["hookSpecificOutput"][
+        "permissionDecisionReason"]
+
+
 def test_distinct_reads_with_their_real_results_are_never_warned(env: dict[str, str]) -> None:
     for i in range(8):
         args = {"file_path": f"/w/{i}.txt"}
@@ -327,7 +346,7 @@ def _codex(event: str, call: str, **fields: Any) -> dict[str, Any]:
 
 def test_codex_events_in_claude_codes_shape(env: dict[str, str]) -> None:
     answers = []
-    for i in range(4):
+    for i in range(5):
         _code, answer, _ = _event(env, _codex("PreToolUse", f"c{i}"), "codex")
         answers.append(answer)
         if _decision(answer) is None:
@@ -336,6 +355,13 @@ def test_codex_events_in_claude_codes_shape(env: dict[str, str]) -> None:
     assert answers[:2] == [None, None]
     assert "3 times" in answers[2]["hookSpecificOutput"]["additionalContext"]
     assert _decision(answers[3]) == "deny"
+    # a halt: Codex refuses continue/stopReason in PreToolUse (the call would then run),
+    # so it is a denial with the reason, and a systemMessage for the user
+    halt = answers[4]
+    assert _decision(halt) == "deny" and "continue" not in halt and "stopReason" not in halt
+    reason = halt["hookSpecificOutput"]["permissionDecisionReason"]
+    assert reason.startswith("toolguard halted the agent at Bash")
+    assert halt["systemMessage"] == reason
 
 
 def _gemini(event: str, tool: str, args: dict[str, Any], **fields: Any) -> dict[str, Any]:

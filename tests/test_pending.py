@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import toolguard as tg
 from toolguard._context import CURRENT_KEY
 from toolguard._pending import attach
-from toolguard._policy import LadderPolicy, ToolPolicy
+from toolguard._policy import IdempotencyPolicy, LadderPolicy, ToolPolicy
 from toolguard.stores.memory import MemoryStore
 from toolguard.testing import FakeClock
 
@@ -135,6 +135,31 @@ def test_unknown_is_recorded_as_an_unknown_outcome() -> None:
     assert result.is_error and "the outcome is unknown" in result.content
     again = task.begin("write", {"q": 1})  # review, which no approver answers: refused
     assert again.result is not None and "without a known outcome" in again.result.reason
+
+
+@pytest.mark.parametrize("forwards", [False, True])
+def test_a_pending_call_never_reported_becomes_an_unknown_outcome(forwards: bool) -> None:
+    """Begun, never finished: past ``in_progress_ttl_s`` an identical call is not run as a
+    fresh call but gets the unknown outcome's treatment: review (refused without an
+    approver), or for a tool that forwards its idempotency key, the same execution again
+    (the backend deduplicates by the key the lost call forwarded)."""
+    clock = FakeClock(1000.0)
+    task = _guard(clock, idempotency=IdempotencyPolicy(in_progress_ttl_s=30,
+                                                        wait_timeout_s=0.01),
+                  tools={"write": ToolPolicy(forwards_idempotency_key=True)} if forwards
+                  else {}).task("t")
+    lost = task.begin("write", {"q": 1})
+    assert lost.result is None
+    clock.advance(29)
+    with pytest.raises(tg.CallInProgress):
+        task.begin("write", {"q": 1})  # still running: the wait times out
+    clock.advance(1)
+    again = task.begin("write", {"q": 1})
+    if forwards:
+        assert again.result is None  # it runs, as the same execution (a repeat: counted)
+    else:
+        assert again.result is not None and again.result.decision is tg.Decision.BLOCK
+        assert "without a known outcome" in again.result.reason
 
 
 def test_approval_is_asked_at_begin() -> None:

@@ -31,7 +31,7 @@ from toolguard.testing import FakeClock, auto_approve, capture_audit
 from .process_support import (
     budget_worker,
     check_budget,
-    check_crashed_claim_expires,
+    check_crashed_claim_is_unknown,
     check_same_call,
     run_processes,
     same_call_worker,
@@ -325,8 +325,8 @@ def test_unreachable_redis_fails_open() -> None:
     store.close()
 
 
-def test_crashed_workers_claim_expires(redis_prefix: str) -> None:
-    check_crashed_claim_expires(functools.partial(_store, redis_prefix))
+def test_crashed_workers_claim_is_an_unknown_outcome(redis_prefix: str) -> None:
+    check_crashed_claim_is_unknown(functools.partial(_store, redis_prefix))
 
 
 # -- Redis specifics --------------------------------------------------------------------

@@ -30,7 +30,7 @@ from toolguard.testing import FakeClock, capture_audit
 from .process_support import (
     budget_worker,
     check_budget,
-    check_crashed_claim_expires,
+    check_crashed_claim_is_unknown,
     check_same_call,
     logged,
     run_processes,
@@ -151,8 +151,8 @@ def test_budget_shared_by_four_processes(tmp_path: Path) -> None:
     check_budget(out, log)
 
 
-def test_crashed_workers_claim_expires(tmp_path: Path) -> None:
-    check_crashed_claim_expires(_shared(tmp_path))
+def test_crashed_workers_claim_is_an_unknown_outcome(tmp_path: Path) -> None:
+    check_crashed_claim_is_unknown(_shared(tmp_path))
 
 
 _ONE_CALL = """
@@ -231,6 +231,34 @@ def test_a_damaged_store_fails_closed(tmp_path: Path) -> None:
     data[4096 * 2:4096 * 6] = os.urandom(4096 * 4)  # pages of the tables' b-trees
     db.write_bytes(bytes(data))
     _refused(db, r"SQLite store .* failed")
+
+
+def test_a_file_made_before_claims_had_an_end_gains_the_column(tmp_path: Path) -> None:
+    """A store file whose records table has no ``claim_until`` column (made by an earlier
+    version of the same schema) is upgraded in place: its claims lapse at their TTL as they
+    did, and new claims turn into unknown outcomes."""
+    path, clock = tmp_path / "state.db", FakeClock(1000.0)
+    made = SQLiteStore(path, clock=clock)
+    made.usage("t")  # the file and its tables
+    made.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("ALTER TABLE records DROP COLUMN claim_until")
+        conn.execute("INSERT INTO records VALUES ('t', 'old', 'in_progress', 0, 1000.0, "
+                     "1010.0, 'c#1', NULL)")
+        conn.commit()
+    store = SQLiteStore(path, clock=clock)
+    try:
+        def claim(key: str) -> Any:
+            return store.begin("t", BeginRequest("pay", key, key, True, False, True, False,
+                                                 clock(), 10.0, "c#2", 60.0))
+
+        assert claim("new").claimed
+        clock.advance(10.0)
+        assert claim("old").claimed  # the old claim lapsed
+        record = store.get_record("t", "new", clock())
+        assert record is not None and record.state.value == "unknown"
+    finally:
+        store.close()
 
 
 def test_a_foreign_database_is_not_taken_over(tmp_path: Path) -> None:

@@ -61,10 +61,12 @@ def store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> I
 
 def begin(store: Store, clock: FakeClock, sig: str = "s1", *, tool: str = "pay",
           key: str = "", claim: bool = False, task_scope: bool = False, count: bool = True,
-          poll: bool = False, claim_ttl_s: float = 30.0, task: str = TASK) -> Snapshot:
+          poll: bool = False, claim_ttl_s: float = 30.0, task: str = TASK,
+          call_id: str = "", ttl_s: float = 0.0) -> Snapshot:
     return store.begin(task, BeginRequest(
         tool=tool, signature=sig, idempotency_key=key, claim=claim, task_scope=task_scope,
-        count=count, poll=poll, now=clock(), claim_ttl_s=claim_ttl_s))
+        count=count, poll=poll, now=clock(), claim_ttl_s=claim_ttl_s, call_id=call_id,
+        ttl_s=ttl_s))
 
 
 def finish(store: Store, clock: FakeClock, sig: str = "s1", *, tool: str = "pay",
@@ -381,12 +383,67 @@ def test_a_duplicate_of_a_running_call_is_not_a_repeat(store: Store, clock: Fake
 
 
 def test_claim_expires_after_claim_ttl(store: Store, clock: FakeClock) -> None:
+    """``ttl_s`` 0 (a caller that keeps no records): the claim lapses at its TTL."""
     begin(store, clock, key=KEY, claim=True, claim_ttl_s=5.0)
     clock.advance(4.5)
     assert begin(store, clock, key=KEY, claim=True).claimed is False
     clock.advance(0.5)
     assert store.get_record(TASK, KEY, clock()) is None
     assert begin(store, clock, key=KEY, claim=True, claim_ttl_s=5.0).claimed is True
+
+
+def test_a_claim_never_finished_becomes_an_unknown_outcome(store: Store, clock: FakeClock
+                                                            ) -> None:
+    """Claimed and never finished within its TTL: the call may have happened, so the key
+    reads as unknown (for the idempotency TTL), never as free for a second run."""
+    def claim(call_id: str = "t#2") -> Snapshot:
+        return begin(store, clock, key=KEY, claim=True, claim_ttl_s=5.0, ttl_s=60.0,
+                     call_id=call_id)
+
+    start = clock()
+    assert claim("t#1").claimed
+    clock.advance(4.5)
+    running = claim()
+    assert not running.claimed and running.record is not None
+    assert (running.record.state, running.count) == (RecordState.IN_PROGRESS, 1)
+    clock.advance(0.5)
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None
+    assert (record.state, record.epoch, record.created_at, record.content, record.call_id) == (
+        RecordState.UNKNOWN, 0, start + 5.0, None, "t#1")
+    for _ in range(2):  # every identical call finds it, even the claim's own call id
+        for call_id in ("t#2", "t#1"):
+            retry = claim(call_id)
+            assert not retry.claimed and retry.record == record
+    assert claim().count == 6  # not a duplicate of a running call: a repeat
+    finish(store, clock, "s2", key=f"{TASK}:pay:s2", store_result=True, content=1)  # a write
+    store.new_turn(TASK)
+    clock.advance(59.5)  # kept for the idempotency TTL, from the end of the claim's
+    assert claim().record == record
+    clock.advance(0.5)
+    assert store.get_record(TASK, KEY, clock()) is None
+    assert claim().claimed
+
+
+def test_a_claim_past_its_ttl_may_still_report(store: Store, clock: FakeClock) -> None:
+    """The claim's own call reports late: its result completes the record; a release (it
+    failed, it never ran) drops it; another call's release leaves it unknown."""
+    assert begin(store, clock, key=KEY, claim=True, claim_ttl_s=5.0, ttl_s=60.0,
+                 call_id="t#1").claimed
+    clock.advance(6.0)
+    finish(store, clock, key=KEY, success=False, release=True, call_id="t#2", digest="")
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None and record.state is RecordState.UNKNOWN
+    finish(store, clock, key=KEY, success=False, release=True, call_id="t#1", digest="")
+    assert store.get_record(TASK, KEY, clock()) is None
+    assert begin(store, clock, key=KEY, claim=True, claim_ttl_s=5.0, ttl_s=60.0,
+                 call_id="t#3").claimed
+    clock.advance(6.0)
+    finish(store, clock, key=KEY, store_result=True, content="paid", call_id="t#3")
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None
+    assert (record.state, record.content, record.call_id) == (
+        RecordState.COMPLETED, "paid", "t#3")
 
 
 def test_completed_record(store: Store, clock: FakeClock) -> None:
@@ -667,7 +724,7 @@ _SIGS = st.sampled_from(["s1", "s2"])
 _MOSTLY = st.sampled_from([True, True, True, False])
 _OPS = st.one_of(
     st.tuples(st.just("begin"), _SIGS, _MOSTLY, st.booleans(), st.booleans(), _MOSTLY,
-              st.booleans()),
+              st.booleans(), st.sampled_from([0.0, 7.5])),
     st.tuples(st.just("finish"), _SIGS, _MOSTLY, _MOSTLY, st.booleans(),
               st.sampled_from(["", "d1", "d2", "d3"]),
               st.sampled_from(["store", "unknown", "release", "none"])),
@@ -684,9 +741,10 @@ _OPS = st.one_of(
 def _apply(store: Store, clock: FakeClock, op: tuple[Any, ...]) -> Any:
     name = op[0]
     if name == "begin":
-        _, sig, keyed, claim, scope, count, poll = op
+        _, sig, keyed, claim, scope, count, poll, ttl_s = op
         return begin(store, clock, sig, key=f"{TASK}:pay:{sig}" if keyed else "", claim=claim,
-                     task_scope=scope, count=count, poll=poll, claim_ttl_s=10.0)
+                     task_scope=scope, count=count, poll=poll, claim_ttl_s=10.0,
+                     call_id=sig, ttl_s=ttl_s)
     if name == "finish":
         _, sig, executed, success, mutating, digest, outcome = op
         finish(store, clock, sig, key=f"{TASK}:pay:{sig}", executed=executed, success=success,

@@ -47,6 +47,7 @@ def _begin(task: Task, cfg: _Config, p: _Prepared, count: bool) -> Snapshot:
         p.key if p.effect is MUTATING or p.entry.settings.requires_approval else "",
         p.claim, p.task_scope, count, p.effect is POLL, task.guard._clock(),
         cfg.policy.idempotency.in_progress_ttl_s, p.call_id,
+        p.entry.settings.idempotency_ttl_s,  # an expired claim's unknown outcome is kept
     ))
     try:
         snap = task.guard._store.begin(task.task_id, req)

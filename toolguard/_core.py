@@ -18,8 +18,9 @@ ValidateSchema, with the ladder of DESIGN.md §1):
 4. permission: a tool the policy denies → block;
 5. argument schema → invalid (before approval: no reviewer is asked about a call that cannot
    run — a deliberate reordering of the design's pipeline);
-6. approval (``requires_approval``, or an earlier identical call with an unknown outcome) →
-   review / block (rejected) / halt (``ApprovalTimedOut``);
+6. approval (``requires_approval``, or an earlier identical call with an unknown outcome: it
+   timed out, or its claim outlived ``in_progress_ttl_s`` unfinished, which every store
+   reports as an unknown record) → review / block (rejected) / halt (``ApprovalTimedOut``);
 7. idempotency: a completed record → cached;
 8. ladder: count ≥ ``block_at`` → block; then the retry of a call whose last attempts failed
    with a transient error (a rate limit, a 5xx, a timeout: ``snap.transient``) → warn with

@@ -122,7 +122,7 @@ def _memory_front(task: Task, cfg: _Config, store: MemoryStore, tool: str, raw: 
                 task.task_id, UNKNOWN_TOOLS if entry.unknown else entry.spec.name,
                 p.signature, p.key if effect is MUTATING or settings.requires_approval else "",
                 p.claim, p.task_scope, True, effect is POLL, now,
-                policy.idempotency.in_progress_ttl_s, p.call_id,
+                policy.idempotency.in_progress_ttl_s, p.call_id, settings.idempotency_ttl_s,
                 now if store._clock is clock else None)
         except Exception as exc:  # noqa: BLE001 - _begin_failed re-raises or falls back
             snap = _begin_failed(task, cfg, p, exc, now)

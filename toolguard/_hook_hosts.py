@@ -13,12 +13,15 @@ where ``toolguard install`` writes its configuration.
   (project) or ``~/.claude/settings.json`` (user).
 - Codex CLI (its hooks follow Claude Code's event names, input and output; configured as
   ``[[hooks.EVENT]]`` tables in ``.codex/config.toml`` or ``~/.codex/config.toml``): the same
-  events and answers.
+  events and answers, except that ``PreToolUse`` takes no ``continue: false``,
+  ``stopReason`` or ``ask``: a halt there is a denial.
 - Gemini CLI (docs/hooks in the gemini-cli repository): events ``BeforeTool``,
   ``AfterTool``, ``BeforeAgent``, ``SessionStart``, ``AfterAgent``, ``SessionEnd``; a
   tool call is denied with ``decision: "deny"`` and ``reason``; ``hookSpecificOutput.
   additionalContext`` adds context; ``continue: false`` with ``stopReason`` stops the
-  agent; exit 2 blocks. Settings: ``.gemini/settings.json`` or ``~/.gemini/settings.json``.
+  agent (from ``BeforeTool`` too: the call does not run, the model is not asked again, and
+  ``gemini -p`` prints "Agent execution stopped by hook: REASON"); exit 2 blocks.
+  Settings: ``.gemini/settings.json`` or ``~/.gemini/settings.json``.
 """
 
 from __future__ import annotations
@@ -109,9 +112,11 @@ class Host:
         context_before: the host reads additional context before a tool runs (else a
             warn's notice goes with the tool's result).
         stops: a tool event can stop the agent (``continue: false``, ``stopReason``,
-            ``systemMessage``). Codex CLI refuses those fields in a tool event, and a hook
-            whose answer it refuses counts as failed, and the call runs: there a halt is a
-            denial (every later call of the halted session is denied too).
+            ``systemMessage``). Codex CLI (0.171.0) refuses ``continue: false`` and
+            ``stopReason`` in ``PreToolUse`` ("unsupported"), and a hook whose answer it
+            refuses counts as failed, and the call runs: there a halt is a denial with the
+            reason, and a ``systemMessage`` (which it takes, as the hook run's warning);
+            every later call of the halted session is denied too.
         asks: ``permissionDecision: "ask"`` exists (else the host's own approval policy
             decides a call that needs approval).
     """
@@ -185,6 +190,8 @@ class Host:
                             "systemMessage": answer.halt})
             elif event is not None and event.kind != "pre":
                 answer.context = answer.halt  # the model reads why nothing more runs
+            else:
+                out["systemMessage"] = answer.halt  # the user sees it (a hook warning)
             if event is not None and event.kind == "pre":
                 answer.deny = answer.deny or answer.halt  # the call itself does not run
         if answer.ask is not None and not self.asks:

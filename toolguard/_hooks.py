@@ -221,7 +221,7 @@ class Session:
             raise HookError(f"cannot read the pending call {path}: {exc}",
                             closed=False) from None
         path.unlink(missing_ok=True)
-        return attach(self.task, state)  # None: the policy changed; the claim lapses
+        return attach(self.task, state)  # None: the policy changed; the claim turns unknown
 
     def halted_note(self) -> Path:
         return (self.root or Path()) / "halted" / f"{_slug(self.task_id)}.json"

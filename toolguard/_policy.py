@@ -149,9 +149,13 @@ class IdempotencyPolicy(_Frozen):
             list you set replaces it.
         wait_timeout_s: how long an identical concurrent call waits for the first one before
             raising :class:`toolguard.CallInProgress`, in seconds.
-        in_progress_ttl_s: how long the claim of a running call is honoured, in seconds: a
-            worker that crashed mid-call frees the key after this. Set it above your longest
-            tool run (a claim that expires under a running call lets an identical call run).
+        in_progress_ttl_s: how long the claim of a running call is honoured, in seconds.
+            A call not finished by then (a worker that crashed mid-call, a begun call never
+            reported) is an unknown outcome from then on, kept for the tool's
+            ``idempotency_ttl_s``: an identical mutating call goes to review (or continues
+            the execution, for a tool that forwards its idempotency key), never runs
+            blind. Set it above your longest tool run (a claim that expires under a running
+            call sends its identical calls to review).
     """
 
     ttl_s: float = Field(default=3600.0, gt=0, le=MAX_SECONDS)

@@ -12,6 +12,15 @@ decision needs, claim the idempotency key) and :meth:`Store.finish` (record the 
 call answered from the idempotency cache needs only ``begin``. Each is atomic: two workers
 racing on one signature see consistent counts and exactly one of them claims the key.
 
+A claim that outlives its TTL (``BeginRequest.claim_ttl_s``) without a finish is an
+*unknown* outcome, never a lapsed one: its call was handed to the tool and then lost (the
+host never reported it, the worker crashed), so it may have happened. From then on the
+key's record reads as ``unknown`` for ``BeginRequest.ttl_s`` seconds (the tool's
+idempotency TTL, as a finished unknown outcome is kept), and an identical mutating call
+goes to review (or, for a tool that forwards its idempotency key, continues the same
+execution) instead of running a second time. The claim's own call may still report late:
+a result completes the record, a release (it failed, it did not run) drops it.
+
 Every back-end passes one contract suite (``tests/test_store_contract.py``).
 """
 
@@ -58,7 +67,8 @@ class IdempotencyRecord:
 
     Attributes:
         state: in_progress (claimed, running), completed (result stored) or unknown (timed
-            out: it may have happened).
+            out, or claimed and never finished within the claim's TTL: it may have
+            happened).
         epoch: the task's change count when recorded: ``until_change`` records lapse when it
             moves on, at any other successful mutating call or a new turn (a write that
             repeats an earlier output, like restoring a backup, is not progress for the
@@ -120,6 +130,11 @@ class BeginRequest(NamedTuple):
         poll: count it as a poll of the signature instead of a ladder attempt.
         now: clock time in seconds. claim_ttl_s: TTL of the in-progress claim in seconds.
         call_id: the call's id, kept in the claim: a later release only drops its own claim.
+        ttl_s: TTL in seconds of the *unknown* record a claim becomes when ``claim_ttl_s``
+            passes without a finish (the tool's idempotency TTL): the call was handed to its
+            tool and never reported, so it may have happened, and an identical call gets the
+            unknown-outcome treatment instead of running blind. 0 (the default, for a
+            caller that keeps no outcome records): the expired claim simply lapses.
     """
 
     tool: str
@@ -132,6 +147,7 @@ class BeginRequest(NamedTuple):
     now: float
     claim_ttl_s: float
     call_id: str = ""
+    ttl_s: float = 0.0
 
 
 class Snapshot(NamedTuple):

@@ -54,6 +54,9 @@ local claim_tail = ARGV[12]  -- the claiming call's id, as the record's JSON tai
 -- the record tails of this worker's begins of this key whose replies were lost (one per
 -- line), or '': a claim they left is this call's to take over
 local orphan = ARGV[14]
+-- a claim is kept until claim_end (claim_end_ms from now): past its TTL (claim_exp) and
+-- never finished, it reads as an unknown outcome until then (see toolguard.stores._base)
+local claim_end, claim_end_ms = ARGV[15], tonumber(ARGV[16])
 local function owned(v, tails)
   for t in string.gmatch(tails, '[^\\n]+') do
     if string.sub(v, -#t) == t then return true end
@@ -88,8 +91,14 @@ if m[11] then
   if tonumber(e) == epoch then run_n, run_outcome, run_sig = tonumber(c), o, g end
 end
 local record, approval, claimed, adopted = false, false, 0, false
+local function put_claim()
+  redis.call('SET', KEYS[6], 'p|' .. changes .. '|' .. claim_end .. '|' .. now .. '|'
+             .. claim_exp .. '|' .. claim_tail, 'PX', claim_end_ms)
+  extend(KEYS[5], claim_end_ms)
+end
 if key ~= '' then
   local v = redis.call('GET', KEYS[6])
+  local overdue = false  -- a claim past its TTL that its call never finished
   if v then
     local st, e, x = string.match(v, '^(%a)|(%d+)|([^|]+)|')
     if tonumber(x) <= tonumber(now) then
@@ -97,36 +106,38 @@ if key ~= '' then
     elseif st == 'c' and not task_scope and count and tonumber(e) ~= changes then
       v = false  -- until_change: lapsed at a write or turn since (kept, as in memory);
                  -- never for a call that waited on it (count false): see MemoryStore
+    elseif st == 'p' then
+      local due = string.match(v, '^p|%d+|[^|]+|[^|]+|([%d.eE+-]+)|')
+      overdue = due ~= nil and tonumber(due) <= tonumber(now)
     end
   end
   local mine = false
   if v and claim and string.sub(v, 1, 2) == 'p|' then
-    if ARGV[13] == '1' and string.sub(v, -#claim_tail) == claim_tail then
+    if ARGV[13] == '1' and not overdue and string.sub(v, -#claim_tail) == claim_tail then
       mine = true  -- this call's own claim: a begin retried after its reply was lost
     elseif orphan ~= '' and owned(v, orphan) or string.sub(v, -#ABANDONED) == ABANDONED then
       -- the claim of this worker's identical call whose begin reply was lost (it never
       -- ran), or one its worker has since abandoned for that reason: this call takes it
       -- over under its own call id
-      redis.call('SET', KEYS[6],
-                 'p|' .. changes .. '|' .. claim_exp .. '|' .. now .. '|' .. claim_tail,
-                 'PX', claim_ms)
-      extend(KEYS[5], claim_ms)
+      put_claim()
       mine, adopted = true, true
     end
   end
   if v and not mine and string.sub(v, -#ABANDONED) == ABANDONED then
     v = false  -- a claim nobody runs: as good as none to a call that does not claim
   end
+  if v and not mine and overdue then
+    -- handed to its tool and never reported: it may have happened
+    local e, x, due, rest = string.match(v, '^p|(%d+)|([^|]+)|[^|]+|([^|]+)|(.*)$')
+    v = 'u|' .. e .. '|' .. x .. '|' .. due .. '|' .. rest
+  end
   if mine then
     claimed = 1
   elseif v then
     record = v
   elseif claim then
-    redis.call('SET', KEYS[6],
-               'p|' .. changes .. '|' .. claim_exp .. '|' .. now .. '|' .. claim_tail,
-               'PX', claim_ms)
+    put_claim()
     redis.call('SADD', KEYS[5], key)
-    extend(KEYS[5], claim_ms)
     claimed = 1
   end
   approval = redis.call('HGET', KEYS[4], key)

@@ -107,8 +107,15 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _record(raw: bytes | str) -> IdempotencyRecord:
+def _record(raw: bytes | str, now: float | None = None) -> IdempotencyRecord:
+    """The record stored as ``raw`` ("state|changes|expires_at|created_at|" + JSON; a claim
+    has its TTL's end before the JSON). A claim whose TTL ended by ``now`` reads as an
+    unknown outcome (the begin script turns it into one itself: ``now`` None)."""
     state, epoch, _expires_at, created_at, tail = _bytes(raw).split(b"|", 4)
+    if state == b"p" and tail[:1] != b"[":  # (a claim written without its TTL's end: none)
+        due, tail = tail.split(b"|", 1)
+        if now is not None and float(due) <= now:
+            state, created_at = b"u", due
     call_id, content = orjson.loads(tail)
     return IdempotencyRecord(_STATES[state], int(epoch), float(created_at), content, call_id)
 

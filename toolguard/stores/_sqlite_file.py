@@ -30,6 +30,10 @@ _SCHEMA: Final = "1"  # the version of the tables below, kept in toolguard_meta
 SWEEP_ONE_IN: Final = 64  # a write transaction sweeps with this chance (1 / n)
 _SWEEP_TASKS: Final = 256  # idle tasks removed per sweep at most
 _STATES: Final = {state.value: state for state in RecordState}
+_IN_PROGRESS: Final = RecordState.IN_PROGRESS.value
+PUT_RECORD: Final = (  # by column name: a file made before claim_until has it last
+    "INSERT OR REPLACE INTO records (task, key, state, changes, created_at, expires_at, "
+    "call_id, content, claim_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 _TABLES: Final = """
 CREATE TABLE toolguard_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -51,7 +55,7 @@ CREATE TABLE seen (task TEXT NOT NULL, sig TEXT NOT NULL, digest TEXT NOT NULL,
 CREATE TABLE records (
     task TEXT NOT NULL, key TEXT NOT NULL, state TEXT NOT NULL, changes INTEGER NOT NULL,
     created_at REAL NOT NULL, expires_at REAL NOT NULL, call_id TEXT NOT NULL, content BLOB,
-    UNIQUE (task, key));
+    claim_until REAL, UNIQUE (task, key));
 CREATE INDEX records_expires_at ON records (expires_at);
 CREATE TABLE approvals (task TEXT NOT NULL, key TEXT NOT NULL, record BLOB NOT NULL,
     UNIQUE (task, key));
@@ -185,6 +189,10 @@ def _check_schema(conn: sqlite3.Connection) -> None:
             f"{_SCHEMA} (found {'schema ' + str(version) if version else 'other tables'})")
     if "costs" not in names:
         conn.execute(_COSTS)
+    if "claim_until" not in {row[1] for row in conn.execute("PRAGMA table_info(records)")}:
+        # a file of the same schema made before claims had an end of their own: its
+        # claims (NULL) lapse at expires_at as they did
+        conn.execute("ALTER TABLE records ADD COLUMN claim_until REAL")
 
 
 @contextlib.contextmanager
@@ -318,11 +326,15 @@ def put_tool(conn: sqlite3.Connection, task_id: str, tool: str, tool_state: list
 
 def load_record(conn: sqlite3.Connection, task_id: str, key: str, now: float
                 ) -> IdempotencyRecord | None:
-    """The idempotency record under ``key`` unless it expired by ``now``."""
+    """The idempotency record under ``key`` unless it expired by ``now``; a claim whose TTL
+    ended (``claim_until``) by ``now`` reads as an unknown outcome (it may have happened)."""
     row = conn.execute(
-        "SELECT state, changes, created_at, call_id, content FROM records "
+        "SELECT state, changes, created_at, call_id, content, claim_until FROM records "
         "WHERE task = ? AND key = ? AND expires_at > ?", (task_id, key, now)).fetchone()
     if row is None:
         return None
-    content = None if row[4] is None else orjson.loads(row[4])
-    return IdempotencyRecord(_STATES[row[0]], row[1], row[2], content, row[3])
+    state, changes, created_at, call_id, content, claim_until = row
+    if state == _IN_PROGRESS and claim_until is not None and claim_until <= now:
+        return IdempotencyRecord(RecordState.UNKNOWN, changes, claim_until, None, call_id)
+    return IdempotencyRecord(_STATES[state], changes, created_at,
+                             None if content is None else orjson.loads(content), call_id)

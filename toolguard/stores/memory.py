@@ -103,15 +103,17 @@ class _Task:
 
 
 class _Records:
-    """Idempotency records: ``(task_id, key) -> (record, expires_at)``, least recently used
-    first. What ``cachetools.TLRUCache(maxsize, ttu=now + ttl_s, timer=clock)`` does, without
-    its expiry heap: a record read at or after ``expires_at`` is gone; past ``maxsize`` the
-    least recently used goes. Not thread-safe: the store's lock guards it."""
+    """Idempotency records: ``(task_id, key) -> (record, expires_at, claim_until)``, least
+    recently used first. What ``cachetools.TLRUCache(maxsize, ttu=now + ttl_s,
+    timer=clock)`` does, without its expiry heap: a record read at or after ``expires_at``
+    is gone; past ``maxsize`` the least recently used goes. An in-progress claim read at or
+    after ``claim_until`` (and before ``expires_at``) reads as an unknown outcome (see
+    :mod:`toolguard.stores._base`). Not thread-safe: the store's lock guards it."""
 
     __slots__ = ("_clock", "_data", "_maxsize")
 
     def __init__(self, maxsize: int, clock: Callable[[], float]) -> None:
-        self._data: OrderedDict[tuple[str, str], tuple[IdempotencyRecord, float]] = (
+        self._data: OrderedDict[tuple[str, str], tuple[IdempotencyRecord, float, float]] = (
             OrderedDict())
         self._maxsize = maxsize
         self._clock = clock
@@ -121,17 +123,31 @@ class _Records:
         entry = self._data.get(key)
         if entry is None:
             return None
-        if entry[1] <= (self._clock() if now is None else now):
+        if now is None:
+            now = self._clock()
+        if entry[1] <= now:
             del self._data[key]
             return None
         self._data.move_to_end(key)
-        return entry[0]
+        record = entry[0]
+        if entry[2] <= now and record.state is IN_PROGRESS:
+            # claimed and never finished in time: it may have happened
+            return _record(UNKNOWN, record.epoch, entry[2], None, record.call_id)
+        return record
+
+    def held(self, key: tuple[str, str], now: float) -> IdempotencyRecord | None:
+        """The record at ``key`` as it was written (a claim past ``claim_until`` is still
+        the claim), or None once it expired."""
+        entry = self._data.get(key)
+        return entry[0] if entry is not None and entry[1] > now else None
 
     def put(self, key: tuple[str, str], record: IdempotencyRecord, ttl_s: float,
-            now: float | None = None) -> None:
-        """Keep ``record`` for ``ttl_s`` seconds from ``now`` (the clock's time, if read)."""
+            now: float | None = None, then_s: float = 0.0) -> None:
+        """Keep ``record`` for ``ttl_s`` seconds from ``now`` (the clock's time, if read);
+        for a claim, then as an unknown outcome for ``then_s`` seconds more."""
         data = self._data
-        data[key] = (record, (self._clock() if now is None else now) + ttl_s)
+        until = (self._clock() if now is None else now) + ttl_s
+        data[key] = (record, until + then_s, until)
         data.move_to_end(key)
         if len(data) > self._maxsize:
             data.popitem(last=False)
@@ -215,8 +231,8 @@ class MemoryStore:
 
     def begin_fields(self, task_id: str, tool: str, signature: str, idempotency_key: str,
                      claim: bool, task_scope: bool, count: bool, poll: bool, at: float,
-                     claim_ttl_s: float, call_id: str = "", now: float | None = None
-                     ) -> Snapshot:
+                     claim_ttl_s: float, call_id: str = "", ttl_s: float = 0.0,
+                     now: float | None = None) -> Snapshot:
         """:meth:`begin` with the :class:`BeginRequest`'s fields as arguments (``at``: its
         ``now``), for the engine's in-memory path (``toolguard._fast``): no request tuple,
         no attribute reads. ``now``: this store's clock, if the caller read it already (the
@@ -256,7 +272,8 @@ class MemoryStore:
                     record, claimed = None, True  # its own claim: a retried begin (Redis)
                 elif record is None and claim:
                     held = _record(IN_PROGRESS, state.changes, at, None, call_id)
-                    self._records.put((task_id, idempotency_key), held, claim_ttl_s, now)
+                    self._records.put((task_id, idempotency_key), held, claim_ttl_s, now,
+                                      ttl_s)
                     claimed = True
             # a duplicate of a call that is running right now is the same call, not a repeat
             concurrent = record is not None and record.state is IN_PROGRESS
@@ -354,8 +371,8 @@ class MemoryStore:
                 elif unknown:
                     record = _record(UNKNOWN, state.changes, at, None, call_id)
                     self._records.put(key, record, ttl_s)
-                elif release:
-                    held = self._records.get(key)
+                elif release:  # also a claim past its TTL: its call reported, late
+                    held = self._records.held(key, self._clock())
                     if (held is not None and held.state is IN_PROGRESS
                             and held.call_id == call_id):
                         self._records.pop(key)

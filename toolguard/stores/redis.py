@@ -20,11 +20,14 @@ or split a task over slots, and an empty task id is written ``%``)::
                              progress fingerprint) pairs (progress detection)
     P:{T}:appr        hash   idempotency key -> approval record (JSON)
     P:{T}:recs        set    idempotency keys that have a record (for clear_task)
-    P:{T}:rec:<key>   string idempotency record: "state|changes|expires_at|created_at|" + JSON
+    P:{T}:rec:<key>   string idempotency record: "state|changes|expires_at|created_at|" + JSON;
+                             a claim has the end of its TTL before the JSON (past it, and
+                             until expires_at, it reads as an unknown outcome)
 
 The five task keys expire ``state_ttl_s`` seconds after the task's last use (every
-operation refreshes them); each record carries its own TTL (``PX``: the claim TTL for an
-in-progress claim, the idempotency TTL for completed and unknown records). Nothing is kept
+operation refreshes them); each record carries its own TTL (``PX``: the claim TTL plus the
+idempotency TTL for an in-progress claim, which is an unknown outcome after the first,
+the idempotency TTL for completed and unknown records). Nothing is kept
 without a TTL. Records also store their expiry time on the guard's clock and are ignored
 once ``now`` passes it, so expiry follows an injected clock exactly as in memory; ``PX``
 removes them physically.
@@ -32,7 +35,8 @@ removes them physically.
 Atomicity and round trips: :meth:`RedisStore.begin` and :meth:`RedisStore.finish` are one
 Lua script each (``EVALSHA``), so two workers racing on one signature see consecutive
 counts and exactly one of them claims the idempotency key (a ``SET ... PX`` inside the
-script: atomic with the read, and a claim left by a crashed worker expires after its TTL).
+script: atomic with the read, and a claim left by a crashed worker becomes an unknown
+outcome after its TTL).
 A call answered from the idempotency cache costs one round trip, an executed call two.
 Every other method is one round trip.
 
@@ -55,8 +59,9 @@ then apply twice (counts err high, never low). Three faults get more than an err
   other worker takes it over too instead of waiting.
 - *A lost finish* (the tool ran, then Redis failed): the outcome is kept in this store and
   written before the task's next operation through it, and by the same thread as soon as
-  Redis answers, so a retry through any worker finds the stored result rather than running
-  again when the claim expires. If this process dies first, the outcome is lost with it.
+  Redis answers, so a retry through any worker finds the stored result rather than an
+  unknown outcome (review) when the claim's TTL passes. If this process dies first, the
+  outcome is lost with it, and the claim becomes that unknown outcome.
 - *Lost state* (a restart without persistence, an eviction, a deletion): the first write of
   a task sets a random generation marker in its meta hash, which this store remembers; a
   task it knows whose marker is gone or changed raises :class:`toolguard.StoreError`
@@ -389,6 +394,9 @@ class RedisStore:
                 _ms(req.claim_ttl_s), self._state_ms_arg, tail,
                 "1" if req.call_id else "0",  # a call id to recognise its claim by
                 orphan,
+                # kept as an unknown outcome for ttl_s more once the claim's TTL passes
+                _time(req.now + min(req.claim_ttl_s + req.ttl_s, _MAX_TTL_S)),
+                _ms(req.claim_ttl_s + req.ttl_s),
             ])
         except StoreError:
             if req.claim and req.call_id:  # the script may have claimed the key: ours
@@ -403,7 +411,7 @@ class RedisStore:
 
         An outcome Redis does not take is kept by this store and written before the task's
         next operation through it (``begin`` included), so an identical retry finds the
-        completed record instead of running again once the claim expires.
+        completed record instead of an unknown outcome once the claim's TTL passes.
 
         Raises:
             StoreError: Redis failed or timed out (the outcome is kept, as above), or the
@@ -454,7 +462,7 @@ class RedisStore:
             return None
         raw = _bytes(raw)
         abandoned = raw.startswith(b"p|") and raw.endswith(b"|[null,null]")  # as good as none
-        return None if abandoned or float(raw.split(b"|", 3)[2]) <= now else _record(raw)
+        return None if abandoned or float(raw.split(b"|", 3)[2]) <= now else _record(raw, now)
 
     def set_halted(self, task_id: str, halt: dict[str, Any] | None) -> None:
         """Set (or with None clear) the task's halted flag; clearing it restarts every

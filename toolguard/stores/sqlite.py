@@ -26,7 +26,8 @@ Tables (``task`` in each; one row per)::
     seen       (task, signature, result digest) of successful mutating calls, and
                (task, signature, NUL + progress fingerprint) of successful calls
     records    (task, idempotency key): state, changes, created_at, expires_at, call id,
-               result (JSON)
+               result (JSON), and for a claim the end of its TTL (claim_until: from then
+               until expires_at it reads as an unknown outcome)
     approvals  (task, idempotency key): the approval record (JSON)
 
 Time: every TTL follows the store's ``clock`` (the guard passes its own), as in memory: a
@@ -83,6 +84,7 @@ from ._base import (
 )
 from ._json import _approval, _approval_json, _dumps
 from ._sqlite_file import (
+    PUT_RECORD,
     STATE_DIR_VARIABLE,
     SWEEP_ONE_IN,
     add_seen,
@@ -234,9 +236,10 @@ class SQLiteStore:
 
     def _put_record(self, conn: sqlite3.Connection, task_id: str, key: str,
                     state: RecordState, changes: int, at: float, expires_at: float,
-                    call_id: str, content: bytes | None) -> None:
-        conn.execute("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (task_id, key, state.value, changes, at, expires_at, call_id, content))
+                    call_id: str, content: bytes | None, claim_until: float | None = None
+                    ) -> None:
+        conn.execute(PUT_RECORD, (task_id, key, state.value, changes, at, expires_at, call_id,
+                                  content, claim_until))
         bound(conn, "records", self._max_entries)
         if content is not None:
             fit(conn, self._max_bytes)
@@ -254,7 +257,7 @@ class SQLiteStore:
 
     def _begin(self, conn: sqlite3.Connection, task_id: str, req: BeginRequest) -> Snapshot:
         (tool, signature, key, claim, task_scope, count, poll, at, claim_ttl_s,
-         call_id) = req
+         call_id, ttl_s) = req
         now = self._clock()
         state = load_task(conn, task_id, now, self._state_ttl_s)
         _, epoch, changes, calls, tokens_in, tokens_out, started_at, halted, last_sig = state
@@ -278,8 +281,10 @@ class SQLiteStore:
                     and record.state is IN_PROGRESS and record.call_id == call_id):
                 record, claimed = None, True  # its own claim: a retried begin
             elif record is None and claim:
+                # kept past its TTL as an unknown outcome, for ttl_s (see _base)
                 self._put_record(conn, task_id, key, IN_PROGRESS, changes, at,
-                                 now + claim_ttl_s, call_id, None)
+                                 now + claim_ttl_s + ttl_s, call_id, None,
+                                 now + claim_ttl_s)
                 claimed = True
         # a duplicate of a call that is running right now is the same call, not a repeat
         concurrent = record is not None and record.state is IN_PROGRESS
