@@ -83,9 +83,11 @@ async def test_the_adapter_script() -> None:
     handler = agent.run(user_msg="go")
 
     asked: list[ApprovalRequired] = []
+    seen: list[Event] = []
 
     async def approve_once() -> None:
         async for event in guard_tools.stream(handler):
+            seen.append(event)
             if isinstance(event, ApprovalRequired):
                 asked.append(event)
                 assert s.RUNS == {"lookup": 1}  # the refund waits: it has not run
@@ -109,6 +111,8 @@ async def test_the_adapter_script() -> None:
     assert texts[5:7] == ["contents of notes.txt: hello"] * 2
     assert s.WARN_NOTICE in texts[7]
     assert texts[8].startswith(s.BLOCKED)
+    outputs = [e.tool_output for e in seen if isinstance(e, ToolCallResult)]
+    assert [o.is_error for o in outputs] == [False] * 8 + [True]  # the block is an error
 
     # resume: the halted read goes through the guard again (a new turn) and runs; the run
     # goes on in the same handler to the model's answer
@@ -197,3 +201,28 @@ async def test_one_task_per_context_and_ids_in_results_are_not_progress() -> Non
                                 ("read_file", s.WARN, 3), ("read_file", s.BLOCK, 4),
                                 ("read_file", s.ALLOW, 1)]
     assert s.RUNS == {"read_file": 4}
+
+
+async def test_a_tool_that_raises_is_a_failed_call_the_model_reads() -> None:
+    def flaky(path: str) -> str:
+        """Read a flaky file.
+
+        Args:
+            path: which.
+        """
+        s.RUNS["flaky"] += 1
+        raise OSError(f"disk error on {path}")
+
+    g, audit = s.guard([], strict_tools=False)
+    guard_tools = ToolGuard(g)
+    script = Script([("flaky", {"path": "a.txt"})])
+    agent = FunctionAgent(tools=guard_tools.wrap([flaky]),
+                          llm=MockFunctionCallingLLM(response_generator=script), timeout=60)
+    handler = agent.run(user_msg="go")
+    (result,) = [e for e in await drive(guard_tools, handler) if isinstance(e, ToolCallResult)]
+    assert await final(handler) == "done"
+    assert result.tool_output.is_error and "disk error on a.txt" in result.tool_output.content
+    assert isinstance(result.tool_output.exception, OSError)
+    assert s.RUNS == {"flaky": 1}
+    assert s.audited(audit) == [("flaky", s.ALLOW, 1)]
+    assert script.results()[-1].content == result.tool_output.content

@@ -12,6 +12,7 @@ toolguard.adapters.   what you add                      extra
 ``google_adk``        ``ToolGuard(guard)`` (a plugin)   ``agent-toolguard[google-adk]``
 ``strands``           ``ToolGuard(guard)`` (hooks)      ``agent-toolguard[strands]``
 ``smolagents``        ``guard_agent(agent, guard)``     ``agent-toolguard[smolagents]``
+``llama_index``       ``ToolGuard(guard).wrap(tools)``  ``agent-toolguard[llama-index]``
 ====================  ================================  ====================================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``

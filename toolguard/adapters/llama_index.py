@@ -175,7 +175,9 @@ class ToolGuard:
             return await guard_tools._call(ctx, tool, inner, name, kwargs)
 
         call.__annotations__["ctx"] = Context  # the class, as LlamaIndex's check compares it
-        return FunctionTool(async_fn=call, metadata=meta)
+        # the callback hands LlamaIndex the ToolOutput as built here (its documented
+        # override), rather than one wrapped around it that drops is_error
+        return FunctionTool(async_fn=call, metadata=meta, callback=_same, async_callback=_asame)
 
     async def _task(self, ctx: Context) -> Task:
         if self._task_id is not None:
@@ -273,6 +275,14 @@ class ToolGuard:
             waiter_event=Halted(task_id=halt.task_id, kind=type(halt).__name__,
                                 reason=str(halt)))
         raise AssertionError("unreachable: wait_for_event raises until the event arrives")
+
+
+def _same(output: ToolOutput) -> ToolOutput:
+    return output
+
+
+async def _asame(output: ToolOutput) -> ToolOutput:
+    return output
 
 
 def _decision(response: HumanResponseEvent) -> ApprovalDecision:
