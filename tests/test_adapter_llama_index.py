@@ -123,6 +123,9 @@ async def test_the_adapter_script() -> None:
     assert s.audited(audit) == s.expected(review=True, after_resume=2)
     assert s.bodies(after_resume=2) == s.RUNS
     assert str(script.results()[-1].content) == "contents of notes.txt: hello"
+    # the approval's and the halt's waits were consumed: nothing is left in the workflow state
+    assert await handler.ctx.store.get("toolguard_asked") == {}
+    assert await handler.ctx.store.get("toolguard_halted") == {}
 
 
 async def test_a_halt_without_the_stream_wrapper_is_a_paused_run_not_a_done() -> None:
@@ -226,3 +229,18 @@ async def test_a_tool_that_raises_is_a_failed_call_the_model_reads() -> None:
     assert s.RUNS == {"flaky": 1}
     assert s.audited(audit) == [("flaky", s.ALLOW, 1)]
     assert script.results()[-1].content == result.tool_output.content
+
+
+async def test_parallel_calls_paused_by_a_halt_all_go_on_after_one_resume() -> None:
+    guard_tools = ToolGuard(s.guard([], strict_tools=False)[0])
+    other = ("read_file", {"path": "other.txt"})
+    script = Script(*[[s.READ]] * 4, [s.READ, other])  # the halt comes in a parallel pair
+    handler = agent_for(script, guard_tools).run(user_msg="go")
+    with pytest.raises(tg.Halt) as halted:
+        await drive(guard_tools, handler)
+    assert s.RUNS == {"read_file": 3}
+    guard_tools.resume(handler, halted.value)
+    await asyncio.wait_for(drive(guard_tools, handler), 30)
+    assert await final(handler) == "done"
+    assert s.RUNS == {"read_file": 5}  # both paused calls ran once, after the resume
+    assert await handler.ctx.store.get("toolguard_halted") == {}  # no waiter left behind
