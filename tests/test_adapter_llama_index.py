@@ -244,3 +244,18 @@ async def test_parallel_calls_paused_by_a_halt_all_go_on_after_one_resume() -> N
     assert await final(handler) == "done"
     assert s.RUNS == {"read_file": 5}  # both paused calls ran once, after the resume
     assert await handler.ctx.store.get("toolguard_halted") == {}  # no waiter left behind
+
+
+async def test_an_agent_workflow_halts_the_same_way() -> None:
+    """``AgentWorkflow`` (LlamaIndex's multi-agent runner) calls the tools through its own
+    step: the wrapped tools guard them, and the halt leaves its stream too."""
+    from llama_index.core.agent.workflow import AgentWorkflow
+
+    guard_tools = ToolGuard(s.guard([], strict_tools=False)[0])
+    script = Script(*[[s.READ]] * 6)
+    workflow = AgentWorkflow(agents=[agent_for(script, guard_tools)], timeout=60)
+    handler = workflow.run(user_msg="go")
+    with pytest.raises(tg.RepeatedToolCalls):
+        await drive(guard_tools, handler)
+    assert s.RUNS == {"read_file": 3} and len(script.seen) == 5
+    await handler.cancel_run()
