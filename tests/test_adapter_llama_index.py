@@ -259,3 +259,21 @@ async def test_an_agent_workflow_halts_the_same_way() -> None:
         await drive(guard_tools, handler)
     assert s.RUNS == {"read_file": 3} and len(script.seen) == 5
     await handler.cancel_run()
+
+
+async def test_a_code_act_agent_refuses_the_guarded_tools() -> None:
+    """``CodeActAgent`` calls its tools from generated code, outside any step the guard
+    sees; it refuses tools that take the workflow ``Context`` (as the guarded ones do), so
+    its run fails before any tool runs: no silent bypass."""
+    from llama_index.core.agent.workflow import CodeActAgent
+
+    async def execute(code: str) -> str:
+        raise AssertionError("the generated code never runs")
+
+    script = Script()
+    agent = CodeActAgent(tools=ToolGuard(s.guard([], strict_tools=False)[0]).wrap([s.read_file]),
+                         code_execute_fn=execute,
+                         llm=MockFunctionCallingLLM(response_generator=script))
+    with pytest.raises(ValueError, match="requires context"):
+        await agent.run(user_msg="go")
+    assert s.RUNS == {} and script.seen == []

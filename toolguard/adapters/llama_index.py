@@ -33,6 +33,9 @@ approval and a halt, as LlamaIndex documents human in the loop (``ctx.wait_for_e
   (``RepeatedToolCalls``, ...) itself. The run stays paused: :meth:`ToolGuard.resume` lifts
   the halt and sends :class:`Resumed`, the halted call goes through the guard again (a new
   turn), and the same handler streams on. Or ``await handler.cancel_run()``.
+- **CodeActAgent**: its generated code calls the tools outside any step the guard sees; it
+  refuses tools that take the ``Context`` (as the guarded ones do): its run fails with
+  LlamaIndex's ``ValueError`` before any tool runs, never a silent bypass.
 - **task id**: ``task_id=``, else one per workflow ``Context`` (kept in ``ctx.store``, so a
   run continued with ``agent.run(..., ctx=ctx)`` is the same task); the store is the guard's.
 """
@@ -42,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from cachetools import LRUCache
@@ -137,9 +140,11 @@ class ToolGuard:
         """The task of ``task_id`` (``task.resume()``, ``history``)."""
         return self._tasks(task_id)
 
-    def wrap(self, tools: Sequence[BaseTool | Any]) -> list[BaseTool]:
+    def wrap(self, tools: Sequence[BaseTool | Callable[..., Any]]
+             ) -> list[BaseTool | Callable[..., Any]]:
         """``tools`` (LlamaIndex tools, or plain functions as the agents take them), each as a
-        guarded ``FunctionTool`` of the same name, description and schema."""
+        guarded ``FunctionTool`` of the same name, description and schema (typed as the
+        agents' ``tools=`` parameter)."""
         return [self._wrap(tool if isinstance(tool, BaseTool)
                            else FunctionTool.from_defaults(tool)) for tool in tools]
 
