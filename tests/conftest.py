@@ -21,7 +21,8 @@ collect_ignore = [] if sys.version_info >= (3, 11) else [
 # Frameworks whose pins conflict with the dev extra are tested in a venv of their own
 # (.ci/run creates it and runs these modules there): elsewhere they are not collected.
 _OWN_VENV = {"test_adapter_google_adk.py": "google.adk", "test_adapter_strands.py": "strands",
-             "test_adapter_smolagents.py": "smolagents"}
+             "test_adapter_smolagents.py": "smolagents",
+             "test_adapter_autogen.py": "autogen_agentchat"}
 collect_ignore += [name for name, module in _OWN_VENV.items()
                    if importlib.util.find_spec(module.split(".")[0]) is None
                    or importlib.util.find_spec(module) is None]

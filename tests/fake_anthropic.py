@@ -12,77 +12,24 @@ a summary) is answered with a short text and does not count.
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Step = tuple[str, dict[str, Any]] | str
+from .fake_model_api import Answer, ScriptedAPI, Step
+
+__all__ = ["FakeAnthropic", "Step"]
 
 
-class FakeAnthropic:
+class FakeAnthropic(ScriptedAPI):
     """The fake API; ``url`` is the base URL for ``ANTHROPIC_BASE_URL``."""
 
-    def __init__(self, script: Sequence[Step]) -> None:
-        self.script = list(script)
-        self.requests: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
-                    self._json({"input_tokens": 10})
-                    return
-                with fake._lock:
-                    fake.requests.append(body)
-                step = fake.step_for(body)
-                if body.get("stream"):
-                    self._stream(step, body)
-                else:
-                    self._json(fake.message(step, body))
-
-            def do_GET(self) -> None:
-                self._json({})
-
-            def do_HEAD(self) -> None:
-                self.send_response(200)
-                self.end_headers()
-
-            def _json(self, data: Any) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def _stream(self, step: Step, body: dict[str, Any]) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("cache-control", "no-cache")
-                self.end_headers()
-                for event, data in fake.events(step, body):
-                    self.wfile.write(f"event: {event}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-                self.close_connection = True
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeAnthropic:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, path: str, body: dict[str, Any]) -> Answer:
+        if not path.startswith("/v1/messages") or "count_tokens" in path:
+            return Answer.json({"input_tokens": 10})
+        self.keep(path, body)
+        step = self.step_for(body)
+        if body.get("stream"):
+            return Answer(events=self.events(step, body))
+        return Answer.json(self.message(step, body))
 
     # -- the script ------------------------------------------------------------------------
     def step_for(self, body: dict[str, Any]) -> Step:
@@ -90,7 +37,7 @@ class FakeAnthropic:
             return "ok"
         done = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant"
                    for b in _blocks(m) if b.get("type") == "tool_use")
-        return self.script[done] if done < len(self.script) else "done"
+        return self.step(done)
 
     def message(self, step: Step, body: dict[str, Any]) -> dict[str, Any]:
         n = len(self.requests)
@@ -135,7 +82,7 @@ class FakeAnthropic:
 
     def texts_to_model(self) -> str:
         """Everything the last conversation holds as text (tool results, system reminders)."""
-        longest = max((r for r in self.requests if r.get("tools")),
+        longest = max((r for _, r in self.requests if r.get("tools")),
                       key=lambda r: len(r.get("messages", [])), default={})
         return json.dumps(longest.get("messages", []))
 

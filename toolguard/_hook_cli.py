@@ -189,13 +189,21 @@ def _host(name: str) -> Host:
     return host
 
 
+# The arguments and options `hook`, `install` and `uninstall` share.
+_HostArg = Annotated[str, typer.Argument(help=f"the host: {', '.join(HOSTS)}")]
+_UserOpt = Annotated[bool, typer.Option("--user", help="the user's settings file")]
+_ProjectOpt = Annotated[bool, typer.Option(
+    "--project", help="the project's settings file (the default)")]
+_DirOpt = Annotated[Path, typer.Option("--dir", help="the project directory")]
+_DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="print the change only")]
+
+
 def register(app: typer.Typer) -> None:
     """Add the coding-agent commands to ``app``."""
 
     @app.command(context_settings={"allow_extra_args": True,
                                    "ignore_unknown_options": True})
-    def hook(ctx: typer.Context, host: Annotated[str, typer.Argument(
-            help=f"the host: {', '.join(HOSTS)}")]) -> None:
+    def hook(ctx: typer.Context, host: _HostArg) -> None:
         """Answer one hook event of a coding agent (JSON on stdin), in its hook protocol."""
         from ._hooks import main
 
@@ -203,16 +211,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def install(
-        host: Annotated[str, typer.Argument(help=f"the host: {', '.join(HOSTS)}")],
-        user: Annotated[bool, typer.Option("--user", help="the user's settings file")] = False,
-        project: Annotated[bool, typer.Option(
-            "--project", help="the project's settings file (the default)")] = False,
-        directory: Annotated[Path, typer.Option(
-            "--dir", help="the project directory")] = Path(),
+        host: _HostArg,
+        user: _UserOpt = False,
+        project: _ProjectOpt = False,
+        directory: _DirOpt = Path(),
         policy: Annotated[Path | None, typer.Option(
             help="a policy file (default: the shipped policy named after the host)")] = None,
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="print the change only")
-                           ] = False,
+        dry_run: _DryRunOpt = False,
     ) -> None:
         """Put the guard into a coding agent's hooks (merged, idempotent, backed up)."""
         chosen = _host(host)
@@ -232,14 +237,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def uninstall(
-        host: Annotated[str, typer.Argument(help=f"the host: {', '.join(HOSTS)}")],
-        user: Annotated[bool, typer.Option("--user", help="the user's settings file")] = False,
-        project: Annotated[bool, typer.Option(
-            "--project", help="the project's settings file (the default)")] = False,
-        directory: Annotated[Path, typer.Option(
-            "--dir", help="the project directory")] = Path(),
-        dry_run: Annotated[bool, typer.Option("--dry-run", help="print the change only")
-                           ] = False,
+        host: _HostArg,
+        user: _UserOpt = False,
+        project: _ProjectOpt = False,
+        directory: _DirOpt = Path(),
+        dry_run: _DryRunOpt = False,
     ) -> None:
         """Remove exactly the hooks `toolguard install` added."""
         chosen = _host(host)

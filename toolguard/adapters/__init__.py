@@ -12,6 +12,8 @@ toolguard.adapters.   what you add                      extra
 ``google_adk``        ``ToolGuard(guard)`` (a plugin)   ``agent-toolguard[google-adk]``
 ``strands``           ``ToolGuard(guard)`` (hooks)      ``agent-toolguard[strands]``
 ``smolagents``        ``guard_agent(agent, guard)``     ``agent-toolguard[smolagents]``
+``autogen``           ``guarded.workbench(tools)``      ``agent-toolguard[autogen]``
+                      ``guarded.context()``
 ``llama_index``       ``ToolGuard(guard).wrap(tools)``  ``agent-toolguard[llama-index]``
 ====================  ================================  ====================================
 
