@@ -15,6 +15,7 @@ toolguard.adapters.   what you add                      extra
 ``autogen``           ``guarded.workbench(tools)``      ``agent-toolguard[autogen]``
                       ``guarded.context()``
 ``crewai``            ``ToolGuard(guard)`` (hooks)      ``agent-toolguard[crewai]``
+``llama_index``       ``ToolGuard(guard).wrap(tools)``  ``agent-toolguard[llama-index]``
 ====================  ================================  ====================================
 
 Each module imports its framework when it is imported (never before: ``import toolguard``
