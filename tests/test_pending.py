@@ -33,7 +33,8 @@ _STEPS = st.one_of(st.tuples(*_CALLS.wrapped_strategy.element_strategies,  # typ
 def _key(pending: tg.PendingCall) -> Any:
     """The idempotency-key context ``call(run=)`` gives its hook, so that what the tools
     note of it compares (a host's tool reads none)."""
-    state = pending._remote.p if pending._remote is not None else pending._state.p  # type: ignore[union-attr]
+    state = pending._p
+    assert state is not None
     return CURRENT_KEY.set((state.key, state.origin or state.call_id))
 
 
