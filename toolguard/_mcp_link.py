@@ -31,10 +31,11 @@ only when the proxy changes it. What the link acts on:
 
 A guarded call sent upstream ends in one of two ways: its answer, or an unknown outcome
 (:class:`~toolguard._outcomes.OutcomeUnknown`, reported with ``PendingCall.unknown``, as
-for a tool that raised ``TimeoutError``, so an identical retry goes to review instead of running again) when the
-upstream goes away or breaks its stream (a frame over the limit), when no answer came within
-the call timeout (the upstream is then sent ``notifications/cancelled`` for it, as the MCP
-spec asks of a sender that stops waiting), or when the client cancels it. The guarded calls
+for a tool that raised ``TimeoutError``, so an identical retry goes to review instead of
+running again) when the upstream goes away or breaks its stream (a frame over the limit),
+when no answer came within the call timeout (the upstream is then sent
+``notifications/cancelled`` for it, as the MCP spec asks of a sender that stops waiting),
+or when the client cancels it. The guarded calls
 are :class:`~toolguard._mcp_calls.GuardedCalls`, a base of :class:`Link`.
 
 Everything else (resources, prompts, completions, logging, pings, notifications, progress, the

@@ -61,12 +61,12 @@ from toolguard._mcp_results import (
     UpstreamToolError,
     effects_of,
     error_result,
+    report_of,
     review_hint,
     to_result,
     tool_failure,
     tool_settings,
 )
-from toolguard._outcomes import OutcomeUnknown
 from toolguard._pending import PendingCall, abegin, begin_nowait
 
 __all__ = [
@@ -429,7 +429,7 @@ class GuardMiddleware:
         Raises:
             HaltError: as for :meth:`guard_json`.
         """
-        tool_error, failure, unknown = _reported(result, exc)
+        tool_error, failure, unknown = report_of(result, exc)
         try:
             if unknown is not None:
                 outcome = pending.unknown(unknown)
@@ -449,7 +449,7 @@ class GuardMiddleware:
                         exc: BaseException | None = None) -> Mapping[str, Any]:
         """:meth:`end_json` under asyncio (a store that waits on I/O is called from a worker
         thread)."""
-        tool_error, failure, unknown = _reported(result, exc)
+        tool_error, failure, unknown = report_of(result, exc)
         try:
             if unknown is not None:
                 outcome = await pending.aunknown(unknown)
@@ -470,22 +470,6 @@ class GuardMiddleware:
         meta = {k: v for k, v in (ctx.params or {}).items() if k == "_meta"}
         listed = await call_next(dataclasses.replace(ctx, method="tools/list", params=meta))
         self.register_tools(mt.ListToolsResult.model_validate(listed).tools)
-
-
-def _reported(result: Any, exc: BaseException | None
-              ) -> tuple[Mapping[str, Any] | None, Exception | None, str | None]:
-    """How :meth:`GuardMiddleware.end_json` reports a call: ``(the tool's own error
-    result, the failure to report, the reason of an unknown outcome)``; neither of the
-    last two: a success."""
-    if exc is None:
-        failure = tool_failure(result)
-        return (None if failure is None else result), failure, None
-    if isinstance(exc, OutcomeUnknown):
-        return None, None, str(exc)
-    if isinstance(exc, Exception):
-        return None, exc, None
-    return None, None, (f"the call was interrupted ({type(exc).__name__}) after it was "
-                        "sent to the tool")
 
 
 def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
