@@ -1,10 +1,12 @@
 """The guarded ``tools/call`` of a :class:`~toolguard._mcp_link.Link`, and how each ends.
 
-A call goes through the guard's two halves in the link's own callbacks, or through a task that
-runs the whole guard (see :mod:`toolguard._mcp_link` for when); one the guard allows goes
-upstream (:func:`_outgoing`) with a deadline, and ends in its answer (:func:`_call_result`) or
-in an unknown outcome (:meth:`GuardedCalls._lost`): the deadline passed (the upstream is sent
-``notifications/cancelled``), the upstream went away or the client cancelled the call.
+A call goes through the guard's two steps (:meth:`toolguard.Task.begin`, then the
+:class:`~toolguard.PendingCall`'s ``finish`` / ``fail`` / ``unknown``) in the link's own
+callbacks, or in a task that awaits them (see :mod:`toolguard._mcp_link` for when); one the
+guard allows goes upstream (:func:`_outgoing`) with a deadline, and ends in its answer
+(:func:`_call_result`) or in an unknown outcome (:meth:`GuardedCalls._lost`): the deadline
+passed (the upstream is sent ``notifications/cancelled``), the upstream went away or the
+client cancelled the call.
 
 :class:`GuardedCalls` is a base of :class:`~toolguard._mcp_link.Link` and holds no state of its
 own: it declares the link's state and methods it works on (so this module needs no import of
@@ -95,7 +97,7 @@ class GuardedCalls:
 
     def _forward(self, rid: Any, raw: bytes, message: Json, pending: PendingCall) -> None:
         """Send a call the guard lets run upstream; its answer comes to :meth:`_answered`."""
-        if self.up.gone is not None:  # the tool did not run: a failed call, as before
+        if self.up.gone is not None:  # a failed call, as for a tool that raised
             self._end(rid, pending, None, UpstreamGone(self.up.describe_gone()))
             return
         self._remote[rid] = pending
@@ -104,9 +106,9 @@ class GuardedCalls:
 
     def _send_call(self, rid: Any, raw: bytes, message: Json) -> None:
         """Send a guarded call upstream (``raw``: from :func:`_outgoing`), its deadline
-        set: a time in a dict, not a timer
-        per call (a timer handle made and cancelled costs ~15x as much, measured on uvloop
-        and asyncio's loop); one timer, :meth:`_sweep`, waits for the first deadline."""
+        set: a time in a dict, not a timer per call (a timer handle made and cancelled costs
+        ~15x as much, measured on uvloop and asyncio's loop); one timer, :meth:`_sweep`,
+        waits for the first deadline."""
         self._deadlines[rid] = self._loop.time() + self.call_timeout_s
         if self._sweeper is None:
             self._sweeper = self._loop.call_later(self.call_timeout_s, self._sweep)
@@ -196,9 +198,9 @@ class GuardedCalls:
 
     async def _guarded(self, rid: Any, raw: bytes, message: Json, params: Json,
                        start: Any = None) -> None:
-        """A call whose first half needs a task (see the module docstring); ``start``: one
-        that :meth:`_begin` began and handed over. The second half is :meth:`_answered`'s,
-        in the callback of the upstream's answer, as for a call :meth:`_begin` sent."""
+        """A call the guard's task guards (see the module docstring): begun (``start``:
+        one that :meth:`_begin` began and handed over), sent upstream, its answer awaited
+        and recorded, all awaited (:meth:`_aend`)."""
         name: str = params["name"]
         try:
             if start is None and not self.middleware.knows(name):
@@ -220,7 +222,7 @@ class GuardedCalls:
         if not isinstance(begun, PendingCall):  # the call does not run
             self._finish(rid, result=begun)
             return
-        if self.up.gone is not None:  # the tool did not run: a failed call, as in _forward
+        if self.up.gone is not None:  # a failed call, as in _forward
             await self._aend(rid, begun, None, UpstreamGone(self.up.describe_gone()))
             return
         waiting: asyncio.Future[tuple[bytes, Json]] = self._loop.create_future()
