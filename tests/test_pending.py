@@ -147,6 +147,23 @@ def test_approval_is_asked_at_begin() -> None:
     assert approved.finish("deployed").decision is tg.Decision.ALLOW
 
 
+@pytest.mark.parametrize("how", ["begin", "abegin"])
+def test_mode_off_runs_every_call_in_two_steps_as_call_does(how: str) -> None:
+    """With ``mode = "off"`` nothing is decided: every call runs (an allow with no notice)
+    and its outcome is reported as ``call`` reports it."""
+    guard = _guard(mode="off", ladder=LadderPolicy(readonly=_ladder(2, 3, 4)))
+    task = guard.task("t")
+    for _ in range(5):  # past every rung: nothing blocks
+        if how == "abegin":
+            pending = asyncio.run(task.abegin("search", {"q": 1}))
+        else:
+            pending = task.begin("search", {"q": 1})
+        assert (pending.result, pending.decision, pending.notice) == (
+            None, tg.Decision.ALLOW, None)
+        assert pending.finish("found 1").content == "found 1"
+    assert [r.result.content for r in task.history] == ["found 1"] * 5
+
+
 def test_fail_takes_an_exception_only() -> None:
     pending = _guard().task("t").begin("search", {"q": 1})
     with pytest.raises(TypeError, match="unknown"):

@@ -104,10 +104,12 @@ class PendingCall:
         self._start = perf_counter()
         self._async = False
 
-    def _runs(self, p: _Prepared, verdict: Verdict) -> None:
+    def _runs(self, p: _Prepared, verdict: Verdict | None) -> None:
+        """The call runs: ``verdict`` ``None`` in ``mode = "off"`` (nothing decided)."""
         self._p = p
         self.args, self.call_id = p.args, p.call_id
-        self.decision, self.notice = verdict.decision, verdict.notice
+        if verdict is not None:
+            self.decision, self.notice = verdict.decision, verdict.notice
         self._start = perf_counter()
 
     @property
