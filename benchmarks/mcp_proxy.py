@@ -255,19 +255,17 @@ async def measure(calls: int, rounds: int, warmup: int,
 
 
 async def middleware_us(calls: int) -> float:
-    """Mean µs per call of the guard alone as the proxy runs it (``guard_json`` on the
-    upstream's answer as JSON, ready-made, in-process): what guarding costs without I/O."""
-    from mcp_wakeup import ANSWER, guard_middleware
-
-    async def forward(args: dict[str, Any]) -> dict[str, Any]:
-        return ANSWER
+    """Mean µs per call of the guard alone as the proxy runs it (``begin_json`` and
+    ``end_json`` on the upstream's answer as JSON, ready-made, in-process): what guarding
+    costs without I/O."""
+    from mcp_wakeup import guard_middleware, proxied
 
     middleware, task = guard_middleware()
     for _ in range(min(calls, 100)):
-        await middleware.guard_json(task, "read_note", {"title": "todo"}, forward)
+        proxied(middleware, task)
     start = time.perf_counter()
     for _ in range(calls):
-        await middleware.guard_json(task, "read_note", {"title": "todo"}, forward)
+        proxied(middleware, task)
     return (time.perf_counter() - start) / calls * 1e6
 
 

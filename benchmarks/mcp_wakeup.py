@@ -10,7 +10,8 @@ back) and after the process has idled, plus the machine's cross-process hand-off
 Why it exists: behind an agent (and in ``mcp_proxy.py``'s paired measurement) the proxy
 sleeps between two tool calls while the client and the upstream run, so every call finds its
 caches cold. This measures that penalty on the guard alone, in-process, with no I/O:
-``GuardMiddleware.guard_json`` on the example server's answer, as the proxy runs it, timed by
+``GuardMiddleware.begin_json`` and ``end_json`` (the two steps of ``Task.begin``) on the
+example server's answer, as the proxy runs them in its callbacks (:func:`proxied`), timed by
 the thread's CPU clock (``time.thread_time_ns``: the preemption of a busy machine is not in
 it), once per call
 
@@ -55,16 +56,22 @@ def guard_middleware() -> tuple[Any, Any]:
     return middleware, middleware.task_of(None)
 
 
+def proxied(middleware: Any, task: Any) -> Any:
+    """One ``read_note`` call through the guard as the proxy guards it: begun as the request
+    arrives, recorded as the upstream's answer (``ANSWER``) comes."""
+    kind, pending = middleware.begin_json(task, "read_note", {"title": "todo"})
+    if kind != "run":
+        raise RuntimeError(f"the guard did not let the call run: {kind} {pending}")
+    return middleware.end_json(pending, ANSWER)
+
+
 async def guard_us(calls: int, idle_s: float) -> dict[str, float]:
     """Median and 90th percentile µs of thread CPU per guarded call, hot and after idling."""
     middleware, task = guard_middleware()
 
-    async def forward(args: dict[str, Any]) -> dict[str, Any]:
-        return ANSWER
-
     async def one() -> int:
         start = time.thread_time_ns()
-        await middleware.guard_json(task, "read_note", {"title": "todo"}, forward)
+        proxied(middleware, task)
         return time.thread_time_ns() - start
 
     for _ in range(min(calls, 200)):

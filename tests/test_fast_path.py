@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import toolguard as tg
 from toolguard._context import CURRENT_KEY
-from toolguard._fast import Remote, begin_remote, end_remote
+from toolguard._pending import abegin, begin_nowait
 from toolguard._policy import (
     BudgetPolicy,
     IdempotencyPolicy,
@@ -142,7 +142,7 @@ def _one(loop: asyncio.AbstractEventLoop, task: tg.Task, func: Callable[..., Any
     """One call of ``tool``, made as ``how`` says: ``call`` or ``acall``, alone or with a
     ``run=`` hook that calls ``func`` (``acall_arun``: an async hook); ``cancel``: an
     ``acall`` cancelled while its async hook runs (``"cancelled"``); ``remote``: the two
-    halves the MCP proxy uses (:func:`_remote`)."""
+    steps as the MCP proxy takes them (:func:`_remote`)."""
     def hook(args: dict[str, Any]) -> Any:
         return func(**args)
 
@@ -164,27 +164,28 @@ def _one(loop: asyncio.AbstractEventLoop, task: tg.Task, func: Callable[..., Any
 
 async def _remote(task: tg.Task, tool: str, args: Any,
                   hook: Callable[[dict[str, Any]], Any]) -> tg.ToolResult:
-    """``begin_remote`` / ``end_remote`` as the MCP proxy uses them: the tool runs between
-    the halves (what it raises is the outcome), a call they hand over goes on in the
-    pipeline, and where they do not apply (the general path) it is ``acall(run=hook)``.
-    A remote tool reads no idempotency-key context; the in-process stand-in is given the
-    one ``acall`` sets, so that what it records compares."""
-    front = begin_remote(task, tool, args)
-    if front is None:
-        return await task.acall(tool, args, run=hook)
-    if isinstance(front, Remote):
-        token = CURRENT_KEY.set((front.p.key, front.p.origin or front.p.call_id))
-        try:
-            value = hook(front.args)
-        except Exception as exc:
-            return end_remote(front, None, exc)
-        finally:
-            CURRENT_KEY.reset(token)
-        return end_remote(front, value)
-    result, begun = front
-    if result is not None:
-        return result
-    return (await task._run_async(tool, args, hook, None, False, begun))[0]
+    """The two steps as the MCP proxy takes them: :func:`begin_nowait` in a callback, the
+    tool run between the steps (what it raises is the outcome), a call it hands over begun
+    by ``abegin`` from there, and where it does not apply ``abegin`` from the start. A
+    remote tool reads no idempotency-key context; the in-process stand-in is given the one
+    ``acall`` sets, so that what it records compares."""
+    front = begin_nowait(task, tool, args)
+    if isinstance(front, tg.PendingCall):
+        pending = front
+    else:
+        pending = await abegin(task, tool, args, None, False, front)
+    if pending.result is not None:
+        return pending.result
+    p = pending._p
+    assert p is not None
+    token = CURRENT_KEY.set((p.key, p.origin or p.call_id))
+    try:
+        value = hook(pending.args)
+    except Exception as exc:
+        return await pending.afail(exc)
+    finally:
+        CURRENT_KEY.reset(token)
+    return await pending.afinish(value)
 
 
 async def _cancelled(task: tg.Task, tool: str, args: Any, func: Callable[..., Any]
@@ -332,31 +333,32 @@ def test_the_fused_path_is_taken(monkeypatch: pytest.MonkeyPatch, is_async: bool
 
 
 
-def test_begin_remote_says_what_each_call_needs() -> None:
-    """Pins that the ``remote`` steps above go through both halves: a plain allow is a
-    :class:`Remote` whose success goes back unchanged (``final``), a warned call is one
-    whose result the guard adds to, a block is finished at once, an approval is the
+def test_begin_nowait_says_what_each_call_needs() -> None:
+    """Pins that the ``remote`` steps above go through both steps: a plain allow is a
+    :class:`PendingCall` whose success goes back unchanged (``final``), a warned call is
+    one whose result the guard adds to, a block is finished at once, an approval is the
     pipeline's, and a guard with an audit sink (the general path) is not this path's."""
     policy = tg.Policy(ladder=LadderPolicy(readonly=_ladder(2, 3, 5)),
                        tools={"deploy": ToolPolicy(requires_approval=True)})
     guard = tg.Guard(policy, tools=_tools(_functions([])))
     task = guard.task("remote")
-    first = begin_remote(task, "search", {"q": 1})
-    assert isinstance(first, Remote) and first.final and first.args == {"q": 1}
+    first = begin_nowait(task, "search", {"q": 1})
+    assert isinstance(first, tg.PendingCall) and first.result is None
+    assert first.final and first.args == {"q": 1}
     value: dict[str, list[str]] = {"hits": []}
-    result = end_remote(first, value)
+    result = first.finish(value)
     assert result.decision is tg.Decision.ALLOW and result.content is value  # unchanged
-    second = begin_remote(task, "search", {"q": 1})
-    assert isinstance(second, Remote) and not second.final  # the warn rung adds a notice
-    assert end_remote(second, value).notice
-    blocked = begin_remote(task, "search", {"q": 1})
-    assert isinstance(blocked, tuple) and blocked[0] is not None
-    assert blocked[0].decision is tg.Decision.BLOCK and blocked[1] is None
-    handed = begin_remote(task, "deploy", {"q": 1})
-    assert isinstance(handed, tuple) and handed[0] is None and handed[1] is not None
-    assert begin_remote(tg.Guard(policy, tools=_tools(_functions([])),
+    second = begin_nowait(task, "search", {"q": 1})
+    assert isinstance(second, tg.PendingCall) and not second.final  # the warn rung's notice
+    assert second.finish(value).notice
+    blocked = begin_nowait(task, "search", {"q": 1})
+    assert isinstance(blocked, tg.PendingCall) and blocked.result is not None
+    assert blocked.result.decision is tg.Decision.BLOCK and not blocked.final
+    handed = begin_nowait(task, "deploy", {"q": 1})
+    assert handed is not None and not isinstance(handed, tg.PendingCall)  # the pipeline's
+    assert begin_nowait(tg.Guard(policy, tools=_tools(_functions([])),
                                  audit=[tg.MemorySink()]).task("sink"), "search", {}) is None
     stagnating = tg.Guard(tg.Policy(ladder=LadderPolicy(stagnation_warn_at=1)),
                           tools=_tools(_functions([]))).task("stagnating")
-    maybe = begin_remote(stagnating, "search", {"q": 2})
-    assert isinstance(maybe, Remote) and not maybe.final  # any outcome may earn the warn
+    maybe = begin_nowait(stagnating, "search", {"q": 2})
+    assert isinstance(maybe, tg.PendingCall) and not maybe.final  # any outcome may warn

@@ -33,7 +33,8 @@ _STEPS = st.one_of(st.tuples(*_CALLS.wrapped_strategy.element_strategies,  # typ
 def _key(pending: tg.PendingCall) -> Any:
     """The idempotency-key context ``call(run=)`` gives its hook, so that what the tools
     note of it compares (a host's tool reads none)."""
-    state = pending._remote.p if pending._remote is not None else pending._state.p  # type: ignore[union-attr]
+    state = pending._p
+    assert state is not None
     return CURRENT_KEY.set((state.key, state.origin or state.call_id))
 
 
@@ -169,6 +170,23 @@ def test_approval_is_asked_at_begin() -> None:
     approved = task.begin("deploy", {"q": 2}, approver=lambda request: tg.approve())
     assert approved.result is None
     assert approved.finish("deployed").decision is tg.Decision.ALLOW
+
+
+@pytest.mark.parametrize("how", ["begin", "abegin"])
+def test_mode_off_runs_every_call_in_two_steps_as_call_does(how: str) -> None:
+    """With ``mode = "off"`` nothing is decided: every call runs (an allow with no notice)
+    and its outcome is reported as ``call`` reports it."""
+    guard = _guard(mode="off", ladder=LadderPolicy(readonly=_ladder(2, 3, 4)))
+    task = guard.task("t")
+    for _ in range(5):  # past every rung: nothing blocks
+        if how == "abegin":
+            pending = asyncio.run(task.abegin("search", {"q": 1}))
+        else:
+            pending = task.begin("search", {"q": 1})
+        assert (pending.result, pending.decision, pending.notice) == (
+            None, tg.Decision.ALLOW, None)
+        assert pending.finish("found 1").content == "found 1"
+    assert [r.result.content for r in task.history] == ["found 1"] * 5
 
 
 def test_fail_takes_an_exception_only() -> None:

@@ -1,20 +1,23 @@
 """The guarded ``tools/call`` of a :class:`~toolguard._mcp_link.Link`, and how each ends.
 
-A call goes through the guard's two halves in the link's own callbacks, or through a task that
-runs the whole guard (see :mod:`toolguard._mcp_link` for when); one the guard allows goes
-upstream (:func:`_outgoing`) with a deadline, and ends in its answer (:func:`_call_result`) or
-in an unknown outcome (:meth:`GuardedCalls._lost`): the deadline passed (the upstream is sent
-``notifications/cancelled``), the upstream went away or the client cancelled the call.
+A call goes through the guard's two steps (:meth:`toolguard.Task.begin`, then the
+:class:`~toolguard.PendingCall`'s ``finish`` / ``fail`` / ``unknown``) in the link's own
+callbacks, or in a task that awaits them (see :mod:`toolguard._mcp_link` for when); one the
+guard allows goes upstream (:func:`_outgoing`) with a deadline, and ends in its answer
+(:func:`_call_result`) or in an unknown outcome (:meth:`GuardedCalls._lost`): the deadline
+passed (the upstream is sent ``notifications/cancelled``), the upstream went away or the
+client cancelled the call.
 
 :class:`GuardedCalls` is a base of :class:`~toolguard._mcp_link.Link` and holds no state of its
-own: it declares the link's state and methods it works on.
+own: it declares the link's state and methods it works on (so this module needs no import of
+the link's, not even for its types).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 from ._mcp_frames import UNKNOWN_OUTCOME
 from ._mcp_ports import (
@@ -28,12 +31,11 @@ from ._mcp_ports import (
     _UpstreamCallError,
     dumps,
 )
+from ._mcp_results import HaltError
 from ._outcomes import OutcomeUnknown
-from ._task import current_idempotency_key
+from ._pending import PendingCall
 
 if TYPE_CHECKING:
-    from ._fast import Remote
-    from ._mcp_link import Link
     from ._mcp_ports import UpstreamPort
     from .adapters.mcp import GuardMiddleware
 
@@ -47,10 +49,11 @@ class GuardedCalls:
     up: UpstreamPort
     middleware: GuardMiddleware
     session_id: str | None
+    client_caps: Json
     call_timeout_s: float
     _loop: asyncio.AbstractEventLoop
     _calls: dict[Any, asyncio.Future[tuple[bytes, Json]]]
-    _remote: dict[Any, Remote]
+    _remote: dict[Any, PendingCall]
     _deadlines: dict[Any, float]
     _sweeper: asyncio.TimerHandle | None
     _open: dict[Any, Any]
@@ -62,6 +65,7 @@ class GuardedCalls:
         def _close_request(self, rid: Any) -> None: ...
         def _send(self, rid: Any, *, result: Any = None, error: Json | None = None) -> None: ...
         async def learn_tools(self, timeout_s: float | None = None) -> None: ...
+        async def ask_client(self, method: str, params: Json, related: Any) -> Json: ...
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = self._loop.create_task(coro)
@@ -71,13 +75,10 @@ class GuardedCalls:
     def _begin(self, rid: Any, raw: bytes, message: Json, params: Json) -> bool:
         """The guard's first half, in this callback (see the module docstring): False where
         it does not apply and a task must guard the call."""
-        from .adapters.mcp import HaltError
-
         name: str = params["name"]
-        arguments = params.get("arguments")
         try:
             kind, begun = self.middleware.begin_json(
-                self.middleware.task_of(self.session_id), name, arguments)
+                self.middleware.task_of(self.session_id), name, params.get("arguments"))
         except HaltError as halt:
             self._finish(rid, error=halt.error())
             return True
@@ -90,20 +91,24 @@ class GuardedCalls:
             self._finish(rid, result=begun)
         elif kind == "pipeline":
             self._spawn(self._guarded(rid, raw, message, params, begun))
-        elif self.up.gone is not None:  # as guard_json's run: the tool did not run
-            self._end(rid, begun, None, UpstreamGone(self.up.describe_gone()))
         else:
-            call: Remote = begun
-            self._remote[rid] = call
-            self._send_call(rid, _outgoing(raw, message, call.args, call.forwarded_key),
-                            message)
+            self._forward(rid, raw, message, begun)
         return True
+
+    def _forward(self, rid: Any, raw: bytes, message: Json, pending: PendingCall) -> None:
+        """Send a call the guard lets run upstream; its answer comes to :meth:`_answered`."""
+        if self.up.gone is not None:  # a failed call, as for a tool that raised
+            self._end(rid, pending, None, UpstreamGone(self.up.describe_gone()))
+            return
+        self._remote[rid] = pending
+        self._send_call(rid, _outgoing(raw, message, pending.args, pending.forwarded_key),
+                        message)
 
     def _send_call(self, rid: Any, raw: bytes, message: Json) -> None:
         """Send a guarded call upstream (``raw``: from :func:`_outgoing`), its deadline
-        set: a time in a dict, not a timer
-        per call (a timer handle made and cancelled costs ~15x as much, measured on uvloop
-        and asyncio's loop); one timer, :meth:`_sweep`, waits for the first deadline."""
+        set: a time in a dict, not a timer per call (a timer handle made and cancelled costs
+        ~15x as much, measured on uvloop and asyncio's loop); one timer, :meth:`_sweep`,
+        waits for the first deadline."""
         self._deadlines[rid] = self._loop.time() + self.call_timeout_s
         if self._sweeper is None:
             self._sweeper = self._loop.call_later(self.call_timeout_s, self._sweep)
@@ -144,7 +149,7 @@ class GuardedCalls:
         if call is not None:
             self._end(rid, call, None, why)
 
-    def _answered(self, rid: Any, call: Remote, raw: bytes, reply: Json) -> None:
+    def _answered(self, rid: Any, call: PendingCall, raw: bytes, reply: Json) -> None:
         """The upstream answered a call :meth:`_begin` sent: pass it on, record it."""
         result = _call_result(reply)
         if isinstance(result, Exception):
@@ -156,11 +161,10 @@ class GuardedCalls:
             self._to_client(raw, rid, True)
         self._end(rid, call, result, None, raw, sent)
 
-    def _end(self, rid: Any, call: Remote, result: Json | None, exc: BaseException | None,
-             raw: bytes = b"", sent: bool = False) -> None:
-        """The guard's second half for a call :meth:`_begin` sent, and the client's answer."""
-        from .adapters.mcp import HaltError
-
+    def _end(self, rid: Any, call: PendingCall, result: Json | None,
+             exc: BaseException | None, raw: bytes = b"", sent: bool = False) -> None:
+        """The guard's second half for a call :meth:`_forward` sent, and the client's
+        answer."""
         try:
             outcome = self.middleware.end_json(call, result, exc)
         except HaltError as halt:
@@ -193,38 +197,19 @@ class GuardedCalls:
         self._finish(rid, error=_error(INTERNAL_ERROR, f"toolguard: internal error: {exc}"))
 
     async def _guarded(self, rid: Any, raw: bytes, message: Json, params: Json,
-                       begun: Any = None) -> None:
-        """A call the guard's task guards (see the module docstring); ``begun``: one that
-        :meth:`_begin` began and the pipeline goes on with."""
-        from .adapters.mcp import HaltError
-
+                       start: Any = None) -> None:
+        """A call the guard's task guards (see the module docstring): begun (``start``:
+        one that :meth:`_begin` began and handed over), sent upstream, its answer awaited
+        and recorded, all awaited (:meth:`_aend`)."""
         name: str = params["name"]
-        arguments = params.get("arguments")
-        answered: list[tuple[Any, bytes]] = []
-
-        async def run(args: dict[str, Any]) -> Mapping[str, Any]:
-            if self.up.gone is not None:
-                raise UpstreamGone(self.up.describe_gone())
-            forwards = self.middleware.guard.settings(name).forwards_idempotency_key
-            out = _outgoing(raw, message, args, current_idempotency_key() if forwards else None)
-            waiting: asyncio.Future[tuple[bytes, Json]] = self._loop.create_future()
-            self._calls[rid] = waiting
-            self._send_call(rid, out, message)
-            reply_raw, reply = await waiting
-            result = _call_result(reply)
-            if isinstance(result, Exception):
-                raise result
-            answered.append((result, reply_raw))
-            return result
-
         try:
-            if begun is None and not self.middleware.knows(name):
+            if start is None and not self.middleware.knows(name):
                 await self.learn_tools()
                 if self.middleware.knows(name) and self._begin(rid, raw, message, params):
                     return
-            outcome = await self.middleware.guard_json(
-                self.middleware.task_of(self.session_id), name, arguments, run,
-                _LinkAsker(cast("Link", self), rid), begun=begun)
+            begun = await self.middleware.abegin_json(
+                self.middleware.task_of(self.session_id), name, params.get("arguments"),
+                _LinkAsker(self, rid), start=start)
         except HaltError as halt:
             self._finish(rid, error=halt.error())
             return
@@ -234,8 +219,43 @@ class GuardedCalls:
         except Exception as exc:  # noqa: BLE001 - a bug must still answer the call
             self._internal(rid, name, exc)
             return
-        result, reply_raw = answered[0] if answered else (None, b"")
-        self._answer(rid, name, outcome, result, reply_raw, False)
+        if not isinstance(begun, PendingCall):  # the call does not run
+            self._finish(rid, result=begun)
+            return
+        if self.up.gone is not None:  # a failed call, as in _forward
+            await self._aend(rid, begun, None, UpstreamGone(self.up.describe_gone()))
+            return
+        waiting: asyncio.Future[tuple[bytes, Json]] = self._loop.create_future()
+        self._calls[rid] = waiting
+        self._send_call(rid, _outgoing(raw, message, begun.args, begun.forwarded_key),
+                        message)
+        try:
+            reply_raw, reply = await waiting
+        except OutcomeUnknown as why:  # the deadline passed, the upstream or client left
+            await self._aend(rid, begun, None, why)
+            return
+        except asyncio.CancelledError as cancel:  # the link closes: recorded, re-raised
+            await self._aend(rid, begun, None, cancel)
+            raise
+        result = _call_result(reply)
+        if isinstance(result, Exception):
+            await self._aend(rid, begun, None, result)
+        else:
+            await self._aend(rid, begun, result, None, reply_raw)
+
+    async def _aend(self, rid: Any, call: PendingCall, result: Json | None,
+                    exc: BaseException | None, raw: bytes = b"") -> None:
+        """:meth:`_end` for a call :meth:`_guarded` sent, in its task (a store that waits
+        on I/O records from a worker thread); a cancellation is recorded and re-raised."""
+        try:
+            outcome = await self.middleware.aend_json(call, result, exc)
+        except HaltError as halt:
+            self._finish(rid, error=halt.error())
+            return
+        except Exception as error:  # noqa: BLE001 - a bug must still answer the call
+            self._internal(rid, call.tool, error)
+            return
+        self._answer(rid, call.tool, outcome, result, raw, False)
 
     def _finish(self, rid: Any, *, result: Any = None, error: Json | None = None) -> None:
         self._guarding.discard(rid)

@@ -8,17 +8,20 @@ only when the proxy changes it. What the link acts on:
   roots so the upstream's own requests of that kind can reach the client); the client's
   capabilities are kept (elicitation). ``notifications/initialized`` is not passed on (the
   proxy sent its own).
-- ``tools/call``: through the guard. On the in-memory call path the guard's two halves run
-  in the link's own callbacks (:meth:`GuardMiddleware.begin_json` as the request arrives,
+- ``tools/call``: through the guard's two steps, :meth:`toolguard.Task.begin` and the
+  :class:`toolguard.PendingCall` it gives (``finish`` / ``fail`` / ``unknown``). On the
+  in-memory call path both run in the link's own callbacks
+  (:meth:`GuardMiddleware.begin_json` as the request arrives,
   :meth:`GuardMiddleware.end_json` as the upstream answers), with no task, coroutine or
   event-loop turn between a message and what it causes; otherwise (the tool not learnt yet,
-  an approval or a wait, an audit sink, a Redis store) a task runs
-  :meth:`GuardMiddleware.guard_json`, whose ``run`` sends the request upstream and awaits the
-  answer. Either way the request goes upstream as the client's bytes unless the guard changed
-  the arguments, and an allowed call's answer goes back as the upstream's bytes. When the
-  guard hands a success back unchanged (``Remote.final``) those bytes go to the client as
-  they arrive, and the guard records the call right after, in the same callback: the record
-  is off the round trip the client waits for, and no later message finds it missing.
+  an approval or a wait, an audit sink, a Redis store) a task begins the call
+  (:meth:`GuardMiddleware.abegin_json`), sends it upstream, awaits the answer and records
+  it (:meth:`GuardMiddleware.aend_json`). Either way the request goes upstream as the
+  client's bytes unless the guard changed the arguments, and an allowed call's answer goes
+  back as the upstream's bytes. When the guard hands a success back unchanged
+  (``PendingCall.final``) those bytes go to the client as they arrive, and the guard records
+  the call right after, in the same callback: the record is off the round trip the client
+  waits for, and no later message finds it missing.
 - ``tools/list`` answers: the tools are registered with the guard on their way through.
 - ``notifications/cancelled`` of a call: passed on; a guarded call waiting for the upstream
   stops waiting and gets no answer, as JSON-RPC wants. The upstream may have run it (a
@@ -27,11 +30,12 @@ only when the proxy changes it. What the link acts on:
   every call, and a notification cannot be answered).
 
 A guarded call sent upstream ends in one of two ways: its answer, or an unknown outcome
-(:class:`~toolguard._outcomes.OutcomeUnknown`, recorded as for a tool that raised
-``TimeoutError``, so an identical retry goes to review instead of running again) when the
-upstream goes away or breaks its stream (a frame over the limit), when no answer came within
-the call timeout (the upstream is then sent ``notifications/cancelled`` for it, as the MCP
-spec asks of a sender that stops waiting), or when the client cancels it. The guarded calls
+(:class:`~toolguard._outcomes.OutcomeUnknown`, reported with ``PendingCall.unknown``, as
+for a tool that raised ``TimeoutError``, so an identical retry goes to review instead of
+running again) when the upstream goes away or breaks its stream (a frame over the limit),
+when no answer came within the call timeout (the upstream is then sent
+``notifications/cancelled`` for it, as the MCP spec asks of a sender that stops waiting),
+or when the client cancels it. The guarded calls
 are :class:`~toolguard._mcp_calls.GuardedCalls`, a base of :class:`Link`.
 
 Everything else (resources, prompts, completions, logging, pings, notifications, progress, the
@@ -77,7 +81,7 @@ from ._mcp_ports import (
 from ._outcomes import OutcomeUnknown
 
 if TYPE_CHECKING:
-    from ._fast import Remote
+    from ._pending import PendingCall
     from .adapters.mcp import GuardMiddleware
 
 __all__ = ["PROXY_CAPABILITIES", "ClientPort", "Handler", "Link", "UpstreamFailed",
@@ -113,7 +117,7 @@ class Link(GuardedCalls):
         self._mine_up: dict[Any, asyncio.Future[Json]] = {}  # the proxy's requests upstream
         self._mine_down: dict[Any, asyncio.Future[Json]] = {}  # the proxy's to the client
         self._calls: dict[Any, asyncio.Future[tuple[bytes, Json]]] = {}  # guarded, forwarded
-        self._remote: dict[Any, Remote] = {}  # the same, begun in a callback (begin_json)
+        self._remote: dict[Any, PendingCall] = {}  # the same, begun in a callback
         # of both, by id: the loop time each times out at, in that order (one timeout)
         self._deadlines: dict[Any, float] = {}
         self._sweeper: asyncio.TimerHandle | None = None  # for the first of them

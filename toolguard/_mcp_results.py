@@ -13,6 +13,7 @@ from typing import Any
 import mcp.types as mt
 
 from ._errors import Halt
+from ._outcomes import OutcomeUnknown
 from ._results import ToolResult
 from ._types import Decision, Effect, IdempotencyScope
 
@@ -157,3 +158,23 @@ def _with_notice(result: Mapping[str, Any], notice: str | None) -> Mapping[str, 
 def error_result(text: str) -> dict[str, Any]:
     """A ``CallToolResult`` (JSON) with ``isError: true`` and one text block."""
     return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def report_of(result: Any, exc: BaseException | None
+              ) -> tuple[Mapping[str, Any] | None, Exception | None, str | None]:
+    """How :meth:`~toolguard.adapters.mcp.GuardMiddleware.end_json` reports a call
+    (``result``: the tool's ``CallToolResult`` as JSON; ``exc``: why there is none).
+
+    Returns:
+        ``(the tool's own error result, the failure to report, the reason of an unknown
+        outcome)``; neither of the last two: a success.
+    """
+    if exc is None:
+        failure = tool_failure(result)
+        return (None if failure is None else result), failure, None
+    if isinstance(exc, OutcomeUnknown):
+        return None, None, str(exc)
+    if isinstance(exc, Exception):
+        return None, exc, None
+    return None, None, (f"the call was interrupted ({type(exc).__name__}) after it was "
+                        "sent to the tool")

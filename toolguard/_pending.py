@@ -11,9 +11,10 @@ stagnation and the idempotency record on the real result) and return the same
 :class:`~toolguard.ToolResult`.
 
 Both halves are the call path's own: on a plain in-memory store the fused path's
-:func:`toolguard._fast.begin_remote` / :func:`~toolguard._fast.end_remote` (what the MCP
-proxy runs), otherwise the pipeline generator (:func:`toolguard._pipeline._pipeline`),
-suspended at its execute request and sent the outcome later. :meth:`PendingCall.detach` and
+:func:`toolguard._fast._memory_front` / :func:`~toolguard._fast._memory_record`
+(:func:`begin_nowait`: what the MCP proxy runs in its callbacks), otherwise the pipeline
+generator (:func:`toolguard._pipeline._pipeline`), suspended at its execute request and sent
+the outcome later. :meth:`PendingCall.detach` and
 :func:`attach` carry a begun call to another process (a hook command that runs once per
 event): the state it is recorded with, as JSON.
 """
@@ -23,23 +24,26 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Generator, Mapping
-from typing import TYPE_CHECKING, Any
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, cast
 
 from ._call import _Execute, _Handover, _Io, _Outcome, _Prepared
 from ._core import Verdict, halt_kind
 from ._errors import ToolGuardError
-from ._fast import Remote, _elsewhere, _memory_record, begin_remote, end_remote
+from ._fast import _elsewhere, _final, _memory_front, _memory_record
+from ._outcomes import forwarded_key
 from ._pipeline import _answer_async, _answer_sync, _origin, _recorded, _Start
 from ._results import ToolResult
-from ._types import ALLOW, Decision, RecordState
+from ._types import ALLOW, ENFORCE, Decision, RecordState
 from .stores._base import ApprovalRecord, IdempotencyRecord, Snapshot
+from .stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from ._approval import Approver
     from ._call import _Config
     from ._engine import Task
 
-__all__ = ["PendingCall", "abegin", "attach", "begin"]
+__all__ = ["PendingCall", "abegin", "attach", "begin", "begin_nowait"]
 
 _UNKNOWN = ("Error (unknown outcome): {reason} [the outcome is unknown: the action may or "
             "may not have happened; check before retrying]")
@@ -69,10 +73,19 @@ class PendingCall:
             result of :meth:`finish`), else ``None``.
         args: the validated arguments to run the tool with (``{}`` when it must not run).
         result: the guard's answer when the call must not run, else ``None``.
+        final: ``True`` when a success will come back unchanged: :meth:`finish` returns a
+            result whose ``content`` is the very value it was given (an allow with no
+            notice that no stagnation warn can reach), so a host may pass the value on
+            before it reports it. ``False``: the guard may add to it (or this path does
+            not know beforehand).
     """
 
-    __slots__ = ("_async", "_pipeline", "_remote", "_reported", "_start", "_state", "_task",
-                 "args", "call_id", "decision", "notice", "result", "tool")
+    __slots__ = ("_async", "_cfg", "_p", "_pipeline", "_reported", "_snap", "_start",
+                 "_state", "_store", "_task", "_verdict", "args", "call_id", "decision",
+                 "final", "notice", "result", "tool")
+    _cfg: _Config  # these three: set for the fused path's call (with _store)
+    _snap: Snapshot
+    _verdict: Verdict
 
     def __init__(self, task: Task, tool: str, result: ToolResult | None) -> None:
         self._task = task
@@ -82,22 +95,38 @@ class PendingCall:
         self.notice: str | None = None
         self.args: dict[str, Any] = {}
         self.call_id = result.call_id if result is not None else ""
-        self._remote: Remote | None = None
+        self.final = False
+        self._p: _Prepared | None = None
+        self._store: MemoryStore | None = None  # the fused in-memory path's call
         self._pipeline: Pipeline | None = None
         self._state: _Execute | None = None
         self._reported = result is not None
-        self._start = time.perf_counter()
+        self._start = perf_counter()
         self._async = False
 
-    def _runs(self, p: _Prepared, verdict: Verdict) -> None:
+    def _runs(self, p: _Prepared, verdict: Verdict | None) -> None:
+        """The call runs: ``verdict`` ``None`` in ``mode = "off"`` (nothing decided)."""
+        self._p = p
         self.args, self.call_id = p.args, p.call_id
-        self.decision, self.notice = verdict.decision, verdict.notice
-        self._start = time.perf_counter()
+        if verdict is not None:
+            self.decision, self.notice = verdict.decision, verdict.notice
+        self._start = perf_counter()
 
     @property
     def age_s(self) -> float:
         """Seconds since the call began (or was attached in this process)."""
-        return time.perf_counter() - self._start
+        return perf_counter() - self._start
+
+    @property
+    def forwarded_key(self) -> str | None:
+        """The idempotency key to send with the call when its tool forwards it (the
+        policy's ``forwards_idempotency_key``), as ``current_idempotency_key()`` gives it to
+        a tool that runs in this process, the same for a retry of a call whose outcome is
+        unknown; else ``None`` (also for a call that must not run)."""
+        p = self._p
+        if p is None or not p.entry.settings.forwards_idempotency_key:
+            return None
+        return forwarded_key(p.key, p.origin or p.call_id)
 
     def __repr__(self) -> str:
         state = "reported" if self._reported else "pending"
@@ -162,7 +191,7 @@ class PendingCall:
 
     def _outcome(self, cfg: _Config, value: Any, exc: Exception | None,
                  unknown: str | None) -> _Outcome:
-        took = time.perf_counter() - self._start
+        took = perf_counter() - self._start
         if unknown is not None:
             return _Outcome(content=_UNKNOWN.format(reason=unknown), success=False,
                             unknown=True, duration_s=took)
@@ -172,14 +201,14 @@ class PendingCall:
 
     def _report(self, value: Any, exc: Exception | None, unknown: str | None) -> ToolResult:
         self._claim()
-        remote = self._remote
-        if remote is not None:
-            if unknown is None:
-                return end_remote(remote, value, exc)
-            return _memory_record(self._task, remote.cfg, remote.store, remote.tool, remote.p,
-                                  remote.snap, remote.verdict, None,
-                                  self._outcome(remote.cfg, None, None, unknown), None,
-                                  remote.start)[0]
+        store = self._store
+        if store is not None:  # the fused path: _memory_record, as call(run=) records
+            cfg, p = self._cfg, self._p
+            assert p is not None  # a call that runs has it
+            failed = None if exc is None and unknown is None else self._outcome(
+                cfg, None, exc, unknown)
+            return _memory_record(self._task, cfg, store, self.tool, p, self._snap,
+                                  self._verdict, value, failed, None, self._start)[0]
         state = self._state
         assert state is not None  # a call that runs has one of the two
         outcome = self._outcome(state.cfg, value, exc, unknown)
@@ -218,9 +247,9 @@ class PendingCall:
             RuntimeError: the call must not run, or was reported already.
         """
         self._claim()
-        if self._remote is not None:
-            r = self._remote
-            p, snap, verdict, observed = r.p, r.snap, r.verdict, None
+        if self._store is not None:
+            assert self._p is not None
+            p, snap, verdict, observed = self._p, self._snap, self._verdict, None
         else:
             state = self._state
             assert state is not None
@@ -268,7 +297,7 @@ def attach(task: Task, state: Mapping[str, Any]) -> PendingCall | None:
 def begin(task: Task, tool: str, raw: Any, approver: Approver | None,
           resumed: bool = False) -> PendingCall:
     """``Task.begin``: the call path of ``task.call(tool, raw, run=...)`` up to running it."""
-    front = None if resumed else _front(task, tool, raw)
+    front = None if resumed else begin_nowait(task, tool, raw)
     if isinstance(front, PendingCall):
         return front
     pipeline = task._pipeline(tool, raw, _elsewhere, approver, resumed, front)
@@ -288,10 +317,11 @@ def begin(task: Task, tool: str, raw: Any, approver: Approver | None,
 
 
 async def abegin(task: Task, tool: str, raw: Any, approver: Approver | None,
-                 resumed: bool = False) -> PendingCall:
+                 resumed: bool = False, start: _Start | None = None) -> PendingCall:
     """``Task.abegin``: :func:`begin` under asyncio (approvers and waits awaited, a
-    store that waits on I/O called from a worker thread)."""
-    front = None if resumed else _front(task, tool, raw)
+    store that waits on I/O called from a worker thread); ``start``: a call
+    :func:`begin_nowait` began and handed over, to go on with."""
+    front = start if resumed or start is not None else begin_nowait(task, tool, raw)
     if isinstance(front, PendingCall):
         return front
     pipeline = task._pipeline(tool, raw, _elsewhere, approver, resumed, front)
@@ -311,21 +341,42 @@ async def abegin(task: Task, tool: str, raw: Any, approver: Approver | None,
     return pending
 
 
-def _front(task: Task, tool: str, raw: Any) -> PendingCall | _Start | None:
-    """The fused in-memory path's begin (:func:`toolguard._fast.begin_remote`, as the MCP
-    proxy runs it): a :class:`PendingCall`, or where the pipeline takes over (``None``:
-    from the start)."""
-    front = begin_remote(task, tool, raw)
-    if isinstance(front, Remote):
-        pending = PendingCall(task, front.p.entry.spec.name, None)
-        pending._runs(front.p, front.verdict)
-        pending._remote = front
-        return pending
-    if front is None:
+def begin_nowait(task: Task, tool: str, raw: Any) -> PendingCall | _Start | None:
+    """:func:`begin` as far as it goes without waiting for anything, for a host that
+    begins calls in a callback on an event loop (the MCP proxy): the fused in-memory
+    path's prepare, begin and decide (:func:`toolguard._fast._memory_front`).
+
+    Returns:
+        A :class:`PendingCall`; ``None`` where this path does not apply (an audit sink, a
+        mode other than enforce, a store other than a plain
+        :class:`~toolguard.stores.memory.MemoryStore`): nothing was counted, ``await
+        abegin(task, tool, raw, approver)``; or the begun call handed over, since it needs
+        what only the pipeline does (an approval, a wait, the failure budget): ``await
+        abegin(task, tool, raw, approver, start=it)`` goes on with it.
+
+    Raises:
+        Halt: the task halted, or halts with this call.
+        ToolGuardError: the store failed closed.
+    """
+    guard = task.guard
+    cfg = guard._config
+    store = guard._store
+    if (cfg.policy.mode is not ENFORCE or guard._sinks or type(store) is not MemoryStore
+            or not task._fast):
         return None
-    if front[0] is not None:
-        return PendingCall(task, front[0].tool, front[0])
-    return front[1]  # type: ignore[no-any-return]  # the begun call handed over
+    front = _memory_front(task, cfg, store, tool, raw, _elsewhere)
+    if len(front) == 3:
+        p, snap, verdict = front
+        pending = PendingCall(task, p.entry.spec.name, None)
+        pending._runs(p, verdict)
+        pending._store, pending._cfg, pending._snap, pending._verdict = store, cfg, snap, verdict
+        pending.final = _final(p, snap, verdict)
+        return pending
+    result, handed = front
+    if result is not None:
+        return PendingCall(task, result.tool, result)
+    p, snap = cast("tuple[_Prepared, Snapshot]", handed)  # the pipeline's now
+    return cfg, p, snap
 
 
 def _suspended(task: Task, pipeline: Pipeline, io: _Execute) -> PendingCall:

@@ -54,7 +54,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from toolguard._approval import ApprovalDecision, ApprovalRequest, approve, defer, reject
 from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, ToolGuardError
-from toolguard._fast import Remote, begin_remote, end_remote
 from toolguard._mcp_results import (
     HALT_ERROR_CODE,
     HaltError,
@@ -62,11 +61,13 @@ from toolguard._mcp_results import (
     UpstreamToolError,
     effects_of,
     error_result,
+    report_of,
     review_hint,
     to_result,
     tool_failure,
     tool_settings,
 )
+from toolguard._pending import PendingCall, abegin, begin_nowait
 
 __all__ = [
     "HALT_ERROR_CODE",
@@ -317,14 +318,9 @@ class GuardMiddleware:
 
     async def guard_json(self, task: Task, name: str, arguments: Any,
                          run: Callable[[dict[str, Any]], Awaitable[Mapping[str, Any]]],
-                         asker: Asker | None = None, *, begun: Any = None
-                         ) -> Mapping[str, Any]:
+                         asker: Asker | None = None) -> Mapping[str, Any]:
         """One ``tools/call`` through the guard, on JSON: ``run(validated arguments)`` returns
         the tool's ``CallToolResult`` as JSON (camelCase keys, as on the wire).
-
-        Args:
-            begun: the call :meth:`begin_json` began and handed over (``("pipeline",
-                begun)``), to go on with; ``None``: a new call.
 
         Returns:
             The ``CallToolResult`` for the client, as JSON. When the tool ran and the guard
@@ -346,11 +342,7 @@ class GuardMiddleware:
 
         token = _ASKER.set(asker)
         try:
-            if begun is None:
-                outcome = await task.acall(name, arguments, run=guarded_run)
-            else:
-                outcome = (await task._run_async(name, arguments, guarded_run, None, False,
-                                                 begun))[0]
+            outcome = await task.acall(name, arguments, run=guarded_run)
         except Halt as halt:
             raise HaltError(halt) from None
         except ToolGuardError as exc:  # the store failed closed, or an identical call runs on
@@ -359,48 +351,76 @@ class GuardMiddleware:
             _ASKER.reset(token)
         return to_result(outcome, errors.get("result"))
 
-    def begin_json(self, task: Task, name: str, arguments: Any
-                   ) -> tuple[str, Any]:
-        """:meth:`guard_json`'s first half, synchronously, for a caller that sends the call
-        on itself and is told of its answer in a callback (the MCP proxy): no task, no
-        coroutine, nothing awaited (the in-memory call path, :func:`toolguard._fast.
-        begin_remote`).
+    # -- the two halves, for a caller that sends the call on itself (the MCP proxy) --------
+    def begin_json(self, task: Task, name: str, arguments: Any) -> tuple[str, Any]:
+        """The guard's first half of a ``tools/call`` whose tool runs elsewhere,
+        synchronously, for a caller told of the tool's answer in a callback (the MCP
+        proxy): no task, no coroutine, nothing awaited (:func:`toolguard._pending.
+        begin_nowait`, the first half of :meth:`toolguard.Task.begin`).
 
         Returns:
-            ``("run", call)``: send ``call.args`` to the tool now, then pass its answer to
-            :meth:`end_json` (``call.final``: a success goes back unchanged, so it may be
-            passed on first, :data:`toolguard._context.RESULT_FINAL`);
+            ``("run", pending)``: a :class:`toolguard.PendingCall` to send on now
+            (``pending.args``; ``pending.final``: a success goes back unchanged, so it may
+            be passed on before :meth:`end_json` records it);
             ``("done", result)``: the call does not run, ``result`` is the client's
             ``CallToolResult`` (JSON);
-            ``("pipeline", begun)``: the call needs what only the pipeline does (an approval,
-            a wait): ``await guard_json(..., begun=begun)``;
+            ``("pipeline", start)``: the call needs what only the pipeline does (an
+            approval, a wait): ``await abegin_json(..., start=start)``;
             ``("acall", None)``: this path does not apply (an audit sink, a Redis store, a
-            mode other than enforce): ``await guard_json(...)``.
+            mode other than enforce); nothing was counted: ``await abegin_json(...)``.
 
         Raises:
             HaltError: as for :meth:`guard_json`.
         """
         try:
-            front = begin_remote(task, name, arguments)
+            front = begin_nowait(task, name, arguments)
         except Halt as halt:
             raise HaltError(halt) from None
         except ToolGuardError as exc:  # the store failed closed
             return "done", error_result(f"toolguard: {exc}")
         if front is None:
             return "acall", None
-        if isinstance(front, Remote):
+        if isinstance(front, PendingCall):
+            if front.result is not None:
+                return "done", to_result(front.result)
             return "run", front
-        outcome, begun = front
-        if outcome is None:
-            return "pipeline", begun
-        return "done", to_result(outcome)
+        return "pipeline", front
 
-    def end_json(self, call: Remote, result: Any, exc: BaseException | None = None
+    async def abegin_json(self, task: Task, name: str, arguments: Any,
+                          asker: Asker | None = None, *, start: Any = None
+                          ) -> PendingCall | Mapping[str, Any]:
+        """:meth:`begin_json` under asyncio (:meth:`toolguard.Task.abegin`: approvals asked
+        through ``asker``, waits awaited, a store that waits on I/O called from a worker
+        thread); ``start``: what ``("pipeline", start)`` of :meth:`begin_json` handed over.
+
+        Returns:
+            A :class:`toolguard.PendingCall` to send on now, or the client's
+            ``CallToolResult`` (JSON) of a call that does not run.
+
+        Raises:
+            HaltError: as for :meth:`guard_json`.
+        """
+        token = _ASKER.set(asker)
+        try:
+            pending = await abegin(task, name, arguments, None, False, start)
+        except Halt as halt:
+            raise HaltError(halt) from None
+        except ToolGuardError as exc:  # the store failed closed, or an identical call runs on
+            return error_result(f"toolguard: {exc}")
+        finally:
+            _ASKER.reset(token)
+        if pending.result is not None:
+            return to_result(pending.result)
+        return pending
+
+    def end_json(self, pending: PendingCall, result: Any, exc: BaseException | None = None
                  ) -> Mapping[str, Any]:
-        """:meth:`guard_json`'s second half for a ``("run", call)`` of :meth:`begin_json`:
-        record what the tool answered (``result``: its ``CallToolResult`` as JSON) or why it
-        did not (``exc``: an ``Exception`` is a failed call; anything else, e.g. a
-        cancellation, an unknown outcome, then re-raised).
+        """The guard's second half of a call :meth:`begin_json` or :meth:`abegin_json`
+        began: record what the tool answered (``result``: its ``CallToolResult`` as JSON;
+        ``isError``: a failed call) or why it did not (``exc``: an
+        :class:`~toolguard.OutcomeUnknown` or anything not an ``Exception``, e.g. a
+        cancellation, is an unknown outcome, the latter re-raised once recorded; another
+        ``Exception``, a failed call).
 
         Returns:
             The ``CallToolResult`` for the client, as :meth:`guard_json` returns it (the
@@ -409,16 +429,40 @@ class GuardMiddleware:
         Raises:
             HaltError: as for :meth:`guard_json`.
         """
-        tool_error: Mapping[str, Any] | None = None
-        if exc is None:
-            exc = tool_failure(result)
-            tool_error = None if exc is None else result
+        tool_error, failure, unknown = report_of(result, exc)
         try:
-            outcome = end_remote(call, result, exc)
+            if unknown is not None:
+                outcome = pending.unknown(unknown)
+            elif failure is not None:
+                outcome = pending.fail(failure)
+            else:
+                outcome = pending.finish(result)
         except Halt as halt:
             raise HaltError(halt) from None
         except ToolGuardError as error:  # the store failed closed
             return error_result(f"toolguard: {error}")
+        if exc is not None and not isinstance(exc, Exception):
+            raise exc
+        return to_result(outcome, tool_error)
+
+    async def aend_json(self, pending: PendingCall, result: Any,
+                        exc: BaseException | None = None) -> Mapping[str, Any]:
+        """:meth:`end_json` under asyncio (a store that waits on I/O is called from a worker
+        thread)."""
+        tool_error, failure, unknown = report_of(result, exc)
+        try:
+            if unknown is not None:
+                outcome = await pending.aunknown(unknown)
+            elif failure is not None:
+                outcome = await pending.afail(failure)
+            else:
+                outcome = await pending.afinish(result)
+        except Halt as halt:
+            raise HaltError(halt) from None
+        except ToolGuardError as error:  # the store failed closed
+            return error_result(f"toolguard: {error}")
+        if exc is not None and not isinstance(exc, Exception):
+            raise exc
         return to_result(outcome, tool_error)
 
     async def _learn(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> None:
