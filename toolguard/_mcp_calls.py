@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ._mcp_frames import UNKNOWN_OUTCOME
 from ._mcp_ports import (
@@ -33,7 +33,6 @@ from ._task import current_idempotency_key
 
 if TYPE_CHECKING:
     from ._fast import Remote
-    from ._mcp_link import Link
     from ._mcp_ports import UpstreamPort
     from .adapters.mcp import GuardMiddleware
 
@@ -48,6 +47,7 @@ class GuardedCalls:
     middleware: GuardMiddleware
     session_id: str | None
     call_timeout_s: float
+    client_caps: Json
     _loop: asyncio.AbstractEventLoop
     _calls: dict[Any, asyncio.Future[tuple[bytes, Json]]]
     _remote: dict[Any, Remote]
@@ -62,6 +62,7 @@ class GuardedCalls:
         def _close_request(self, rid: Any) -> None: ...
         def _send(self, rid: Any, *, result: Any = None, error: Json | None = None) -> None: ...
         async def learn_tools(self, timeout_s: float | None = None) -> None: ...
+        async def ask_client(self, method: str, params: Json, related: Any) -> Json: ...
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = self._loop.create_task(coro)
@@ -224,7 +225,7 @@ class GuardedCalls:
                     return
             outcome = await self.middleware.guard_json(
                 self.middleware.task_of(self.session_id), name, arguments, run,
-                _LinkAsker(cast("Link", self), rid), begun=begun)
+                _LinkAsker(self, rid), begun=begun)
         except HaltError as halt:
             self._finish(rid, error=halt.error())
             return

@@ -21,8 +21,6 @@ import orjson
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ._mcp_link import Link
-
 __all__ = ["ClientPort", "UpstreamFailed", "UpstreamGone", "UpstreamPort", "dumps",
            "handshake"]
 
@@ -163,11 +161,20 @@ class _UpstreamCallError(Exception):
     """The upstream answered ``tools/call`` with a JSON-RPC error."""
 
 
+class _ClientSide(Protocol):
+    """What :class:`_LinkAsker` needs of a link (:class:`toolguard._mcp_link.Link`): the
+    client's capabilities and a request of the proxy's own to the client."""
+
+    client_caps: Json
+
+    async def ask_client(self, method: str, params: Json, related: Any) -> Json: ...
+
+
 class _LinkAsker:
     """:class:`toolguard.adapters.mcp.Asker` on a link: an elicitation request of the proxy's
     own to the client, related to the call."""
 
-    def __init__(self, link: Link, rid: Any) -> None:
+    def __init__(self, link: _ClientSide, rid: Any) -> None:
         self._link = link
         self._rid = rid
 
