@@ -29,7 +29,7 @@ NOT_YET_MOVED: frozenset[str] = frozenset({
     "_hook_server", "_hooks", "_inflight", "_injected", "_integration", "_json_text",
     "_ladder_order", "_limits", "_lock", "_loops", "_mcp_calls", "_mcp_frames",
     "_mcp_http_listener", "_mcp_http_upstream", "_mcp_link", "_mcp_ports", "_mcp_proxy",
-    "_mcp_results", "_mcp_wire", "_normalize", "_outcomes", "_pending", "_pipeline",
+    "_mcp_results", "_mcp_wire", "_normalize", "_pending", "_pipeline",
     "_policy", "_policy_checks", "_policy_layers", "_policy_loader", "_prepare", "_record",
     "_redact", "_regex", "_replay_cli", "_resolve", "_schema", "_schema_words", "_settings",
     "_shell", "_shell_git", "_shell_programs", "_shell_readers", "_shell_walk",
