@@ -9,7 +9,7 @@ import enum
 import math
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
@@ -18,9 +18,20 @@ from ._errors import CanonicalizationError
 if TYPE_CHECKING:
     import decimal
 
-    from ._policy import ArgOptions
-
 __all__ = ["apply_arg_options", "canonicalize", "fields_of", "normalize_path"]
+
+
+class ArgOptions(Protocol):
+    """What the walk reads of one argument's policy options (``toolguard._policy.ArgOptions``,
+    the ``[tools.X.args.NAME]`` table): a protocol, so that hashing does not import the policy."""
+
+    @property
+    def ignore(self) -> bool: ...
+    @property
+    def normalize(self) -> str | None: ...
+    @property
+    def case(self) -> str: ...
+
 
 _I64_MIN: Final = -(2**63)
 _U64_MAX: Final = 2**64 - 1

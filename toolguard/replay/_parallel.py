@@ -20,13 +20,10 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from ._model import Run
 from ._records import Outcome, RunReport, failed
-
-if TYPE_CHECKING:
-    from ._runner import _Replayer
 
 __all__ = ["BATCH_CALLS", "pooled"]
 
@@ -37,6 +34,13 @@ BATCH_CALLS = 512  # not Final: a test sends small batches
 replay, few enough to keep every worker busy till the end."""
 
 _IN_FLIGHT_PER_JOB: Final = 2
+
+
+class _Replayer(Protocol):
+    """What a worker needs of the replay (:class:`toolguard.replay._runner._Replayer`, which
+    pickles into each worker): replay the ``number``-th run."""
+
+    def outcome(self, number: int, run: Run) -> Outcome: ...
 
 _worker: list[_Replayer] = []  # the replayer of this worker process
 

@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import redis
 from redis.exceptions import NoScriptError
@@ -26,7 +26,28 @@ from ._base import FinishRequest
 from ._redis_scripts import _ABANDON_SCRIPT, _LOST
 
 if TYPE_CHECKING:
-    from .redis import RedisStore
+    from redis.cluster import RedisCluster
+
+
+
+class StoreState(Protocol):
+    """What recovery reads and writes of a :class:`toolguard.stores.RedisStore`: its tables,
+    under its lock, and its connection (a protocol, so that this module does not import the
+    store)."""
+
+    _lock: threading.Lock
+    _orphans: dict[tuple[str, str], bytes]
+    _unrecorded: dict[str, list[FinishRequest]]
+    _where: str
+    _timeout_s: float
+    _recovering: bool
+    _closed: bool
+
+    def _here(self) -> redis.Redis | RedisCluster: ...
+    def _count(self) -> None: ...
+    def _keys(self, task_id: str, record_key: str = "") -> list[str]: ...
+    def _finish_now(self, task_id: str, req: FinishRequest) -> None: ...
+
 
 _MAX_TASKS: Final = 65_536  # tasks one store remembers a generation (and pending writes) of
 _MAX_UNRECORDED: Final = 64  # outcomes kept per task while Redis does not take them
@@ -76,7 +97,7 @@ def _write_unrecorded(unrecorded: dict[str, list[FinishRequest]], lock: threadin
         pending.pop(0)
 
 
-def recover_soon(store: RedisStore) -> None:
+def recover_soon(store: StoreState) -> None:
     """Start ``store``'s recovery thread unless it is running (see the module docstring)."""
     with store._lock:
         if store._recovering:
@@ -86,7 +107,7 @@ def recover_soon(store: RedisStore) -> None:
                      name="toolguard-redis-recovery").start()
 
 
-def _recover(ref: weakref.ref[RedisStore]) -> None:
+def _recover(ref: weakref.ref[StoreState]) -> None:
     """Until the store's tables are empty (or it is closed or gone): write its kept outcomes,
     then give up its lost claims, pausing longer after each round that Redis did not take.
 
@@ -126,7 +147,7 @@ def _recover(ref: weakref.ref[RedisStore]) -> None:
         del store  # a store nobody else holds may go while this thread sleeps
 
 
-def abandon(store: RedisStore, task_id: str, key: str, tails: bytes) -> int:
+def abandon(store: StoreState, task_id: str, key: str, tails: bytes) -> int:
     """Give up the claims of ``key`` whose begin replies were lost (their record ``tails``):
     1 given up, 0 no record, 2 a record that is no such claim (see ``_ABANDON``).
 
