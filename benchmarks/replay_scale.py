@@ -13,9 +13,10 @@ Usage::
 Each replay is the real command (``python -m toolguard.cli replay FILE --format json``, the
 report to /dev/null) in a child process; its CPU (user + system, the workers' included) and
 peak RSS come from ``wait4``. The floor is ``orjson.loads`` of the same file in a child
-process of its own (per line for JSONL, the whole document for the chat list). Targets: peak RSS for 1M calls
-at most 150 MB and within 1.2x of 100k; CPU per call at most 12x the parse; ``--jobs 2`` at
-least 1.7x the throughput of ``--jobs 1`` (meaningful on an otherwise idle 2-core machine).
+process of its own (per line for JSONL, the whole document for the chat list). Targets: peak
+RSS for 1M calls at most 150 MB and within 1.2x of 100k; CPU per call at most 12x the parse;
+``--jobs 2`` at least 1.7x the throughput of ``--jobs 1`` (meaningful on an otherwise idle
+2-core machine).
 """
 
 from __future__ import annotations
