@@ -105,6 +105,9 @@ def measure(calls: int, folder: Path, jobs2: bool) -> list[dict[str, Any]]:
             row["jobs2_speedup"] = round((one["wall_s"] - base["wall_s"])
                                          / max(two["wall_s"] - base["wall_s"], 1e-9), 2)
             row["jobs2_rss_mb"] = round(two["rss_mb"], 1)
+            # the CPU the workers and the reader spend over one process's: the cost of
+            # parallelism itself, which the wall-clock speedup hides on a busy machine
+            row["jobs2_cpu_vs_1"] = round((two["cpu_s"] - base["cpu_s"]) / cpu, 2)
         rows.append(row)
         path.unlink()
     return rows
