@@ -17,6 +17,7 @@ from typing import Any, Final, TypeAlias
 
 from toolguard._errors import ToolGuardError
 from toolguard._json_text import load_json
+from toolguard._results import _fast_constructor
 
 from ._reading import HEAD_BYTES, _lines, _loads
 
@@ -92,6 +93,11 @@ class RecordedCall:
     def arguments(self) -> Mapping[str, Any] | str | None:
         """What the guard receives: ``raw_args`` when recorded, else ``args``."""
         return self.raw_args if self.raw_args is not None else self.args
+
+
+new_call: Final[Callable[..., RecordedCall]] = _fast_constructor(RecordedCall)
+"""``RecordedCall(...)`` (its fields in order) without the frozen dataclass's per-field
+``object.__setattr__``: one per recorded call."""
 
 
 @dataclass(frozen=True, slots=True)
