@@ -256,7 +256,7 @@ def test_the_progress_search_behind_its_lookahead_finds_what_the_plain_pattern_f
     digits and case folds included)."""
     import re
 
-    from toolguard._normalize import _PROGRESS, _progress, progress_marks
+    from toolguard._progress_marks import _PROGRESS, _progress, progress_marks
 
     assert _progress()[0].findall(text) == re.findall(_PROGRESS, text)
     assert progress_marks(text) == progress_marks((text + "x")[:-1])  # remembered or not
