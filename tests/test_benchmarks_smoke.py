@@ -79,3 +79,5 @@ def test_the_replay_scale_benchmark_smoke_run_reports_every_figure(tmp_path: Pat
     assert result["smoke"] is True
     assert {r["format"] for r in result["rows"]} == {"trace", "chat"}
     assert result["targets"]["trace"].keys() >= {"rss_ok", "cpu_ok", "jobs2_ok"}
+    trace = next(r for r in result["rows"] if r["format"] == "trace")
+    assert trace["jobs2_cpu_vs_1"] > 0 and trace["rss_mb"] > 0

@@ -238,3 +238,53 @@ def test_each_kind_of_volatile_part_passes_its_prefilter(text: str) -> None:
 
     assert _both_passes(text) != text
     assert _strip_volatile(text) == _both_passes(text)
+
+
+_PROGRESS_PIECES = st.sampled_from([
+    "42", "%", " %", "3/10", " / ", "of", " of ", "step ", "Stage ", "PHASE ", "page", "part ",
+    "batch ", "epoch ", "iteration ", "chunk ", "processed", "Completed", "done", "finished",
+    "downloaded", "uploaded", "indexed", "copied", "transferred", "written", "remaining",
+    "progress", "count", "counter", "status", "State", "=", ": ", "'", '"', "running", "٣",
+    "\u017f", "\u212a", "\u0130", "\u0131", "x", " ", "\n", ".", "5.5", "_", "-"])
+
+
+@given(st.lists(st.one_of(_PROGRESS_PIECES, st.text(max_size=8)), max_size=40).map("".join))
+@settings(max_examples=800, deadline=None)
+def test_the_progress_search_behind_its_lookahead_finds_what_the_plain_pattern_finds(
+        text: str) -> None:
+    """The lookahead only lets re skip positions where no alternative can start (Unicode
+    digits and case folds included)."""
+    import re
+
+    from toolguard._progress_marks import _PROGRESS, _progress, progress_marks
+
+    assert _progress()[0].findall(text) == re.findall(_PROGRESS, text)
+    assert progress_marks(text) == progress_marks((text + "x")[:-1])  # remembered or not
+
+
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=20)), max_size=40).map("".join))
+@settings(max_examples=300, deadline=None)
+def test_a_normaliser_remembers_a_text_as_it_normalised_it(text: str) -> None:
+    fresh = normalizer_for(ResultPolicy(ignore=("[0-9]+ items",)))
+    once = fresh(text)
+    assert fresh(text) == once == fresh._normalized(text)
+    assert fresh((text + "x")[:-1]) == once  # an equal text, another object
+
+
+def test_a_normaliser_remembers_short_plain_texts_only_and_a_bounded_number() -> None:
+    from toolguard._normalize import TEXT_MEMO_CHARS, TEXT_MEMO_ENTRIES, ResultNormalizer
+
+    class Text(str):
+        pass
+
+    normalizer = ResultNormalizer(True, None, (), ResultPolicy())
+    assert normalizer("took 5 ms") == normalizer("took 5 ms") == "took <duration>"
+    assert normalizer._memo == {"took 5 ms": "took <duration>"}
+    assert normalizer("x" * TEXT_MEMO_CHARS + " 5 ms").endswith("<duration>")
+    assert normalizer(Text("took 6 ms")) == "took <duration>"
+    assert normalizer({"a": "took 7 ms"}) == {"a": "took <duration>"}
+    assert len(normalizer._memo) == 1  # neither the long text, the subclass nor the dict
+    for i in range(TEXT_MEMO_ENTRIES + 10):
+        normalizer(f"note {i}")
+    assert 0 < len(normalizer._memo) <= TEXT_MEMO_ENTRIES
+    assert normalizer == ResultNormalizer(True, None, (), ResultPolicy())  # memo aside

@@ -29,12 +29,14 @@ in the result's length (``benchmarks/``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
+
+from ._progress_marks import progress_marks
 
 if TYPE_CHECKING:  # pydantic loads with the first policy, re2 with the first ignore
     from ._policy import ResultPolicy
@@ -152,13 +154,21 @@ def _strip_volatile(text: str) -> str:
     lookahead and pays ~30 ns per character on text with nothing to replace (most tool
     output: 93% of the coding-agent set's result text has no candidate). One scan for the
     union of both prefilters comes first, so text without any candidate is read once, not
-    twice. Without RE2 both passes always run; the result is the same either way."""
+    twice. The prefilters search the text's UTF-8 bytes, encoded once (a ``str`` argument
+    costs the RE2 binding an encoding and an offset translation per search, ~3x the search
+    itself on a short result). Without RE2 both passes always run; the result is the same
+    either way."""
     volatile, ids, either = _prefilters()
-    if either is not None and either.search(text) is None:
+    if either is None:
+        return _IDS.sub(_volatile, _VOLATILE.sub(_volatile, text))
+    encoded = text.encode()
+    if not either(encoded):
         return text  # neither pass has a candidate (one scan for both: most tool output)
-    if volatile is None or volatile.search(text) is not None:
-        text = _VOLATILE.sub(_volatile, text)
-    if ids is None or ids.search(text) is not None:
+    if volatile(encoded):
+        stripped = _VOLATILE.sub(_volatile, text)
+        if stripped != text:
+            text, encoded = stripped, stripped.encode()
+    if ids(encoded):
         text = _IDS.sub(_volatile, text)
     return text
 
@@ -168,10 +178,12 @@ _strip_remembered = lru_cache(maxsize=STRIP_MEMO_ENTRIES)(_strip_volatile)
 
 @lru_cache(maxsize=1)
 def _prefilters() -> tuple[Any, Any, Any]:
-    """RE2 patterns that find a substring of every match of :data:`_VOLATILE` (resp.
-    :data:`_IDS`), alternative by alternative; a superset (no lookaround, context words
-    without their word boundary, Unicode digits and Python's whitespace); and their union
-    (a match of either). ``(None, None, None)`` without ``google-re2``."""
+    """Tests (:func:`_finder`: UTF-8 bytes in, whether there is a match out) by RE2 patterns
+    that find a substring of every match of :data:`_VOLATILE` (resp. :data:`_IDS`),
+    alternative by alternative; a superset (no lookaround, context words without their word
+    boundary, Unicode digits and Python's whitespace); and their union (a match of either).
+    The patterns are Unicode-aware on bytes as on a ``str``. ``(None, None, None)`` without
+    ``google-re2``."""
     try:
         import re2
     except ImportError:  # pragma: no cover - the wheel exists where CI runs
@@ -194,7 +206,21 @@ def _prefilters() -> tuple[Any, Any, Any]:
         rf"(?:localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1?\]):{d}{{2}}",
     ))
     ids = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}|0x[0-9a-fA-F]{4}|[0-9a-f]{12}|[0-9A-F]{12}"
-    return re2.compile(volatile), re2.compile(ids), re2.compile(f"(?:{volatile})|(?:{ids})")
+    anchor = getattr(getattr(re2, "_Anchor", None), "UNANCHORED", None)
+    return (_finder(re2.compile(volatile.encode()), anchor),
+            _finder(re2.compile(ids.encode()), anchor),
+            _finder(re2.compile(f"(?:{volatile})|(?:{ids})".encode()), anchor))
+
+
+def _finder(compiled: Any, anchor: Any) -> Callable[[bytes], bool]:
+    """Whether ``compiled`` (an RE2 pattern of bytes) finds a match in a text: by the
+    binding's compiled ``RE2`` object when it has the one google-re2 1.x has (``search``
+    adds a generator and a match object in Python: ~2/3 of a prefilter's cost on a short
+    result), else by ``search``."""
+    raw = getattr(getattr(compiled, "_regexp", None), "Match", None)
+    if raw is None or anchor is None:  # pragma: no cover - another binding's internals
+        return lambda text: compiled.search(text) is not None
+    return lambda text: raw(anchor, text, 0, len(text))[0][0] != -1
 
 
 # -- field paths -------------------------------------------------------------------------------
@@ -302,12 +328,25 @@ MAX_NORMALIZED_CHARS: Final = 256 * 1024
 linear but cost ~0.1-0.4 µs per character; a result that large rarely repeats anyway)."""
 
 
+TEXT_MEMO_CHARS: Final = 16 * 1024
+"""Text results up to this length are normalised once per distinct text and normaliser
+(:class:`ResultNormalizer`)."""
+TEXT_MEMO_ENTRIES: Final = 512
+"""Distinct texts a normaliser remembers (then it starts again, empty): at most ~16 MB of
+text with their normalised forms."""
+
+
 @dataclass(frozen=True, slots=True)
 class ResultNormalizer:
     """A tool's compiled :class:`~toolguard.policy.ResultPolicy` (see the module docstring).
 
     Calling it returns the normalised form of a result, to be digested; never the input
-    changed in place. Thread-safe (immutable).
+    changed in place. Thread-safe (immutable but for its memo: a ``str`` result of at most
+    :data:`TEXT_MEMO_CHARS` characters is normalised once and remembered, for the
+    :data:`TEXT_MEMO_ENTRIES` latest distinct texts. The same text comes back within a
+    task, as a poll or the same error, or as the progress check's second look at a result,
+    and across the runs of a replay, which all share one normaliser per policy; the
+    normalisation is pure, so a remembered form is the one it would compute).
     """
 
     strip_volatile: bool
@@ -315,8 +354,21 @@ class ResultNormalizer:
     fields: tuple[tuple[_Step, ...], ...]
     source: ResultPolicy
     transient: PolicyRegex | None = None
+    _memo: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, value: Any) -> Any:
+        if type(value) is str and len(value) <= TEXT_MEMO_CHARS:
+            memo = self._memo
+            known = memo.get(value)
+            if known is None:
+                known = self._normalized(value)
+                if len(memo) >= TEXT_MEMO_ENTRIES:
+                    memo.clear()  # one atomic step: threads may share the normaliser
+                memo[value] = known
+            return known
+        return self._normalized(value)
+
+    def _normalized(self, value: Any) -> Any:
         if isinstance(value, str):
             if self.fields and value.lstrip()[:1] in ("{", "["):
                 parsed = self._json(value)
@@ -394,79 +446,3 @@ def default_normalizer() -> ResultNormalizer:
     from ._policy import ResultPolicy
 
     return normalizer_for(ResultPolicy())
-
-
-# -- explicit progress -------------------------------------------------------------------------
-# What a result says about how far a job got: a percentage, a ratio, "step k of n", a counter
-# after a word that says what it counts, a status. Matched in a normalised text (timestamps
-# and ids are placeholders by then), so a clock or an id never reads as progress.
-# One pass, on RE2 when it is installed (linear and ~20x faster than Python's re on text
-# without a match, which most results are), else on re: no lookaround, so both engines run
-# the same pattern.
-_PROGRESS: Final = (
-    r"(?i)\d+(?:\.\d+)?\s?%|\b\d+\s?/\s?\d+\b|\b\d+\s+of\s+\d+\b"
-    r"|\b(?:step|stage|phase|page|part|batch|epoch|iteration|chunk)\s+\d+"
-    r"(?:\s*(?:of|/)\s*\d+)?"
-    r"|\b(?:processed|completed|complete|done|finished|downloaded|uploaded|indexed|copied"
-    r"|transferred|written|remaining|progress|count|counter)[\"']?\s*[:=]?\s*\d+(?:\.\d+)?"
-    r"|\b(?:status|state|phase|stage)[\"']?\s*[:=]\s*[\"']?[a-z][\w-]*"
-)
-
-
-PROGRESS_MAX_CHARS: Final = 4096
-"""Texts longer than this are not searched for progress marks: a status or a progress line
-is short, and a long output (a file, a test log) changes for other reasons."""
-_RE2_FROM_CHARS: Final = 256  # below, re's call costs less than the RE2 binding's
-
-
-@lru_cache(maxsize=1)
-def _progress() -> tuple[Any, Any]:
-    """:data:`_PROGRESS` compiled with re, and with RE2 (``google-re2``) when installed."""
-    compiled = re.compile(_PROGRESS)
-    try:
-        import re2
-    except ImportError:  # pragma: no cover - the wheel exists where CI runs
-        return compiled, compiled
-    return compiled, re2.compile(_PROGRESS)
-
-
-_PROGRESS_KEYS: Final = frozenset({
-    "progress", "percent", "percentage", "pct", "completed", "complete", "done", "finished",
-    "processed", "remaining", "current", "step", "stage", "phase", "status", "state", "count",
-    "position", "offset", "page",
-})
-_PROGRESS_DEPTH: Final = 8
-
-
-def progress_marks(normalized: Any) -> tuple[str, ...]:
-    """The explicit progress fields of a normalised result, in order: in text, each
-    percentage (``42%``), ratio (``3/10``), ``step k [of n]``, ``k of n``, counter after a
-    word saying what it counts (``processed: 120``) and status (``status: running``); in a
-    JSON value, the scalar values of keys that name progress (``progress``, ``percent``,
-    ``done``, ``remaining``, ``status``, ``state``, ``step``, ...), at any depth, as
-    ``key=value``, and the marks of its strings (each of at most
-    :data:`PROGRESS_MAX_CHARS` characters).
-
-    Two results with other marks moved (a poll from 1% to 15%, a status from ``queued`` to
-    ``running``); equal marks, or none, say nothing. Pure; linear in the result's size.
-    """
-    marks: list[str] = []
-    _collect(normalized, marks, 0)
-    return tuple(marks)
-
-
-def _collect(value: Any, marks: list[str], depth: int) -> None:
-    if isinstance(value, str):
-        if len(value) <= PROGRESS_MAX_CHARS:
-            pattern = _progress()[len(value) >= _RE2_FROM_CHARS]
-            marks.extend(" ".join(m.lower().split()) for m in pattern.findall(value))
-    elif depth < _PROGRESS_DEPTH and isinstance(value, dict):
-        for key, item in value.items():
-            if (isinstance(key, str) and key.lower() in _PROGRESS_KEYS
-                    and isinstance(item, (str, int, float, bool))):
-                marks.append(f"{key}={item}")
-            else:
-                _collect(item, marks, depth + 1)
-    elif depth < _PROGRESS_DEPTH and isinstance(value, list):
-        for item in value:
-            _collect(item, marks, depth + 1)

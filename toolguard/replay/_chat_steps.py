@@ -17,6 +17,7 @@ from ._model import (
     Step,
     UserTurn,
     arguments,
+    new_call,
     run_id,
     short,
     usage,
@@ -97,7 +98,8 @@ def chat_steps(messages: list[Any], line: int | None, *,
         position = positions.pop(0)
         call = steps[position]
         assert isinstance(call, RecordedCall)  # positions index calls only
-        steps[position] = replace(call, result=content, is_error=error)
+        steps[position] = new_call(call.tool, call.args, call.raw_args, content, error,
+                                   call.timeout, call.batch, call.elapsed_s, call.line)
 
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
@@ -163,7 +165,7 @@ def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise Malformed(f"message {i}: a tool call without function.name")
         args, raw = arguments(function.get("arguments"), None)
-        calls.append((str(tc.get("id")), RecordedCall(function["name"], args, raw, line=line)))
+        calls.append((str(tc.get("id")), new_call(function["name"], args, raw, line=line)))
     legacy = m.get("function_call")
     if legacy is not None:  # the deprecated function-calling API: one call, no id; it is
         # answered by the next "function" message with its name
@@ -171,7 +173,7 @@ def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
             raise Malformed(f"message {i}: a function_call without a name")
         args, raw = arguments(legacy.get("arguments"), None)
         calls.append((("function_call", legacy["name"]),
-                      RecordedCall(legacy["name"], args, raw, line=line)))
+                      new_call(legacy["name"], args, raw, line=line)))
     content = m.get("content")
     for block in content if isinstance(content, list) else []:
         if not (isinstance(block, dict) and block.get("type") == "tool_use"):
@@ -180,5 +182,5 @@ def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
         if not isinstance(block.get("name"), str):
             raise Malformed(f"message {i}: a tool_use block without a name")
         args, raw = arguments(block.get("input"), None)
-        calls.append((str(block.get("id")), RecordedCall(block["name"], args, raw, line=line)))
+        calls.append((str(block.get("id")), new_call(block["name"], args, raw, line=line)))
     return calls, anthropic

@@ -17,6 +17,7 @@ from typing import Any, Final, TypeAlias
 
 from toolguard._errors import ToolGuardError
 from toolguard._json_text import load_json
+from toolguard._results import _fast_constructor
 
 from ._reading import HEAD_BYTES, _lines, _loads
 
@@ -92,6 +93,22 @@ class RecordedCall:
     def arguments(self) -> Mapping[str, Any] | str | None:
         """What the guard receives: ``raw_args`` when recorded, else ``args``."""
         return self.raw_args if self.raw_args is not None else self.args
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its fields in order (``--jobs`` sends every call to a worker; a frozen
+        slotted dataclass's own state functions cost ~3x that)."""
+        return _unpickled_call, (self.tool, self.args, self.raw_args, self.result, self.is_error,
+                          self.timeout, self.batch, self.elapsed_s, self.line)
+
+
+new_call: Final[Callable[..., RecordedCall]] = _fast_constructor(RecordedCall)
+"""``RecordedCall(...)`` (its fields in order) without the frozen dataclass's per-field
+``object.__setattr__``: one per recorded call."""
+
+
+def _unpickled_call(*fields: Any) -> RecordedCall:
+    """:data:`new_call` under a name pickle can find."""
+    return new_call(*fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,13 +33,22 @@ from toolguard._errors import Halt, PolicyError
 from toolguard._policy import AuditPolicy, Policy, ToolPolicy
 from toolguard._policy_loader import load_policy_dict
 from toolguard._redact import redact, redact_text
-from toolguard._results import ToolResult, _fast_constructor
+from toolguard._results import ToolResult
 from toolguard._types import Decision, Effect, Mode
 from toolguard.stores.memory import MemoryStore
 from toolguard.testing import FakeClock, auto_defer
 
 from ._model import RecordedCall, ReplayInputError, Run, Step, TokenUsage, UserTurn
-from ._records import Outcome, ReplayReport, RunReport, StepReport, Totals, excerpt, failed
+from ._records import (
+    Outcome,
+    ReplayReport,
+    RunReport,
+    StepReport,
+    Totals,
+    excerpt,
+    failed,
+    new_step,
+)
 
 __all__ = ["Outcome", "ReplayReport", "RunReport", "StepReport", "Totals", "policy_with_effects",
            "replay_runs", "replay_stream"]
@@ -298,14 +307,11 @@ def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy
         # got instead may quote a recorded result (a cached one), so it is redacted
         shown = _details(call, audit, result.notice or "" if result.decision.executed
                          else _redacted(_text(result.content)))
-    return _new_step(index, call.tool, result.args_hash, result.effect, result.decision,
+    return new_step(index, call.tool, result.args_hash, result.effect, result.decision,
                      result.reason, result.count, call.arguments, call.line, audit, stale,
                      shown)
 
 
-_new_step: Final[Callable[..., StepReport]] = _fast_constructor(StepReport)
-"""``StepReport(...)`` (its fields in order) without the frozen dataclass's per-field
-``object.__setattr__``: one per replayed call."""
 
 _DETAIL_CHARS: Final = 400
 

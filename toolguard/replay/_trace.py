@@ -19,24 +19,22 @@ The file is read line by line and each run is handed on as soon as the next head
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
-
-from toolguard._results import _fast_constructor
 
 from ._chat_steps import CHAT_KEYS, chat_run
 from ._model import (
     RUN_ID_KEYS,
     Malformed,
     Reader,
-    RecordedCall,
     Run,
     Source,
     Step,
     arguments,
     model_name,
+    new_call,
     run_id,
     seconds,
     usage,
@@ -108,9 +106,6 @@ def _is_usage_line(value: Mapping[str, Any]) -> bool:
 
 
 _HEADER_KEYS: Final = frozenset({"effects", *RUN_ID_KEYS})
-_new_call: Final[Callable[..., RecordedCall]] = _fast_constructor(RecordedCall)
-"""``RecordedCall(...)`` (its fields in order) without the frozen dataclass's per-field
-``object.__setattr__``: one per recorded call."""
 
 
 def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
@@ -136,7 +131,7 @@ def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
     if "usage" in item:
         spent = usage(item["usage"], line)
         steps.append(replace(spent, model=spent.model or model_name(item)))
-    steps.append(_new_call(tool, args, raw, item.get("result"), is_error,
+    steps.append(new_call(tool, args, raw, item.get("result"), is_error,
                            item.get("error_type") == "timeout", batch, elapsed, line))
     return steps
 
