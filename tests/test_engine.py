@@ -463,14 +463,12 @@ async def test_async_tools_and_async_direct_calls(clock: FakeClock) -> None:
 
 def test_internal_bug_surfaces_as_toolguard_error(guard: tg.Guard,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import toolguard._admit as admit  # the stages that call the decision core
-    import toolguard._fast as fast
+    import toolguard._admit as admit  # the stage that calls the decision core
 
     def broken(*_: Any) -> Any:
         raise KeyError("oops")
 
     monkeypatch.setattr(admit, "decide", broken)
-    monkeypatch.setattr(fast, "decide", broken)
     task = guard.task("t")
     with pytest.raises(tg.ToolGuardError, match="internal error") as info:
         task.call("grep_search", {"pattern": "x"})

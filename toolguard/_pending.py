@@ -10,42 +10,35 @@ the host runs the tool and reports what happened with ``finish(value)``, ``fail(
 stagnation and the idempotency record on the real result) and return the same
 :class:`~toolguard.ToolResult`.
 
-Both halves are the call path's own: on a plain in-memory store the fused path's
-:func:`toolguard._fast.begin_remote` / :func:`~toolguard._fast.end_remote` (what the MCP
-proxy runs), otherwise the pipeline generator (:func:`toolguard._pipeline._pipeline`),
-suspended at its execute request and sent the outcome later. :meth:`PendingCall.detach` and
-:func:`attach` carry a begun call to another process (a hook command that runs once per
-event): the state it is recorded with, as JSON.
+Both halves are the call path's own (:mod:`toolguard._path`): ``begin`` is
+:func:`~toolguard._path.admit` (and, for an approval or a wait, the one place that does that
+I/O), the report is :func:`~toolguard._path.record`, exactly as ``call`` runs them around
+its tool. :meth:`PendingCall.detach` and :func:`attach` carry a begun call to another process
+(a hook command that runs once per event): the state it is recorded with, as JSON.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._call import _Execute, _Handover, _Io, _Outcome, _Prepared
+from . import _execute, _path, _prepare
+from ._call import _Outcome
 from ._core import Verdict, halt_kind
-from ._errors import ToolGuardError
-from ._fast import Remote, _elsewhere, _memory_record, begin_remote, end_remote
-from ._pipeline import _answer_async, _answer_sync, _origin, _recorded, _Start
+from ._path import Begun, Pause
 from ._results import ToolResult
-from ._types import ALLOW, Decision, RecordState
+from ._types import ALLOW, UNKNOWN, Decision, RecordState
 from .stores._base import ApprovalRecord, IdempotencyRecord, Snapshot
 
 if TYPE_CHECKING:
     from ._approval import Approver
-    from ._call import _Config
-    from ._engine import Task
+    from ._call import TaskState, _Config
 
 __all__ = ["PendingCall", "abegin", "attach", "begin"]
 
 _UNKNOWN = ("Error (unknown outcome): {reason} [the outcome is unknown: the action may or "
             "may not have happened; check before retrying]")
-
-Pipeline = Generator[_Io, Any, tuple[ToolResult, BaseException | None]]
-
 
 class PendingCall:
     """A call the guard has decided and the host runs itself: from :meth:`Task.begin`.
@@ -71,33 +64,30 @@ class PendingCall:
         result: the guard's answer when the call must not run, else ``None``.
     """
 
-    __slots__ = ("_async", "_pipeline", "_remote", "_reported", "_start", "_state", "_task",
-                 "args", "call_id", "decision", "notice", "result", "tool")
+    __slots__ = ("_begun", "_reported", "_task", "args", "call_id", "decision", "notice",
+                 "result", "tool")
 
-    def __init__(self, task: Task, tool: str, result: ToolResult | None) -> None:
+    def __init__(self, task: TaskState, step: ToolResult | Begun) -> None:
         self._task = task
-        self.tool = tool
-        self.result = result
-        self.decision: Decision = result.decision if result is not None else ALLOW
-        self.notice: str | None = None
-        self.args: dict[str, Any] = {}
-        self.call_id = result.call_id if result is not None else ""
-        self._remote: Remote | None = None
-        self._pipeline: Pipeline | None = None
-        self._state: _Execute | None = None
-        self._reported = result is not None
-        self._start = time.perf_counter()
-        self._async = False
-
-    def _runs(self, p: _Prepared, verdict: Verdict) -> None:
-        self.args, self.call_id = p.args, p.call_id
-        self.decision, self.notice = verdict.decision, verdict.notice
-        self._start = time.perf_counter()
+        if type(step) is Begun:
+            p, verdict = step.p, step.verdict
+            self._begun: Begun | None = step
+            self.result: ToolResult | None = None
+            self.tool, self.args, self.call_id = p.entry.spec.name, p.args, p.call_id
+            self.decision: Decision = ALLOW if verdict is None else verdict.decision
+            self.notice: str | None = None if verdict is None else verdict.notice
+            self._reported = False
+        else:
+            result: ToolResult = step  # type: ignore[assignment]  # not Begun: tested above
+            self._begun, self.result = None, result
+            self.tool, self.args, self.call_id = result.tool, {}, result.call_id
+            self.decision, self.notice = result.decision, None
+            self._reported = True
 
     @property
     def age_s(self) -> float:
         """Seconds since the call began (or was attached in this process)."""
-        return time.perf_counter() - self._start
+        return _path.elapsed(self._begun) if self._begun is not None else 0.0
 
     def __repr__(self) -> str:
         state = "reported" if self._reported else "pending"
@@ -160,54 +150,29 @@ class PendingCall:
             raise RuntimeError(f"{self.tool} ({self.call_id}) was reported already")
         self._reported = True
 
-    def _outcome(self, cfg: _Config, value: Any, exc: Exception | None,
-                 unknown: str | None) -> _Outcome:
-        took = time.perf_counter() - self._start
+    def _outcome(self, cfg: _Config, exc: Exception | None, unknown: str | None
+                 ) -> _Outcome | None:
         if unknown is not None:
             return _Outcome(content=_UNKNOWN.format(reason=unknown), success=False,
-                            unknown=True, duration_s=took)
+                            unknown=True, duration_s=self.age_s)
         if exc is not None:
-            return self._task._failure(cfg, exc, took)
-        return _Outcome(value, value, True, False, None, None, took)
+            return _execute.failure(cfg, exc, self.age_s)
+        return None
 
     def _report(self, value: Any, exc: Exception | None, unknown: str | None) -> ToolResult:
         self._claim()
-        remote = self._remote
-        if remote is not None:
-            if unknown is None:
-                return end_remote(remote, value, exc)
-            return _memory_record(self._task, remote.cfg, remote.store, remote.tool, remote.p,
-                                  remote.snap, remote.verdict, None,
-                                  self._outcome(remote.cfg, None, None, unknown), None,
-                                  remote.start)[0]
-        state = self._state
-        assert state is not None  # a call that runs has one of the two
-        outcome = self._outcome(state.cfg, value, exc, unknown)
-        pipeline = self._pipeline
-        if pipeline is None:  # attached in another process: record it straight
-            return _recorded(self._task, state.cfg, self.tool, state.p, state.snap,
-                             state.verdict, outcome, state.observed)[0]
-        try:
-            pipeline.send(outcome)
-        except StopIteration as done:
-            return done.value[0]  # type: ignore[no-any-return]
-        pipeline.close()
-        raise ToolGuardError(f"internal error while guarding {self.tool}: the call path "
-                             "asked for more after the outcome")
+        b = self._begun
+        assert b is not None  # a call that runs has one
+        return _path.record(self._task, b, value, self._outcome(b.cfg, exc, unknown),
+                            self.age_s)[0]
 
     async def _areport(self, value: Any, exc: Exception | None, unknown: str | None
                        ) -> ToolResult:
-        if self._pipeline is None or not self._async:
-            return self._report(value, exc, unknown)
         self._claim()
-        state = self._state
-        assert state is not None
-        done, answer = await self._task._resume(
-            self._pipeline, self._outcome(state.cfg, value, exc, unknown), None)
-        if not done:
-            raise ToolGuardError(f"internal error while guarding {self.tool}: the call "
-                                 "path asked for more after the outcome")
-        return answer[0]  # type: ignore[no-any-return]
+        b = self._begun
+        assert b is not None
+        return (await _path.off_loop(self._task, _path.record, self._task, b, value,
+                                     self._outcome(b.cfg, exc, unknown), self.age_s))[0]
 
     # -- another process ----------------------------------------------------------------
     def detach(self) -> dict[str, Any]:
@@ -218,16 +183,12 @@ class PendingCall:
             RuntimeError: the call must not run, or was reported already.
         """
         self._claim()
-        if self._remote is not None:
-            r = self._remote
-            p, snap, verdict, observed = r.p, r.snap, r.verdict, None
-        else:
-            state = self._state
-            assert state is not None
-            assert self._pipeline is not None
-            p, snap, verdict, observed = state.p, state.snap, state.verdict, state.observed
-            with contextlib.suppress(_Handover):
-                self._pipeline.throw(_Handover())
+        b = self._begun
+        assert b is not None
+        p, snap, verdict, observed = b.p, b.snap, b.verdict, b.observed
+        assert snap is not None  # mode off is never detached
+        assert verdict is not None
+        _path.leave(self._task, p)  # its end is counted where it is reported
         return {
             "tool": self.tool, "args": p.raw_args, "call_id": p.call_id,
             "signature": p.signature, "snap": _snap_json(snap),
@@ -237,7 +198,7 @@ class PendingCall:
         }
 
 
-def attach(task: Task, state: Mapping[str, Any]) -> PendingCall | None:
+def attach(task: TaskState, state: Mapping[str, Any]) -> PendingCall | None:
     """The pending call :meth:`PendingCall.detach` returned ``state`` for, in this process.
 
     Returns:
@@ -250,89 +211,38 @@ def attach(task: Task, state: Mapping[str, Any]) -> PendingCall | None:
     """
     cfg = task.guard._config
     tool = str(state["tool"])
-    prepared = task._prepare(cfg, tool, state["args"], True, str(state["call_id"]))
+    prepared = _prepare.prepare(task, cfg, tool, state["args"], True, str(state["call_id"]))
     if isinstance(prepared, ToolResult) or prepared.signature != state["signature"]:
         return None
     p = prepared
     snap = _snap_from(state["snap"])
     verdict = _verdict_from(state["verdict"])
     observed = None if state["observed"] is None else Decision(state["observed"])
-    _origin(p, snap)
-    pending = PendingCall(task, p.entry.spec.name, None)
-    pending._runs(p, verdict)
-    pending._state = _Execute(cfg, p, _elsewhere, snap, verdict, observed)
-    return pending
+    record = snap.record
+    if record is not None and record.state is UNKNOWN and record.call_id:
+        p.origin = record.call_id  # a retry of that execution: its key
+    return PendingCall(task, Begun(cfg, p, snap, verdict, observed))
 
 
 # -- begin ------------------------------------------------------------------------------
-def begin(task: Task, tool: str, raw: Any, approver: Approver | None,
+def begin(task: TaskState, tool: str, raw: Any, approver: Approver | None,
           resumed: bool = False) -> PendingCall:
     """``Task.begin``: the call path of ``task.call(tool, raw, run=...)`` up to running it."""
-    front = None if resumed else _front(task, tool, raw)
-    if isinstance(front, PendingCall):
-        return front
-    pipeline = task._pipeline(tool, raw, _elsewhere, approver, resumed, front)
-    try:
-        io = next(pipeline)
-        while not isinstance(io, _Execute):
-            try:
-                answer = _answer_sync(task, io)
-            except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
-                io = pipeline.throw(exc)
-            else:
-                io = pipeline.send(answer)
-    except StopIteration as done:
-        result: ToolResult = done.value[0]
-        return PendingCall(task, result.tool, result)
-    return _suspended(task, pipeline, io)
+    step = _path.admit(task, task.guard._config, tool, raw, True, resumed)
+    if type(step) is Pause:
+        step = _path.settle_sync(task, step, approver)
+    return PendingCall(task, step)  # type: ignore[arg-type]  # not a Pause: settled
 
 
-async def abegin(task: Task, tool: str, raw: Any, approver: Approver | None,
+async def abegin(task: TaskState, tool: str, raw: Any, approver: Approver | None,
                  resumed: bool = False) -> PendingCall:
     """``Task.abegin``: :func:`begin` under asyncio (approvers and waits awaited, a
     store that waits on I/O called from a worker thread)."""
-    front = None if resumed else _front(task, tool, raw)
-    if isinstance(front, PendingCall):
-        return front
-    pipeline = task._pipeline(tool, raw, _elsewhere, approver, resumed, front)
-    done, io = await task._resume(pipeline, None, None)
-    while not done and not isinstance(io, _Execute):
-        try:
-            answer = await _answer_async(task, io)
-        except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
-            done, io = await task._resume(pipeline, None, exc)
-        else:
-            done, io = await task._resume(pipeline, answer, None)
-    if done:
-        result: ToolResult = io[0]
-        return PendingCall(task, result.tool, result)
-    pending = _suspended(task, pipeline, io)
-    pending._async = True
-    return pending
-
-
-def _front(task: Task, tool: str, raw: Any) -> PendingCall | _Start | None:
-    """The fused in-memory path's begin (:func:`toolguard._fast.begin_remote`, as the MCP
-    proxy runs it): a :class:`PendingCall`, or where the pipeline takes over (``None``:
-    from the start)."""
-    front = begin_remote(task, tool, raw)
-    if isinstance(front, Remote):
-        pending = PendingCall(task, front.p.entry.spec.name, None)
-        pending._runs(front.p, front.verdict)
-        pending._remote = front
-        return pending
-    if front is None:
-        return None
-    if front[0] is not None:
-        return PendingCall(task, front[0].tool, front[0])
-    return front[1]  # type: ignore[no-any-return]  # the begun call handed over
-
-
-def _suspended(task: Task, pipeline: Pipeline, io: _Execute) -> PendingCall:
-    pending = PendingCall(task, io.p.entry.spec.name, None)
-    pending._runs(io.p, io.verdict)
-    pending._pipeline, pending._state = pipeline, io
-    return pending
+    step = await _path.off_loop(task, _path.admit, task, task.guard._config, tool, raw, True,
+                                resumed)
+    if type(step) is Pause:
+        step = await _path.settle_async(task, step, approver)
+    return PendingCall(task, step)  # type: ignore[arg-type]  # not a Pause: settled
 
 
 # -- JSON of what a detached call is recorded with ---------------------------------------
