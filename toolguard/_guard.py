@@ -324,7 +324,9 @@ class Guard:
         ints = int_parameters(spec.func) if call is spec.func else ()  # else pydantic does it
         validator = tool_validator(spec.name, schema, "Guard")
         return _Entry(spec, settings, signature, defaults, validator, schema,
-                      maybe_async, call, not spec.is_async, False, ints, injected,
+                      # a sync tool runs in a worker thread under acall unless declared inline
+                      maybe_async, call, not spec.is_async and not settings.inline, False,
+                      ints, injected,
                       _required(schema, signature, injected))
 
     @property

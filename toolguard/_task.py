@@ -256,8 +256,11 @@ class Task:
         approver: Approver | None = None, resumed: bool = False,
     ) -> ToolResult:
         """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers; a plain
-        (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
-        event loop and concurrent identical calls share one execution. A sync tool bound to
+        (sync) tool runs in a worker thread (``asyncio.to_thread``'s executor), so it does
+        not block the event loop and concurrent identical calls share one execution, unless
+        it is declared ``inline`` (``@readonly(inline=True)``, or ``inline = true`` in its
+        ``[tools.<name>]`` table: a function that returns at once), which runs on the
+        loop's thread as :meth:`call` runs it (see docs/performance.md). A sync tool bound to
         its thread (e.g. a ``sqlite3`` connection with ``check_same_thread``) should be
         ``async def`` or called with :meth:`call`. A store that waits on I/O (``RedisStore``,
         any store without ``blocking = False``) is called from a worker thread, so a stalled
