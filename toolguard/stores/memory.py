@@ -219,8 +219,8 @@ class MemoryStore:
                      ) -> Snapshot:
         """:meth:`begin` with the :class:`BeginRequest`'s fields as arguments (``at``: its
         ``now``), for the call path (``toolguard._admit``) on this store's own begin: no
-        request tuple, no attribute reads. ``now``: this store's clock, if the caller read it already (the
-        guard's clock is this store's), else None."""
+        request tuple, no attribute reads. ``now``: this store's clock, if the caller read it
+        already (the guard's clock is this store's), else None."""
         lock = self._raw_lock
         if not lock.acquire(False):
             wait_for(lock)
