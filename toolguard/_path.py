@@ -253,7 +253,8 @@ def record(task: TaskState, b: Begun, value: Any, outcome: _Outcome | None,
     """
     p = b.p
     try:
-        leave(task, p)
+        if p.counted:
+            leave(task, p)
         if b.verdict is None:  # mode off: nothing recorded
             if outcome is None:
                 outcome = _Outcome(value, value, True, False, None, None, duration_s)
