@@ -74,9 +74,12 @@ class Begun:
     @property
     def final(self) -> bool:
         """A success will be handed back as the very value the tool returned: a plain allow
-        (no notice) that no stagnation warn can reach, in enforce mode."""
+        (no notice) that no stagnation warn can reach, in enforce mode, on a guard without
+        audit sinks (their events are written when the call is recorded, before its answer
+        may go out)."""
         verdict, p, snap = self.verdict, self.p, self.snap
-        return (verdict is not None and snap is not None and self.observed is None
+        task: TaskState | None = getattr(self, "task", None)
+        return (verdict is not None and (task is None or not task.guard._sinks) and snap is not None and self.observed is None
                 and verdict.decision is ALLOW and not verdict.notice
                 and (p.effect is POLL
                      or not stagnation_possible(p.entry.settings, p.signature, snap)))
