@@ -79,7 +79,8 @@ class Begun:
         may go out)."""
         verdict, p, snap = self.verdict, self.p, self.snap
         task: TaskState | None = getattr(self, "task", None)
-        return (verdict is not None and (task is None or not task.guard._sinks) and snap is not None and self.observed is None
+        return (verdict is not None and (task is None or not task.guard._sinks)
+                and snap is not None and self.observed is None
                 and verdict.decision is ALLOW and not verdict.notice
                 and (p.effect is POLL
                      or not stagnation_possible(p.entry.settings, p.signature, snap)))
