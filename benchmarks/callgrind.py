@@ -12,7 +12,11 @@ set-up cancelled out. Variants:
   ``invalid``: arguments with one integer given as a string, the last in the value);
   ``.../async``: ``await task.acall`` of the async tool; ``.../json``: arguments as JSON text;
   ``.../text``: the tool returns a fixed shell-like text (``_cases.TEXT_RESULT``), which the
-  result normalization reads;
+  result normalization reads; configurations (flags, any combination): ``.../default``: the
+  policy of ``policies/default.toml`` (its failure budget, audit settings and default effect;
+  the benchmark's ladder, and no call or time budget, so that repeats stay allowed),
+  ``.../jsonl``: a ``JsonlSink`` writing to a temporary file, ``.../observe``: ``mode =
+  "observe"``, ``.../sub``: a ``MemoryStore`` subclass as the store;
 * ``book/<size>/<path>``, ``min/<size>/<path>``: the sketches of ``_sketches.py``;
 * ``dump/<size>``: ``orjson.dumps(args, option=OPT_SORT_KEYS)`` (the large target's floor).
 
@@ -113,6 +117,8 @@ def _runner(name: str) -> Callable[[int], None]:
     task, tool = make_task(size, "allow" if path in ("allow_new", "invalid") else path, "rs",
                            is_async="async" in flags,
                            returns=TEXT_RESULT if "text" in flags else None)
+    if flags & {"default", "jsonl", "observe", "sub"}:
+        task = _configured(task, tool, flags)
     if path == "invalid":
         from _args import invalid
 
@@ -136,6 +142,34 @@ def _runner(name: str) -> Callable[[int], None]:
 
     run(20)
     return run
+
+
+def _configured(task: Any, tool: str, flags: set[str]) -> Any:
+    """A task of a new guard like ``task``'s with the configuration ``flags`` name (see the
+    module docstring)."""
+    import dataclasses
+
+    import toolguard as tg
+    from toolguard.stores.memory import MemoryStore
+
+    policy = task.guard._config.policy
+    if "default" in flags:
+        shipped = tg.load_policy(HERE.parent / "policies" / "default.toml", env={})
+        policy = shipped.model_copy(update={
+            "ladder": policy.ladder,
+            "budget": shipped.budget.model_copy(update={
+                "max_tool_calls": None, "max_tokens": None, "timeout_s": None})})
+    if "observe" in flags:
+        policy = policy.model_copy(update={"mode": tg.Mode.OBSERVE})
+
+    class Sub(MemoryStore):
+        pass
+
+    sinks = [tg.JsonlSink(tempfile.mkstemp(suffix=".jsonl")[1])] if "jsonl" in flags else []
+    spec = task.guard._config.entries[tool].spec
+    guard = tg.Guard(policy, [dataclasses.replace(spec)], audit=sinks,
+                     store=Sub() if "sub" in flags else None)
+    return guard.task(task.task_id)
 
 
 def _child(name: str, n: int) -> None:

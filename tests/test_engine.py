@@ -463,14 +463,12 @@ async def test_async_tools_and_async_direct_calls(clock: FakeClock) -> None:
 
 def test_internal_bug_surfaces_as_toolguard_error(guard: tg.Guard,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import toolguard._admit as admit  # the stages that call the decision core
-    import toolguard._fast as fast
+    import toolguard._admit as admit  # the stage that calls the decision core
 
     def broken(*_: Any) -> Any:
         raise KeyError("oops")
 
     monkeypatch.setattr(admit, "decide", broken)
-    monkeypatch.setattr(fast, "decide", broken)
     task = guard.task("t")
     with pytest.raises(tg.ToolGuardError, match="internal error") as info:
         task.call("grep_search", {"pattern": "x"})
@@ -700,3 +698,33 @@ def test_a_tool_returning_none_gets_the_notice_alone(path: str) -> None:
     [message] = task.run_tool_calls(reply)
     assert not message["content"].startswith("null")
     assert "[toolguard]" in message["content"]
+
+
+@pytest.mark.parametrize("how", ["decorator", "policy"])
+def test_acall_runs_an_inline_sync_tool_on_the_loop_thread(how: str) -> None:
+    """A sync tool declared inline (decorator option or policy key) runs on the event
+    loop's thread under ``acall``; an undeclared one runs in a worker thread."""
+    import asyncio
+    import threading
+
+    def where(x: int) -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    inline = tg.readonly(inline=True)(where) if how == "decorator" else tg.readonly(where)
+
+    def other(x: int) -> bool:
+        return threading.current_thread() is threading.main_thread()
+
+    policy = tg.load_policy_dict({"tools": {"where": {"inline": True}}} if how == "policy"
+                                 else {})
+    guard = tg.Guard(policy, tools=[inline, tg.readonly(other)])
+    task = guard.task("inline")
+    assert asyncio.run(task.acall("where", {"x": 1})).value is True
+    assert asyncio.run(task.acall("other", {"x": 1})).value is False
+    assert guard._config.entries["where"].settings.sources["inline"] == (
+        "decorator" if how == "decorator" else "<dict>")
+
+
+def test_inline_must_be_a_bool() -> None:
+    with pytest.raises(tg.PolicyError, match="inline"):
+        tg.readonly(inline="yes")(lambda x: x)  # type: ignore[call-overload]

@@ -1,9 +1,13 @@
-"""The fused in-memory call path (``toolguard._fast``) gives what the general path gives:
-random sequences of calls (repeats, writes, polls, errors, timeouts, invalid and unknown
-calls, approvals, budgets, ladder and stagnation rungs, a moving clock) produce the same
-results, exceptions, executions, history and task state with it on and forced off; for
-``call`` and for ``acall`` (async tools, sync tools in a worker thread, ``run=`` hooks sync
-and async, an async tool called with ``call``, an ``acall`` cancelled while its tool runs)."""
+"""The one call path (``toolguard._path``) gives the same in every configuration and split
+or not: random sequences of calls (repeats, writes, polls, errors, timeouts, invalid and
+unknown calls, approvals, budgets, ladder and stagnation rungs, a moving clock) produce the
+same results, exceptions, executions, history and task state on a plain ``MemoryStore``
+(the store's fields passed as arguments) and on a subclass that overrides ``begin`` and
+``finish`` (request tuples, every outcome recorded through its record), with an audit sink
+or without, and with ``call(run=)`` made as ``task.begin`` + ``finish`` / ``fail`` in the
+second run; for ``call`` and for ``acall`` (async tools, sync tools in a worker thread,
+``run=`` hooks sync and async, an async tool called with ``call``, an ``acall`` cancelled
+while its tool runs, the MCP proxy's halves)."""
 
 from __future__ import annotations
 
@@ -152,6 +156,8 @@ def _one(loop: asyncio.AbstractEventLoop, task: tg.Task, func: Callable[..., Any
 
     if how == "call":
         return task.call(tool, args)
+    if how == "call_run" and getattr(task, "split", False):
+        return _pending(task, tool, args, hook)
     if how == "call_run":
         return task.call(tool, args, run=hook)
     if how == "cancel":
@@ -162,13 +168,47 @@ def _one(loop: asyncio.AbstractEventLoop, task: tg.Task, func: Callable[..., Any
     return loop.run_until_complete(task.acall(tool, args, run=run))
 
 
+def _pending(task: tg.Task, tool: str, args: Any, hook: Callable[[dict[str, Any]], Any]
+             ) -> tg.ToolResult:
+    """``task.call(tool, args, run=hook)`` made as its two halves, ``task.begin`` and
+    ``finish`` / ``fail``, with the tool run between them by the caller."""
+    pending = task.begin(tool, args)
+    if pending.result is not None:
+        return pending.result
+    p = pending._begun.p  # type: ignore[union-attr]  # it runs: begun
+    # a host's tool reads no idempotency-key context; the stand-in is given call's
+    token = CURRENT_KEY.set((p.key, p.origin or p.call_id))
+    try:
+        value = hook(pending.args)
+    except Exception as exc:
+        return pending.fail(exc)
+    finally:
+        CURRENT_KEY.reset(token)
+    return pending.finish(value)
+
+
+class _TupleStore(MemoryStore):
+    """A store whose ``begin`` and ``finish`` are its own (they only count their calls): the
+    path passes it request tuples, as any store other than a plain ``MemoryStore``."""
+
+    calls = 0
+
+    def begin(self, task_id: str, req: Any) -> Any:
+        self.calls += 1
+        return super().begin(task_id, req)
+
+    def finish(self, task_id: str, req: Any) -> None:
+        self.calls += 1
+        super().finish(task_id, req)
+
+
 async def _remote(task: tg.Task, tool: str, args: Any,
                   hook: Callable[[dict[str, Any]], Any]) -> tg.ToolResult:
     """The two steps as the MCP proxy takes them: :func:`begin_nowait` in a callback, the
-    tool run between the steps (what it raises is the outcome), a call it hands over begun
-    by ``abegin`` from there, and where it does not apply ``abegin`` from the start. A
-    remote tool reads no idempotency-key context; the in-process stand-in is given the one
-    ``acall`` sets, so that what it records compares."""
+    tool run between the steps (what it raises is the outcome), a call it hands over (an
+    approval, a wait) goes on in ``abegin``, and a store that waits on I/O is ``abegin``'s
+    from the start. A remote tool reads no idempotency-key context; the in-process stand-in
+    is given the one ``acall`` sets, so that what it records compares."""
     front = begin_nowait(task, tool, args)
     if isinstance(front, tg.PendingCall):
         pending = front
@@ -176,8 +216,7 @@ async def _remote(task: tg.Task, tool: str, args: Any,
         pending = await abegin(task, tool, args, None, False, front)
     if pending.result is not None:
         return pending.result
-    p = pending._p
-    assert p is not None
+    p = pending._begun.p  # type: ignore[union-attr]  # it runs: begun
     token = CURRENT_KEY.set((p.key, p.origin or p.call_id))
     try:
         value = hook(pending.args)
@@ -219,14 +258,16 @@ def _run(policy: tg.Policy, steps: list[Any], fast: bool, is_async: bool = False
          one: One = _one) -> list[Any]:
     """Run ``steps`` on a fresh guard (each call made by ``one``, :func:`_one`'s way by
     default) and return everything a run leaves: results, halts, the tools' runs, history,
-    usage and the store's state."""
+    usage and the store's state. ``fast``: a plain ``MemoryStore``; else the other
+    configuration: a :class:`_TupleStore`, an audit sink, ``call(run=)`` split in two."""
     runs: list[tuple[str, Any, Any]] = []
     functions = _functions(runs)
     clock = FakeClock(1000.0)
-    store = MemoryStore(max_entries=6, clock=clock)
-    guard = tg.Guard(policy, _tools(functions, is_async), clock=clock, store=store)
+    store = (MemoryStore if fast else _TupleStore)(max_entries=6, clock=clock)
+    guard = tg.Guard(policy, _tools(functions, is_async), clock=clock, store=store,
+                     audit=[] if fast else [tg.MemorySink()])
     task = guard.task("fast")  # one id for both runs: it is in the keys
-    task._fast = fast
+    task.split = not fast  # type: ignore[attr-defined]  # _one's cue
     seen: list[Any] = []
     loop = asyncio.new_event_loop()
     for step in steps:
@@ -276,7 +317,7 @@ def _run(policy: tg.Policy, steps: list[Any], fast: bool, is_async: bool = False
              ("flaky", 2, False), ("flaky", 3, False), ("flaky", 3, False)])  # blocked
 @example(0, [("write", 1, False), ("write", 1, False), ("write", 2, False), "tick",
              ("slow", 1, False), ("slow", 1, False), "turn", ("write", 1, False)])
-def test_the_fused_path_equals_the_general_path(policy: int, steps: list[Any]) -> None:
+def test_every_configuration_gives_the_same(policy: int, steps: list[Any]) -> None:
     assert _run(_POLICIES[policy], steps, True) == _run(_POLICIES[policy], steps, False)
 
 
@@ -294,8 +335,8 @@ def test_the_fused_path_equals_the_general_path(policy: int, steps: list[Any]) -
                     ("search", 1, False, "remote"), ("search", 1, False, "remote"),
                     ("search", 1, False, "remote"), ("search", 1, False, "remote"),
                     ("search", 1, False, "remote"), ("nope", 1, False, "remote")])
-def test_the_fused_path_equals_the_general_path_under_acall(policy: int, is_async: bool,
-                                                            steps: list[Any]) -> None:
+def test_every_configuration_gives_the_same_under_acall(policy: int, is_async: bool,
+                                                          steps: list[Any]) -> None:
     """The same for calls made with ``acall`` too (``is_async``: the tools are ``async
     def``; else a plain tool under ``acall`` runs in a worker thread)."""
     assert (_run(_POLICIES[policy], steps, True, is_async)
@@ -303,41 +344,32 @@ def test_the_fused_path_equals_the_general_path_under_acall(policy: int, is_asyn
 
 
 @pytest.mark.parametrize("is_async", [False, True])
-def test_the_fused_path_is_taken(monkeypatch: pytest.MonkeyPatch, is_async: bool) -> None:
-    """Pins that the comparisons above compare something: a plain MemoryStore call goes
-    through ``_memory_sync`` (``acall``: ``_memory_async``), a forced-off task and a
-    subclassed store do not."""
-    taken: list[str] = []
-    name = "_memory_async" if is_async else "_memory_sync"
-    original = getattr(tg.Task, name)
-
-    def spy(task: tg.Task, *args: Any) -> Any:
-        taken.append(task.task_id)
-        return original(task, *args)
-
-    class Store(MemoryStore):
-        pass
-
-    monkeypatch.setattr(tg.Task, name, spy)
+def test_the_configurations_differ(is_async: bool) -> None:
+    """Pins that the comparisons above compare something: the subclassed store is passed
+    request tuples (its own ``begin`` / ``finish`` run), the plain one is not, and a sink
+    sees the calls."""
     loop = asyncio.new_event_loop()
-    for task_id, store, fast in (("on", MemoryStore(), True), ("off", MemoryStore(), False),
-                                 ("sub", Store(), True)):
-        guard = tg.Guard(tools=_tools(_functions([]), is_async), store=store)
-        task = guard.task(task_id)
-        task._fast = fast
+    for store, sink in ((MemoryStore(), None), (_TupleStore(), tg.MemorySink())):
+        guard = tg.Guard(tools=_tools(_functions([]), is_async), store=store,
+                         audit=[] if sink is None else [sink])
+        task = guard.task("t")
         result = (loop.run_until_complete(task.acall("search", {"q": 1})) if is_async
                   else task.call("search", {"q": 1}))
         assert result.decision is tg.Decision.ALLOW
+        assert guard._fields is (sink is None)
+        if sink is not None:
+            assert isinstance(store, _TupleStore) and store.calls == 2
+            assert [e.transition for e in sink.events] == ["validating->executing",
+                                                           "executing->planning"]
     loop.close()
-    assert taken == ["on"]
-
 
 
 def test_begin_nowait_says_what_each_call_needs() -> None:
     """Pins that the ``remote`` steps above go through both steps: a plain allow is a
     :class:`PendingCall` whose success goes back unchanged (``final``), a warned call is
-    one whose result the guard adds to, a block is finished at once, an approval is the
-    pipeline's, and a guard with an audit sink (the general path) is not this path's."""
+    one whose result the guard adds to, a block is finished at once, an approval is handed
+    over to ``abegin``, an audit sink keeps a success from going out before it is recorded,
+    and a store that waits on I/O is ``abegin``'s (it must run off the event loop)."""
     policy = tg.Policy(ladder=LadderPolicy(readonly=_ladder(2, 3, 5)),
                        tools={"deploy": ToolPolicy(requires_approval=True)})
     guard = tg.Guard(policy, tools=_tools(_functions([])))
@@ -355,9 +387,14 @@ def test_begin_nowait_says_what_each_call_needs() -> None:
     assert isinstance(blocked, tg.PendingCall) and blocked.result is not None
     assert blocked.result.decision is tg.Decision.BLOCK and not blocked.final
     handed = begin_nowait(task, "deploy", {"q": 1})
-    assert handed is not None and not isinstance(handed, tg.PendingCall)  # the pipeline's
+    assert handed is not None and not isinstance(handed, tg.PendingCall)  # abegin's
+    audited = begin_nowait(tg.Guard(policy, tools=_tools(_functions([])),
+                                    audit=[tg.MemorySink()]).task("sink"), "search", {})
+    assert isinstance(audited, tg.PendingCall) and not audited.final
+    blocking = MemoryStore()
+    blocking.blocking = True  # type: ignore[misc]  # as a Redis store says
     assert begin_nowait(tg.Guard(policy, tools=_tools(_functions([])),
-                                 audit=[tg.MemorySink()]).task("sink"), "search", {}) is None
+                                 store=blocking).task("blocking"), "search", {}) is None
     stagnating = tg.Guard(tg.Policy(ladder=LadderPolicy(stagnation_warn_at=1)),
                           tools=_tools(_functions([]))).task("stagnating")
     maybe = begin_nowait(stagnating, "search", {"q": 2})

@@ -25,16 +25,16 @@ NOT_YET_MOVED: frozenset[str] = frozenset({
     "_admit", "_approval", "_approval_secret", "_approve", "_audit", "_batch", "_call",
     "_canonical", "_canonical_walk", "_cli_common", "_coerce", "_content", "_context",
     "_core", "_cost", "_decorators", "_direct", "_engine", "_entries", "_events", "_execute",
-    "_exports", "_fast", "_frameworks", "_guard", "_hook_cli", "_hook_hosts",
+    "_exports", "_frameworks", "_guard", "_hook_cli", "_hook_hosts",
     "_hook_server", "_hooks", "_inflight", "_injected", "_integration", "_json_text",
     "_ladder_order", "_limits", "_lock", "_loops", "_mcp_calls", "_mcp_frames",
     "_mcp_http_listener", "_mcp_http_upstream", "_mcp_link", "_mcp_ports", "_mcp_proxy",
-    "_mcp_results", "_mcp_wire", "_normalize", "_pending", "_pipeline",
+    "_mcp_results", "_mcp_wire", "_normalize", "_path", "_pending", "_progress_marks",
     "_policy", "_policy_checks", "_policy_layers", "_policy_loader", "_prepare", "_record",
     "_redact", "_regex", "_replay_cli", "_resolve", "_schema", "_schema_words", "_settings",
     "_shell", "_shell_git", "_shell_programs", "_shell_readers", "_shell_walk",
-    "_shell_words", "_shipped", "_spec", "_tables", "_task", "_threads", "_tune", "_usage",
-    "_wait"})
+    "_shell_words", "_shipped", "_spec", "_storeops", "_tables", "_task", "_threads", "_tune",
+    "_usage", "_wait"})
 # relayout: end
 
 # The engine's stages take the Task for its type and the Task imports every stage: one circle
@@ -53,15 +53,15 @@ TYPE_ONLY_CIRCLE_PENDING: frozenset[str] = frozenset({  # one a line: renames st
     "toolguard._entries",
     "toolguard._events",
     "toolguard._execute",
-    "toolguard._fast",
     "toolguard._guard",
     "toolguard._integration",
     "toolguard._loops",
+    "toolguard._path",
     "toolguard._pending",
-    "toolguard._pipeline",
     "toolguard._prepare",
     "toolguard._record",
     "toolguard._resolve",
+    "toolguard._storeops",
     "toolguard._task",
     "toolguard._usage",
     "toolguard._wait",

@@ -1,8 +1,8 @@
 """The two-step call (``task.begin`` → ``pending.finish`` / ``fail`` / ``unknown``) gives
 what ``task.call(..., run=)`` gives: random call sequences produce the same results, halts,
-executions, history and store state, on the fused in-memory path and on the general
-pipeline, sync and async, and when the pending call is carried to another task handle as
-JSON (a hook command's next process)."""
+executions, history and store state, on a plain ``MemoryStore`` and on one passed request
+tuples, with an audit sink or without, sync and async, and when the pending call is carried
+to another task handle as JSON (a hook command's next process)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,7 @@ _STEPS = st.one_of(st.tuples(*_CALLS.wrapped_strategy.element_strategies,  # typ
 def _key(pending: tg.PendingCall) -> Any:
     """The idempotency-key context ``call(run=)`` gives its hook, so that what the tools
     note of it compares (a host's tool reads none)."""
-    state = pending._p
-    assert state is not None
+    state = pending._begun.p  # type: ignore[union-attr]  # it runs: begun
     return CURRENT_KEY.set((state.key, state.origin or state.call_id))
 
 

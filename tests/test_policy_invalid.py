@@ -46,8 +46,8 @@ CASES: dict[str, Expected] = {
             3,
             1,
             "unknown key 'max_call' (allowed: effect, requires_approval, idempotency_scope, "
-            "idempotency_ttl_s, forwards_idempotency_key, external, max_calls, max_cost_usd, "
-            "max_polls, ladder, args, rules, result, shell)",
+            "idempotency_ttl_s, forwards_idempotency_key, external, inline, max_calls, "
+            "max_cost_usd, max_polls, ladder, args, rules, result, shell)",
         ),
     ],
     "bad_regex.toml": [

@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from . import _events, _storeops
 from ._approval import (
     ApprovalDecision,
     ApprovalRequest,
@@ -21,11 +22,10 @@ from ._approval import (
     defer,
 )
 from ._approval_secret import load_secret, proof, secret_path, valid
-from ._call import _Approve, _Config, _Prepared
+from ._call import _Config, _Prepared
 from ._content import safe_repr as _safe_repr
 from ._content import safe_str as _safe_str
 from ._core import Verdict
-from ._execute import _discard
 from ._limits import oversized
 from ._redact import redact
 from ._types import (
@@ -41,7 +41,7 @@ from .stores._base import (
 from .stores.memory import MemoryStore
 
 if TYPE_CHECKING:
-    from ._engine import Task
+    from ._call import TaskState
 
 log = logging.getLogger("toolguard")
 
@@ -56,7 +56,14 @@ TRUNCATED: Final = "$truncated"
 """The key that marks kept arguments as a preview: ``{TRUNCATED: size, "preview": text}``."""
 
 
-def _kept_args(cfg: _Config, args: Mapping[str, Any]) -> dict[str, Any]:
+def discard(awaitable: Awaitable[Any]) -> None:
+    """Close an awaitable nobody will await (a sync call got one), if it can be closed."""
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()
+
+
+def kept_args(cfg: _Config, args: Mapping[str, Any]) -> dict[str, Any]:
     """What an approval record keeps of ``args`` (:data:`MAX_KEPT_ARGS_BYTES`)."""
     if oversized(args, MAX_KEPT_ARGS_BYTES) is None:
         return dict(args)
@@ -67,7 +74,7 @@ def _kept_args(cfg: _Config, args: Mapping[str, Any]) -> dict[str, Any]:
     return {TRUNCATED: size, "preview": shown[:PREVIEW_CHARS]}
 
 
-def _ask(approver: Approver, request: ApprovalRequest) -> Any:
+def ask(approver: Approver, request: ApprovalRequest) -> Any:
     """The approver's answer, or a ``defer`` saying why there is none: a failing or
     misbehaving approver never runs the call and never breaks the guard."""
     try:
@@ -78,7 +85,7 @@ def _ask(approver: Approver, request: ApprovalRequest) -> Any:
 
 
 async def _ask_awaited(approver: Approver, request: ApprovalRequest) -> Any:
-    answer = _ask(approver, request)
+    answer = ask(approver, request)
     return await answer if inspect.isawaitable(answer) else answer
 
 
@@ -97,9 +104,9 @@ def _answer(answer: Any) -> ApprovalDecision:
     return defer(f"the approver answered {_safe_repr(answer, 60)}, not an ApprovalDecision")
 
 
-def _sync_answer(answer: Any) -> ApprovalDecision:
+def sync_answer(answer: Any) -> ApprovalDecision:
     if inspect.isawaitable(answer):
-        _discard(answer)
+        discard(answer)
         return defer("the approver is async: call the tool with task.acall()")
     return _answer(answer)
 
@@ -107,7 +114,7 @@ def _sync_answer(answer: Any) -> ApprovalDecision:
 _SECRETS: dict[str, bytes] = {}  # approval secret by file path: read once per process
 
 
-def _secret(task: Task) -> bytes | None:
+def _secret(task: TaskState) -> bytes | None:
     """The approval secret that signs and checks approvals in the guard's store; ``None``
     for a memory store (only this process writes it: nothing to prove).
 
@@ -123,7 +130,7 @@ def _secret(task: Task) -> bytes | None:
     return secret
 
 
-def _signed(task: Task, key: str, record: ApprovalRecord) -> ApprovalRecord:
+def signed(task: TaskState, key: str, record: ApprovalRecord) -> ApprovalRecord:
     """``record`` with the proof of its decision when it approves and the store is shared."""
     if record.state != ApprovalState.APPROVED:
         return record
@@ -133,7 +140,7 @@ def _signed(task: Task, key: str, record: ApprovalRecord) -> ApprovalRecord:
     return replace(record, proof=proof(secret, key, record.state, record.args_hash))
 
 
-def _checked(task: Task, key: str, approval: ApprovalRecord) -> ApprovalRecord:
+def checked(task: TaskState, key: str, approval: ApprovalRecord) -> ApprovalRecord:
     """An approval read from the store, or the pending request it stands for when its proof
     does not hold (written by someone without the approval secret: not a human's decision)."""
     secret = _secret(task)
@@ -145,7 +152,7 @@ def _checked(task: Task, key: str, approval: ApprovalRecord) -> ApprovalRecord:
     return replace(approval, state=ApprovalState.PENDING, proof="")
 
 
-def _waiting(task: Task, key: str, revoke: bool = False) -> ApprovalRecord:
+def _waiting(task: TaskState, key: str, revoke: bool = False) -> ApprovalRecord:
     """The request a human decides: a call the guard asked about that has not run on an
     approval (pending, or rejected, which a human may overturn; with ``revoke``, also
     approved and not run yet, which a human may take back).
@@ -162,25 +169,25 @@ def _waiting(task: Task, key: str, revoke: bool = False) -> ApprovalRecord:
     return record
 
 
-def _decide_approval(task: Task, key: str, state: str, reason: str) -> None:
+def decide_approval(task: TaskState, key: str, state: str, reason: str) -> None:
     prefix = f"{task.task_id}:"
     if not isinstance(key, str) or not key.startswith(prefix):
         raise ValueError(f"key {key!r} does not belong to task {task.task_id!r}")
     waiting = _waiting(task, key, revoke=state == ApprovalState.REJECTED)
-    record = _signed(task, key, ApprovalRecord(state, waiting.requested_at, reason,
+    record = signed(task, key, ApprovalRecord(state, waiting.requested_at, reason,
                                                waiting.tool, waiting.args, waiting.args_hash))
     task.guard._store.set_approval(task.task_id, key, record,
                                    task.guard._config.policy.idempotency.ttl_s)
     approved = state == ApprovalState.APPROVED
     # a human decided (DESIGN.md §2): needs_review -> executing (its next attempt runs)
     # or -> failed; the key names the call, whose attempts carry the same args_hash
-    task._event("needs_review->executing" if approved else "needs_review->failed",
+    _events.event(task, "needs_review->executing" if approved else "needs_review->failed",
                 record.tool, ALLOW if approved else BLOCK,
                 f"{'approved' if approved else 'rejected'} by the host: {key}"
                 + (f" ({reason})" if reason else ""))
 
 
-def _approval_request(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot,
+def approval_request(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
                       verdict: Verdict) -> ApprovalRequest:
     requested = snap.approval.requested_at if snap.approval else task.guard._clock()
     # the reviewer sees every value in full (redaction is for audit and logs)
@@ -188,49 +195,49 @@ def _approval_request(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot,
                            verdict.reason, requested)
 
 
-def _store_approval(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot,
+def store_approval(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
                     req: ApprovalRequest, answer: ApprovalDecision) -> Snapshot:
     state = {"approve": ApprovalState.APPROVED, "reject": ApprovalState.REJECTED}.get(
         answer.verdict, ApprovalState.PENDING)
-    record = _signed(task, p.key, ApprovalRecord(state, req.requested_at, answer.reason,
-                                                 req.tool, _kept_args(cfg, req.args), p.exact))
-    task._store_op(cfg, p, lambda: task.guard._store.set_approval(
+    record = signed(task, p.key, ApprovalRecord(state, req.requested_at, answer.reason,
+                                                 req.tool, kept_args(cfg, req.args), p.exact))
+    _storeops.store_op(task, cfg, p, lambda: task.guard._store.set_approval(
         task.task_id, p.key, record, cfg.policy.idempotency.ttl_s), fallback=lambda: None)
-    task._event("validating->needs_review", p.entry.spec.name, REVIEW,
+    _events.event(task, "validating->needs_review", p.entry.spec.name, REVIEW,
                 f"approval: {answer.verdict}"
                 + (f" ({answer.reason})" if answer.reason else ""), p=p, cfg=cfg,
                 count=snap.count)
     return snap._replace(approval=record)
 
 
-def _spend_approval(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
+def spend_approval(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
     """One approval, one execution ("its next identical attempt executes"): spent
     before the tool runs, while this call holds the claim, so an identical call that
     waited on it asks again instead of running on the same approval."""
     if snap.approval is not None and snap.approval.state == ApprovalState.APPROVED:
         used = replace(snap.approval, state=ApprovalState.USED)
-        task._store_op(cfg, p, lambda: task.guard._store.set_approval(
+        _storeops.store_op(task, cfg, p, lambda: task.guard._store.set_approval(
             task.task_id, p.key, used, p.entry.settings.idempotency_ttl_s))
 
 
-async def _ask_async(task: Task, io: _Approve) -> ApprovalDecision:
+async def ask_async(task: TaskState, approver: Approver, request: ApprovalRequest
+                    ) -> ApprovalDecision:
     """The approver's answer under ``acall``. A plain approver (``ConsoleApprover``, a
     blocking HTTP call) runs in a worker thread, as a sync tool does, so the event loop
     goes on; any approver that has not answered after ``approval.timeout_s`` counts as a
     ``defer`` (the call waits in review, and halts once that timeout passes)."""
     import asyncio
 
-    approver = io.approver
     limit = task.guard._config.policy.approval.timeout_s
     call = getattr(approver, "__call__", approver)  # noqa: B004 - instances too
     try:
         if inspect.iscoroutinefunction(approver) or inspect.iscoroutinefunction(call):
-            answer = await asyncio.wait_for(_ask_awaited(approver, io.request), limit)
+            answer = await asyncio.wait_for(_ask_awaited(approver, request), limit)
         else:
             loop = asyncio.get_running_loop()
             context = contextvars.copy_context()
             answer = await asyncio.wait_for(loop.run_in_executor(
-                None, context.run, _ask, approver, io.request), limit)
+                None, context.run, ask, approver, request), limit)
             if inspect.isawaitable(answer):  # a plain function returning an awaitable
                 answer = await asyncio.wait_for(answer, limit)
     except asyncio.TimeoutError:

@@ -1,5 +1,6 @@
 """Parallel tool calls of one model message: identical calls (same tool and signature)
-execute once and the others get that result."""
+execute once and the others get that result (``Task.call_batch``, ``run_tool_calls``,
+replay)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,18 @@ from ._results import ToolResult
 from ._types import CACHED
 
 if TYPE_CHECKING:
-    from ._engine import Task
+    from ._call import TaskState
 
 
-def _batch(task: Task, calls: Sequence[tuple[str, Any]],
-           run: Callable[[str, Any], ToolResult]) -> list[ToolResult]:
-    order, unique = task._dedupe(calls)
+def batch(task: TaskState, calls: Sequence[tuple[str, Any]],
+          run: Callable[[str, Any], ToolResult]) -> list[ToolResult]:
+    order, unique = dedupe(task, calls)
     results = [run(t, a) for t, a in unique]
-    return [task._copy_for(results[i], dup) for i, dup in order]
+    return [copy_for(results[i], dup) for i, dup in order]
 
 
-def _dedupe(task: Task, calls: Sequence[tuple[str, Any]]
-            ) -> tuple[list[tuple[int, bool]], list[tuple[str, Any]]]:
+def dedupe(task: TaskState, calls: Sequence[tuple[str, Any]]
+           ) -> tuple[list[tuple[int, bool]], list[tuple[str, Any]]]:
     seen: dict[tuple[str, str], int] = {}
     order: list[tuple[int, bool]] = []
     unique: list[tuple[str, Any]] = []
@@ -53,7 +54,7 @@ def _dedupe(task: Task, calls: Sequence[tuple[str, Any]]
     return order, unique
 
 
-def _copy_for(result: ToolResult, duplicate: bool) -> ToolResult:
+def copy_for(result: ToolResult, duplicate: bool) -> ToolResult:
     if not duplicate:
         return result
     return replace(result, decision=CACHED if result.executed else result.decision,

@@ -1,21 +1,19 @@
-"""The records one call carries through the pipeline: the registered tool's precomputed
-:class:`_Entry`, the guard's :class:`_Config` snapshot, the :class:`_Prepared` call, the I/O
-requests the pipeline yields (:data:`_Io`), the tool's :class:`_Outcome`, and ``CallRecord``
-(``task.history``). Data only: every stage module reads them, none imports another stage."""
+"""The records one call carries along the call path: the registered tool's precomputed
+:class:`_Entry`, the guard's :class:`_Config` snapshot, the :class:`_Prepared` call, the
+tool's :class:`_Outcome`, ``CallRecord`` (``task.history``), and what the stages see of the
+task and its guard (:class:`TaskState`, :class:`GuardState`: protocols, so that no stage
+imports ``Task`` or ``Guard``). Data only: every stage module reads them, none imports
+another stage."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
 
 import orjson
 
-from ._approval import (
-    ApprovalRequest,
-    Approver,
-)
 from ._canonical import args_hash
 from ._canonical_walk import canonicalize
 from ._coerce import IntFix
@@ -24,11 +22,19 @@ from ._errors import CanonicalizationError
 from ._resolve import ToolSettings
 from ._results import ToolResult
 from ._schema import ArgsValidator
-from ._threads import Handoff
 from ._types import Effect
 
 if TYPE_CHECKING:
+    import threading
+    from collections import OrderedDict, deque
+    from collections.abc import Iterator
+
+    from ._approval import Approver
+    from ._audit import AuditEvent, AuditSink
+    from ._inflight import InFlight
+    from ._normalize import ResultNormalizer
     from ._policy import Policy
+    from .stores._base import Store
 
 
 T = TypeVar("T")
@@ -37,28 +43,6 @@ T = TypeVar("T")
 
 
 _WAIT_POLL_S: Final = (0.001, 0.05)  # first and longest sleep while waiting on another call
-
-
-class _Detached(BaseException):  # a control-flow signal, not an error
-    """A cancelled ``acall`` whose sync tool runs on in its thread (``toolguard._threads``):
-    ``cancel`` goes to the caller at once; ``outcome`` turns what the tool did into an
-    :class:`_Outcome` for the pipeline, which records it when the thread ends."""
-
-    def __init__(self, cancel: BaseException, handoff: Handoff,
-                 outcome: Callable[[Any, BaseException | None, float], _Outcome]) -> None:
-        super().__init__()
-        self.cancel, self.handoff, self.outcome = cancel, handoff, outcome
-
-
-class _NotStarted(BaseException):  # a control-flow signal, not an error
-    """Thrown into the pipeline at its execute request when ``acall`` was cancelled while a
-    store operation ran off the loop: the tool never started, so its claim is given back."""
-
-
-class _Handover(BaseException):  # a control-flow signal, not an error
-    """Thrown into the pipeline at its execute request by a caller that records the
-    outcome elsewhere, later (another process: :mod:`toolguard._pending`): the pipeline
-    ends without recording anything and keeps the claim held."""
 
 
 class _RecordedError(Exception):
@@ -195,35 +179,6 @@ Executor = Callable[[dict[str, Any]], Any]
 (replay's recorded result, a direct call's own arguments, ``run=``)."""
 
 
-class _Execute(NamedTuple):
-    """I/O request of the pipeline: run the tool (answer: an ``_Outcome``). ``snap``,
-    ``verdict`` and ``observed`` are what the pipeline records the outcome with: a caller
-    that runs the tool in another process (:mod:`toolguard._pending`) keeps them and
-    throws :class:`_Handover` into the pipeline instead of answering."""
-
-    cfg: _Config
-    p: _Prepared
-    executor: Executor | None
-    snap: Any = None
-    verdict: Any = None
-    observed: Any = None
-
-
-class _Approve(NamedTuple):
-    """I/O request: ask the approver (answer: an ``ApprovalDecision``)."""
-
-    request: ApprovalRequest
-    approver: Approver
-
-
-class _Wait(NamedTuple):
-    """I/O request: wait until an identical call in progress settles (answer: None)."""
-
-    cfg: _Config
-    p: _Prepared
-
-
-_Io = _Execute | _Approve | _Wait
 
 
 @dataclass(slots=True)
@@ -235,3 +190,60 @@ class _Outcome:
     error_type: str | None = None
     exc: BaseException | None = None
     duration_s: float = 0.0
+
+
+class GuardState(Protocol):
+    """What the call path's stages read of the :class:`~toolguard.Guard` (its private
+    state; a protocol, so that no stage imports the class)."""
+
+    @property
+    def _config(self) -> _Config: ...
+    @property
+    def _store(self) -> Store: ...
+    @property
+    def _clock(self) -> Callable[[], float]: ...
+    @property
+    def _sinks(self) -> tuple[AuditSink, ...]: ...
+    @property
+    def _approver(self) -> Approver: ...
+    @property
+    def _lock(self) -> Any: ...
+    @property
+    def _inflight(self) -> dict[str, threading.Event]: ...
+    @property
+    def _inflight_calls(self) -> InFlight: ...
+    @property
+    def _store_blocks(self) -> bool: ...
+    @property
+    def _fields(self) -> bool: ...
+    @property
+    def _price(self) -> Any: ...
+
+    def _emit(self, event: AuditEvent) -> bool: ...
+    def _warn_off(self) -> None: ...
+    @staticmethod
+    def _entry(policy: Policy, spec: ToolSpec) -> _Entry: ...
+
+
+class TaskState(Protocol):
+    """What the call path's stages read and write of a :class:`~toolguard.Task`: its id,
+    history and per-handle memory (a protocol, so that no stage imports the class)."""
+
+    @property
+    def guard(self) -> GuardState: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def history(self) -> deque[CallRecord]: ...
+    @property
+    def _limit(self) -> int: ...
+    @property
+    def _ids(self) -> Iterator[int]: ...
+    @property
+    def _id_suffix(self) -> str: ...
+    @property
+    def _last_content(self) -> OrderedDict[str, Any]: ...
+    @property
+    def _digests(self) -> dict[str, tuple[ResultNormalizer, str, str]]: ...
+    @property
+    def _last_digest(self) -> OrderedDict[str, str]: ...

@@ -81,7 +81,7 @@ def _unsupported(tool: object) -> str:
 
 # the options a policy's [tools.NAME] table also sets: checked by the policy's own validation
 _POLICY_OPTIONS = ("effect", "idempotency_scope", "idempotency_ttl_s", "forwards_idempotency_key",
-                   "external", "max_calls", "requires_approval")
+                   "external", "max_calls", "requires_approval", "inline")
 
 
 def check_options(tool: str, options: Mapping[str, Any], where: str) -> None:
@@ -238,6 +238,7 @@ def readonly(
     max_calls: int | NotGiven | None = ...,
     args_schema: Mapping[str, Any] | None = ...,
     description: str | NotGiven = ...,
+    inline: bool | NotGiven = ...,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def readonly(
     func: Callable[P, R] | Any | None = None,
@@ -248,6 +249,7 @@ def readonly(
     max_calls: int | NotGiven | None = NOT_GIVEN,
     args_schema: Mapping[str, Any] | None = None,
     description: str | NotGiven = NOT_GIVEN,
+    inline: bool | NotGiven = NOT_GIVEN,
 ) -> Any:
     """Mark a tool that only observes (grep, view_file, a search API).
 
@@ -260,14 +262,19 @@ def readonly(
         max_calls: per-task limit of calls of this tool (``None``: no limit).
         args_schema: JSON Schema of the arguments; default: derived from the type hints.
         description: for ``guard.tool_schemas()``; default: the docstring's first paragraph.
+        inline: a sync tool that returns at once (a pure function, an in-memory lookup):
+            ``task.acall`` runs it on the event loop's thread, as ``task.call`` does, instead
+            of in a worker thread (the default for sync tools, so that a slow one never
+            blocks the loop). Policy key ``[tools.<name>] inline``.
 
     Returns:
         The function, unchanged in signature and behaviour, carrying a :class:`ToolSpec`.
 
     Raises:
         PolicyError (a ValueError): an option value a policy's ``[tools.<name>]`` table
-            would refuse (``max_calls=0``, ``idempotency_ttl_s=nan``), raised here, at
-            decoration, naming ``tools.<name>.<option>`` and what was expected.
+            would refuse (``max_calls=0``, ``idempotency_ttl_s=nan``, ``inline="yes"``),
+            raised here, at decoration, naming ``tools.<name>.<option>`` and what was
+            expected.
         TypeError: ``name``/``description`` not a string, ``poll`` not a bool, or a
             misplaced decorator.
     """
@@ -278,7 +285,7 @@ def readonly(
         False,
         func,
         {"name": name, "max_calls": max_calls, "args_schema": args_schema,
-         "description": description},
+         "description": description, "inline": inline},
         "readonly",
     )
 

@@ -2,23 +2,27 @@
 
 * :mod:`toolguard._guard` — :class:`Guard`: tools + policy + store; :mod:`toolguard._task` —
   :class:`Task`: one agent task, its public methods;
-* :mod:`toolguard._pipeline` — ``_run_sync`` / ``_run_async``: the common call (enforce
-  mode, no audit sink) runs straight through the stages below (``_front``, then
-  ``_executed_sync`` / ``_executed_async``); a call that needs I/O in the middle (an
-  approval, a wait for a twin, a worker thread) goes through the one pipeline for ``call``
-  and ``acall``, sans I/O: a generator that yields its I/O requests; :mod:`toolguard._fast`
-  — the same straight path with fewer layers for ``call`` and ``acall`` on a plain
-  ``MemoryStore``;
+* :mod:`toolguard._path` — the one call path every call takes (any store, enforce / observe /
+  off, audit sinks, the failure budget, sync and async): ``call_sync`` / ``call_async`` run
+  ``admit`` (prepare, begin, decide), execute, ``record``, straight; a call that needs I/O
+  before it is decided (an approval, a wait for an identical call in progress) pauses and
+  branches out to ``settle_sync`` / ``settle_async``, which come back through ``resume``;
+  :mod:`toolguard._pending` — ``task.begin`` / ``PendingCall``: the same path split where the
+  tool runs (``begin_nowait``: its first half without awaiting, for the MCP proxy);
 * :mod:`toolguard._prepare` — parse, bind defaults, classify, canonical hash, schema;
 * :mod:`toolguard._admit` — ``store.begin`` and the pure :func:`toolguard._core.decide`:
-  budget → approval → idempotency → ladder (the store's failure policy too);
+  budget → approval → idempotency → ladder; :mod:`toolguard._storeops` — the store's
+  failure policy (``fail_closed`` / ``fail_open``);
 * :mod:`toolguard._approve` — the approval stage's I/O; :mod:`toolguard._wait` — waiting
-  on an identical call in progress (idempotency);
-* :mod:`toolguard._execute` — run the tool, time it, the error envelope;
+  on an identical call in progress (idempotency), and the failure budget's calls in flight;
+* :mod:`toolguard._execute` — run the tool (a worker thread for a sync tool under ``acall``
+  unless it is declared ``inline``), time it, the error envelope;
 * :mod:`toolguard._record` — ``store.finish`` and the result the model reads;
 * :mod:`toolguard._events` — history and the audit events;
-* :mod:`toolguard._call` — the records a call carries; :mod:`toolguard._batch` — parallel
-  calls of one message; :mod:`toolguard._entries` — checks when a tool is registered.
+* :mod:`toolguard._call` — the records a call carries and the protocols the stages see the
+  task and guard through (:class:`~toolguard._call.TaskState`: no stage imports ``Task``);
+  :mod:`toolguard._batch` — parallel calls of one message; :mod:`toolguard._entries` —
+  checks when a tool is registered.
 
 This module keeps the public names where they always were.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._audit import AuditEvent
+from ._audit import AuditEvent, redact
 from ._call import CallRecord, _Config, _Prepared
 from ._core import Verdict
 from ._results import ToolResult
@@ -14,10 +14,10 @@ from .stores._base import Snapshot
 from .stores._base import new_tuple as _new
 
 if TYPE_CHECKING:
-    from ._engine import Task
+    from ._call import TaskState
 
 
-def _record(task: Task, p: _Prepared, result: ToolResult, transition: str, cfg: _Config,
+def record(task: TaskState, p: _Prepared, result: ToolResult, transition: str, cfg: _Config,
             halt: dict[str, Any] | None = None) -> None:
     """Keep the call in the history and emit its outcome event (``extra["final"]``; a halt's
     ``kind`` and ``budget`` from ``halt``)."""
@@ -38,12 +38,12 @@ def _record(task: Task, p: _Prepared, result: ToolResult, transition: str, cfg: 
             time=task.guard._clock(), task_id=task.task_id, call_id=p.call_id,
             tool=p.entry.spec.name, transition=transition, decision=str(result.decision),
             reason=result.reason, effect=str(p.effect), args_hash=p.sig,
-            args=task._redacted(p, cfg), count=result.count, duration_s=result.duration_s,
+            args=redacted(task, p, cfg), count=result.count, duration_s=result.duration_s,
             extra=extra,
         ))
 
 
-def _event(task: Task, transition: str, tool: str, decision: Decision, reason: str,
+def event(task: TaskState, transition: str, tool: str, decision: Decision, reason: str,
            p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0,
            extra: dict[str, Any] | None = None) -> bool:
     """Emit one audit event; False if no sink could write it."""
@@ -53,17 +53,17 @@ def _event(task: Task, transition: str, tool: str, decision: Decision, reason: s
             call_id=p.call_id if p else "", tool=tool, transition=transition,
             decision=str(decision), reason=reason,
             effect=str(p.effect) if p else "", args_hash=p.sig if p else "",
-            args=task._redacted(p, cfg) if p and cfg else {}, count=count,
+            args=redacted(task, p, cfg) if p and cfg else {}, count=count,
             extra=extra or {},
         ))
     return True
 
 
-def _executing(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
+def executing(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
                ) -> Verdict:
     """Audit the start of an execution. If no sink could write it and the policy fails
     closed (``store.on_error``), the call does not run unaudited: it is blocked."""
-    if task._event("validating->executing", p.entry.spec.name, verdict.decision,
+    if event(task, "validating->executing", p.entry.spec.name, verdict.decision,
                    verdict.reason, p, cfg, snap.count):
         return verdict
     on_error = getattr(task.guard._store, "on_error", None) or cfg.policy.store.on_error
@@ -71,3 +71,12 @@ def _executing(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: 
         return verdict
     return Verdict(BLOCK, reason="the audit event of this call could not be written, and "
                                  "the policy fails closed (store.on_error): not run unaudited")
+
+
+def redacted(task: TaskState, p: _Prepared, cfg: _Config) -> dict[str, Any]:
+    """The call's arguments as audit events and halts show them (redacted and truncated by
+    the policy's ``[audit]``), computed once per call and kept on ``p``."""
+    if p.redacted is None:
+        audit = cfg.policy.audit
+        p.redacted = redact(p.args, audit.redact_pattern, audit.max_value_chars)
+    return p.redacted

@@ -8,11 +8,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import inspect
-import time
-from collections.abc import Awaitable
+import logging
+from collections.abc import Awaitable, Callable
+from inspect import isawaitable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from . import _approve, _events, _record, _wait
 from ._content import safe_str as _safe_str
 from ._context import CURRENT_KEY as _CURRENT_KEY
 from ._outcomes import is_unknown_outcome
@@ -23,12 +25,19 @@ from .stores._base import Snapshot
 if TYPE_CHECKING:
     import asyncio
 
-    from ._engine import Task
+    from ._call import TaskState
+    from ._path import Begun
 
-from ._call import Executor, _Config, _Detached, _Outcome, _Prepared, _RecordedError
+from ._call import Executor, _Config, _Outcome, _Prepared, _RecordedError
+
+log = logging.getLogger("toolguard")
+Record = Callable[["TaskState", "Begun", Any, "_Outcome | None", float], Any]
+""":func:`toolguard._path.record`, passed in (the path imports this module)."""
+Interrupted = Callable[["TaskState", "Begun", BaseException], None]
+""":func:`toolguard._path.interrupted`, passed in."""
 
 
-async def _until_done(future: asyncio.Future[Any]) -> None:
+async def until_done(future: asyncio.Future[Any]) -> None:
     """Wait for ``future`` whatever cancellations arrive meanwhile."""
     import asyncio
 
@@ -37,88 +46,102 @@ async def _until_done(future: asyncio.Future[Any]) -> None:
             await asyncio.wait([future])
 
 
-def _retrieved(future: asyncio.Future[Any]) -> None:
+def retrieved(future: asyncio.Future[Any]) -> None:
     """Read a detached thread's exception, so asyncio does not report it as never retrieved
     (the pipeline records it)."""
     if not future.cancelled():
         future.exception()
 
 
-def _discard(awaitable: Awaitable[Any]) -> None:
-    close = getattr(awaitable, "close", None)
-    if callable(close):
-        close()
-
-
-def _close_awaitable(value: Awaitable[Any], p: _Prepared) -> Any:
-    _discard(value)
+def close_awaitable(value: Awaitable[Any], p: _Prepared) -> Any:
+    _approve.discard(value)
     raise TypeError(f"{p.entry.spec.name} is async: call it with task.acall()")
 
 
-def _execute_sync(task: Task, cfg: _Config, p: _Prepared, executor: Executor | None
-                  ) -> _Outcome:
+async def run_async(task: TaskState, b: Begun, executor: Executor | None,
+                    record: Record, interrupted: Interrupted
+                    ) -> tuple[Any, _Outcome | None, float]:
+    """Run the tool of the begun call ``b`` under ``acall``: ``(value, None, seconds)`` when
+    it returned, ``(None, outcome, seconds)`` when it raised (its error envelope). An
+    ``async def`` tool (or ``run``) is awaited on the loop; a sync tool runs inline when it
+    is declared ``inline`` (a fast pure function), else in a worker thread
+    (:func:`in_thread`). Interrupted or cancelled: ``interrupted(task, b, exc)`` records an
+    unknown outcome and ``exc`` is re-raised.
+
+    Raises:
+        BaseException: the cancellation or interruption of the run.
+    """
+    p = b.p
+    threaded = executor is None and p.entry.in_thread
     token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
-    start = time.perf_counter()
+    start = perf_counter()
     try:
+        if threaded:
+            return await in_thread(task, b, record, interrupted)
         value = executor(p.args) if executor is not None else p.entry.call(**p.args)
-        if p.entry.maybe_async and inspect.isawaitable(value):
-            value = _close_awaitable(value, p)
-        return _Outcome(value, value, True, False, None, None, time.perf_counter() - start)
-    except Exception as exc:  # noqa: BLE001 - any tool error becomes an error envelope
-        return task._failure(cfg, exc, time.perf_counter() - start)
-    finally:
-        _CURRENT_KEY.reset(token)
-
-
-async def _execute_async(task: Task, cfg: _Config, p: _Prepared,
-                         executor: Executor | None) -> _Outcome:
-    token = _CURRENT_KEY.set((p.key, p.origin or p.call_id))
-    start = time.perf_counter()
-    try:
-        if executor is not None:
-            value = executor(p.args)
-        elif p.entry.in_thread:
-            import asyncio
-
-            # A plain function would block the event loop, and concurrent identical
-            # acalls would then run one after another and count as repeats instead of
-            # sharing one execution. As LangChain and pydantic-ai do for sync tools, run
-            # it in a worker thread, with the context (idempotency key, task) copied.
-            handoff = Handoff()
-            future = asyncio.get_running_loop().run_in_executor(None, functools.partial(
-                contextvars.copy_context().run, handoff.run, p.entry.call, p.args))
-            try:
-                value = await asyncio.shield(future)
-            except asyncio.CancelledError as cancel:
-                # A thread cannot be stopped, and the caller must not wait for it: the
-                # cancellation goes on at once, and what the tool really did is recorded
-                # when it ends (an identical call meanwhile waits on its claim, so no
-                # second run starts beside the first, and a retry then gets the stored
-                # result instead of an unknown outcome).
-                future.add_done_callback(_retrieved)
-
-                def outcome(value: Any, exc: BaseException | None, took: float
-                            ) -> _Outcome:
-                    if isinstance(exc, Exception):
-                        return task._failure(cfg, exc, took)
-                    if exc is not None:  # the thread was interrupted: unknown
-                        return _Outcome(content="interrupted", success=False,
-                                        unknown=True, duration_s=took)
-                    return _Outcome(value, value, True, False, None, None, took)
-
-                raise _Detached(cancel, handoff, outcome) from None
-        else:
-            value = p.entry.call(**p.args)
-        if inspect.isawaitable(value):
+        if isawaitable(value):
             value = await value
-        return _Outcome(value, value, True, False, None, None, time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - any tool error becomes an error envelope
-        return task._failure(cfg, exc, time.perf_counter() - start)
+        took = perf_counter() - start
+        return None, failure(b.cfg, exc, took), took
+    except BaseException as exc:  # e.g. cancelled by asyncio.wait_for
+        if not threaded:  # a thread's cancellation is recorded when the thread ends
+            interrupted(task, b, exc)
+        raise
     finally:
         _CURRENT_KEY.reset(token)
+    return value, None, perf_counter() - start
 
 
-def _failure(cfg: _Config, exc: Exception, duration_s: float) -> _Outcome:
+async def in_thread(task: TaskState, b: Begun, record: Record, interrupted: Interrupted
+                    ) -> tuple[Any, _Outcome | None, float]:
+    """A sync tool under ``acall``, in a worker thread: a plain function would block the
+    event loop, and concurrent identical acalls would then run one after another and count
+    as repeats instead of sharing one execution. As LangChain and pydantic-ai do for sync
+    tools, it runs with the context (idempotency key, task) copied. A cancellation goes on
+    to the caller at once (a thread cannot be stopped), and what the tool really did is
+    recorded by the worker thread when it ends (``record``): an identical call meanwhile
+    waits on its claim, so no second run starts beside the first."""
+    import asyncio
+
+    handoff = Handoff()
+    future = asyncio.get_running_loop().run_in_executor(None, functools.partial(
+        contextvars.copy_context().run, handoff.run, b.p.entry.call, b.args))
+    try:
+        value = await asyncio.shield(future)
+    except asyncio.CancelledError as cancel:
+        future.add_done_callback(retrieved)
+        if handoff.detach(functools.partial(_record_later, task, b, record, interrupted)):
+            raise
+        # it ended meanwhile: record it now, then go on cancelled
+        _record_later(task, b, record, interrupted, handoff.value, handoff.exc,
+                      handoff.duration_s)
+        raise cancel from None
+    except Exception as exc:  # noqa: BLE001 - any tool error becomes an error envelope
+        return None, failure(b.cfg, exc, handoff.duration_s), handoff.duration_s
+    except BaseException as exc:  # the thread was interrupted: unknown
+        interrupted(task, b, exc)
+        raise
+    return value, None, handoff.duration_s
+
+
+def _record_later(task: TaskState, b: Begun, record: Record, interrupted: Interrupted,
+                  value: Any, exc: BaseException | None, took: float) -> None:
+    """Record what the tool of a cancelled ``acall`` did, once it ended (in its worker
+    thread). Nobody awaits this: a failure is logged."""
+    try:
+        if exc is None:
+            record(task, b, value, None, took)
+        elif isinstance(exc, Exception):
+            record(task, b, None, failure(b.cfg, exc, took), took)
+        else:  # the thread was interrupted: unknown
+            interrupted(task, b, exc)
+    except BaseException:
+        log.exception("toolguard: recording the outcome of cancelled %s failed",
+                      b.p.entry.spec.name)
+
+
+def failure(cfg: _Config, exc: Exception, duration_s: float) -> _Outcome:
     # The error envelope (DESIGN.md §2, cause 1): a one-line structured error, no
     # traceback, so the model does not guess at its own arguments.
     name = type(exc).__name__
@@ -138,21 +161,21 @@ def _failure(cfg: _Config, exc: Exception, duration_s: float) -> _Outcome:
                     exc=exc, duration_s=duration_s)
 
 
-def _give_back(task: Task, cfg: _Config, claimed: tuple[_Prepared, Snapshot] | None) -> None:
+def give_back(task: TaskState, cfg: _Config, claimed: tuple[_Prepared, Snapshot] | None) -> None:
     """Release the claim of a call that will not run (best effort: the store may be the
     reason), so identical calls need not wait for ``in_progress_ttl_s``."""
     if claimed is not None:
         with contextlib.suppress(Exception):
-            task._finish(cfg, *claimed, None)
-            task._notify(claimed[0])
+            _record.finish(task, cfg, *claimed, None)
+            _wait.notify(task, claimed[0])
 
 
-def _abandon(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
+def abandon(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot) -> None:
     """The tool was interrupted (KeyboardInterrupt, task cancellation): record it as a
     failure whose outcome is unknown, so the claim is not left behind and an identical
     retry of a mutating call goes to review instead of running blind."""
     outcome = _Outcome(content="interrupted", success=False, unknown=True)
-    task._finish(cfg, p, snap, outcome)
-    task._notify(p)
-    task._event("executing->failed", p.entry.spec.name, ALLOW,
+    _record.finish(task, cfg, p, snap, outcome)
+    _wait.notify(task, p)
+    _events.event(task, "executing->failed", p.entry.spec.name, ALLOW,
                 "interrupted while running: its outcome is unknown", p, cfg)

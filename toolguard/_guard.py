@@ -220,6 +220,13 @@ class Guard:
         self._store: Store = store if store is not None else self._default_store(policy)
         # a store whose operations wait on I/O runs off the event loop under acall
         self._store_blocks = bool(getattr(self._store, "blocking", True))
+        # the in-memory store's own begin and finish (a MemoryStore, or a subclass that
+        # leaves them alone) take the request's fields as arguments (toolguard._admit)
+        kind = type(self._store)
+        self._fields = (isinstance(self._store, MemoryStore) and kind.begin is MemoryStore.begin
+                        and kind.finish is MemoryStore.finish
+                        and getattr(kind, "begin_fields", None) is MemoryStore.begin_fields
+                        and getattr(kind, "finish_fields", None) is MemoryStore.finish_fields)
         self._inflight: dict[str, threading.Event] = {}
         self._inflight_calls = InFlight()  # calls running now, for max_consecutive_failures
 
@@ -317,7 +324,9 @@ class Guard:
         ints = int_parameters(spec.func) if call is spec.func else ()  # else pydantic does it
         validator = tool_validator(spec.name, schema, "Guard")
         return _Entry(spec, settings, signature, defaults, validator, schema,
-                      maybe_async, call, not spec.is_async, False, ints, injected,
+                      # a sync tool runs in a worker thread under acall unless declared inline
+                      maybe_async, call, not spec.is_async and not settings.inline, False,
+                      ints, injected,
                       _required(schema, signature, injected))
 
     @property

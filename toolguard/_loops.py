@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from . import _batch
 from ._content import as_text, with_notice
 from ._errors import Halt
 from ._types import CACHED
@@ -173,7 +174,7 @@ def _finish(shape: Shape, calls: list[_Call], order: list[tuple[int, bool]],
         elif isinstance(outcome, BaseException):
             raise outcome
         else:
-            result = task._copy_for(outcome, duplicate)
+            result = _batch.copy_for(outcome, duplicate)
             text = _text(result)
             if duplicate and result.decision is CACHED:
                 text = _with_notice(text, _BATCH_NOTICE)
@@ -194,7 +195,7 @@ def run_tool_calls(task: Task, message: Any, on_halt: OnHalt) -> list[dict[str, 
     """See :meth:`Task.run_tool_calls`."""
     _check(on_halt)
     shape, calls = parse_message(message)
-    order, unique = task._dedupe([(c.tool, c.args) for c in calls])
+    order, unique = _batch.dedupe(task, [(c.tool, c.args) for c in calls])
     for tool, _ in unique:  # a host's mistake refuses the whole message before any call
         task._runnable(tool, sync=True)
     outcomes: list[ToolResult | BaseException | None] = []
@@ -215,7 +216,7 @@ async def arun_tool_calls(task: Task, message: Any, on_halt: OnHalt) -> list[dic
 
     _check(on_halt)
     shape, calls = parse_message(message)
-    order, unique = task._dedupe([(c.tool, c.args) for c in calls])
+    order, unique = _batch.dedupe(task, [(c.tool, c.args) for c in calls])
     outcomes = await asyncio.gather(*(task.acall(t, a) for t, a in unique),
                                     return_exceptions=True)
     return _finish(shape, calls, order, outcomes, task, on_halt)

@@ -10,46 +10,37 @@ the host runs the tool and reports what happened with ``finish(value)``, ``fail(
 stagnation and the idempotency record on the real result) and return the same
 :class:`~toolguard.ToolResult`.
 
-Both halves are the call path's own: on a plain in-memory store the fused path's
-:func:`toolguard._fast._memory_front` / :func:`~toolguard._fast._memory_record`
-(:func:`begin_nowait`: what the MCP proxy runs in its callbacks), otherwise the pipeline
-generator (:func:`toolguard._pipeline._pipeline`), suspended at its execute request and sent
-the outcome later. :meth:`PendingCall.detach` and
-:func:`attach` carry a begun call to another process (a hook command that runs once per
-event): the state it is recorded with, as JSON.
+Both halves are the call path's own (:mod:`toolguard._path`): ``begin`` is
+:func:`~toolguard._path.admit` (and, for an approval or a wait, the one place that does that
+I/O), the report is :func:`~toolguard._path.record`, exactly as ``call`` runs them around
+its tool. :func:`begin_nowait` is the first half as far as it goes without awaiting anything,
+for a host that begins calls in a callback on an event loop (the MCP proxy).
+:meth:`PendingCall.detach` and :func:`attach` carry a begun call to another process (a hook
+command that runs once per event): the state it is recorded with, as JSON.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Generator, Mapping
-from time import perf_counter
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from ._call import _Execute, _Handover, _Io, _Outcome, _Prepared
+from . import _execute, _path, _prepare
+from ._call import _Outcome
 from ._core import Verdict, halt_kind
-from ._errors import ToolGuardError
-from ._fast import _elsewhere, _final, _memory_front, _memory_record
-from ._outcomes import forwarded_key
-from ._pipeline import _answer_async, _answer_sync, _origin, _recorded, _Start
+from ._path import Begun, Pause
 from ._results import ToolResult
-from ._types import ALLOW, ENFORCE, Decision, RecordState
+from ._types import ALLOW, UNKNOWN, Decision, RecordState
 from .stores._base import ApprovalRecord, IdempotencyRecord, Snapshot
-from .stores.memory import MemoryStore
 
 if TYPE_CHECKING:
     from ._approval import Approver
-    from ._call import _Config
-    from ._engine import Task
+    from ._call import TaskState, _Config
 
 __all__ = ["PendingCall", "abegin", "attach", "begin", "begin_nowait"]
 
 _UNKNOWN = ("Error (unknown outcome): {reason} [the outcome is unknown: the action may or "
             "may not have happened; check before retrying]")
-
-Pipeline = Generator[_Io, Any, tuple[ToolResult, BaseException | None]]
-
 
 class PendingCall:
     """A call the guard has decided and the host runs itself: from :meth:`Task.begin`.
@@ -75,47 +66,36 @@ class PendingCall:
         result: the guard's answer when the call must not run, else ``None``.
         final: ``True`` when a success will come back unchanged: :meth:`finish` returns a
             result whose ``content`` is the very value it was given (an allow with no
-            notice that no stagnation warn can reach), so a host may pass the value on
-            before it reports it. ``False``: the guard may add to it (or this path does
-            not know beforehand).
+            notice that no stagnation warn can reach, no audit sink to write first), so a
+            host may pass the value on before it reports it. ``False``: the guard may add
+            to it.
     """
 
-    __slots__ = ("_async", "_cfg", "_p", "_pipeline", "_reported", "_snap", "_start",
-                 "_state", "_store", "_task", "_verdict", "args", "call_id", "decision",
-                 "final", "notice", "result", "tool")
-    _cfg: _Config  # these three: set for the fused path's call (with _store)
-    _snap: Snapshot
-    _verdict: Verdict
+    __slots__ = ("_begun", "_reported", "_task", "args", "call_id", "decision", "notice",
+                 "result", "tool")
 
-    def __init__(self, task: Task, tool: str, result: ToolResult | None) -> None:
+    def __init__(self, task: TaskState, step: ToolResult | Begun) -> None:
         self._task = task
-        self.tool = tool
-        self.result = result
-        self.decision: Decision = result.decision if result is not None else ALLOW
-        self.notice: str | None = None
-        self.args: dict[str, Any] = {}
-        self.call_id = result.call_id if result is not None else ""
-        self.final = False
-        self._p: _Prepared | None = None
-        self._store: MemoryStore | None = None  # the fused in-memory path's call
-        self._pipeline: Pipeline | None = None
-        self._state: _Execute | None = None
-        self._reported = result is not None
-        self._start = perf_counter()
-        self._async = False
-
-    def _runs(self, p: _Prepared, verdict: Verdict | None) -> None:
-        """The call runs: ``verdict`` ``None`` in ``mode = "off"`` (nothing decided)."""
-        self._p = p
-        self.args, self.call_id = p.args, p.call_id
-        if verdict is not None:
-            self.decision, self.notice = verdict.decision, verdict.notice
-        self._start = perf_counter()
+        if type(step) is Begun:
+            p, verdict = step.p, step.verdict
+            step.task = task  # its audit sinks decide whether a success goes out unchanged
+            self._begun: Begun | None = step
+            self.result: ToolResult | None = None
+            self.tool, self.args, self.call_id = p.entry.spec.name, p.args, p.call_id
+            self.decision: Decision = ALLOW if verdict is None else verdict.decision
+            self.notice: str | None = None if verdict is None else verdict.notice
+            self._reported = False
+        else:
+            result: ToolResult = step  # type: ignore[assignment]  # not Begun: tested above
+            self._begun, self.result = None, result
+            self.tool, self.args, self.call_id = result.tool, {}, result.call_id
+            self.decision, self.notice = result.decision, None
+            self._reported = True
 
     @property
-    def age_s(self) -> float:
-        """Seconds since the call began (or was attached in this process)."""
-        return perf_counter() - self._start
+    def final(self) -> bool:
+        """See the class docstring; ``False`` for a call that must not run."""
+        return self._begun is not None and self._begun.final
 
     @property
     def forwarded_key(self) -> str | None:
@@ -123,10 +103,12 @@ class PendingCall:
         policy's ``forwards_idempotency_key``), as ``current_idempotency_key()`` gives it to
         a tool that runs in this process, the same for a retry of a call whose outcome is
         unknown; else ``None`` (also for a call that must not run)."""
-        p = self._p
-        if p is None or not p.entry.settings.forwards_idempotency_key:
-            return None
-        return forwarded_key(p.key, p.origin or p.call_id)
+        return None if self._begun is None else self._begun.forwarded_key
+
+    @property
+    def age_s(self) -> float:
+        """Seconds since the call began (or was attached in this process)."""
+        return _path.elapsed(self._begun) if self._begun is not None else 0.0
 
     def __repr__(self) -> str:
         state = "reported" if self._reported else "pending"
@@ -189,54 +171,29 @@ class PendingCall:
             raise RuntimeError(f"{self.tool} ({self.call_id}) was reported already")
         self._reported = True
 
-    def _outcome(self, cfg: _Config, value: Any, exc: Exception | None,
-                 unknown: str | None) -> _Outcome:
-        took = perf_counter() - self._start
+    def _outcome(self, cfg: _Config, exc: Exception | None, unknown: str | None
+                 ) -> _Outcome | None:
         if unknown is not None:
             return _Outcome(content=_UNKNOWN.format(reason=unknown), success=False,
-                            unknown=True, duration_s=took)
+                            unknown=True, duration_s=self.age_s)
         if exc is not None:
-            return self._task._failure(cfg, exc, took)
-        return _Outcome(value, value, True, False, None, None, took)
+            return _execute.failure(cfg, exc, self.age_s)
+        return None
 
     def _report(self, value: Any, exc: Exception | None, unknown: str | None) -> ToolResult:
         self._claim()
-        store = self._store
-        if store is not None:  # the fused path: _memory_record, as call(run=) records
-            cfg, p = self._cfg, self._p
-            assert p is not None  # a call that runs has it
-            failed = None if exc is None and unknown is None else self._outcome(
-                cfg, None, exc, unknown)
-            return _memory_record(self._task, cfg, store, self.tool, p, self._snap,
-                                  self._verdict, value, failed, None, self._start)[0]
-        state = self._state
-        assert state is not None  # a call that runs has one of the two
-        outcome = self._outcome(state.cfg, value, exc, unknown)
-        pipeline = self._pipeline
-        if pipeline is None:  # attached in another process: record it straight
-            return _recorded(self._task, state.cfg, self.tool, state.p, state.snap,
-                             state.verdict, outcome, state.observed)[0]
-        try:
-            pipeline.send(outcome)
-        except StopIteration as done:
-            return done.value[0]  # type: ignore[no-any-return]
-        pipeline.close()
-        raise ToolGuardError(f"internal error while guarding {self.tool}: the call path "
-                             "asked for more after the outcome")
+        b = self._begun
+        assert b is not None  # a call that runs has one
+        return _path.record(self._task, b, value, self._outcome(b.cfg, exc, unknown),
+                            self.age_s)[0]
 
     async def _areport(self, value: Any, exc: Exception | None, unknown: str | None
                        ) -> ToolResult:
-        if self._pipeline is None or not self._async:
-            return self._report(value, exc, unknown)
         self._claim()
-        state = self._state
-        assert state is not None
-        done, answer = await self._task._resume(
-            self._pipeline, self._outcome(state.cfg, value, exc, unknown), None)
-        if not done:
-            raise ToolGuardError(f"internal error while guarding {self.tool}: the call "
-                                 "path asked for more after the outcome")
-        return answer[0]  # type: ignore[no-any-return]
+        b = self._begun
+        assert b is not None
+        return (await _path.off_loop(self._task, _path.record, self._task, b, value,
+                                     self._outcome(b.cfg, exc, unknown), self.age_s))[0]
 
     # -- another process ----------------------------------------------------------------
     def detach(self) -> dict[str, Any]:
@@ -247,16 +204,12 @@ class PendingCall:
             RuntimeError: the call must not run, or was reported already.
         """
         self._claim()
-        if self._store is not None:
-            assert self._p is not None
-            p, snap, verdict, observed = self._p, self._snap, self._verdict, None
-        else:
-            state = self._state
-            assert state is not None
-            assert self._pipeline is not None
-            p, snap, verdict, observed = state.p, state.snap, state.verdict, state.observed
-            with contextlib.suppress(_Handover):
-                self._pipeline.throw(_Handover())
+        b = self._begun
+        assert b is not None
+        p, snap, verdict, observed = b.p, b.snap, b.verdict, b.observed
+        assert snap is not None  # mode off is never detached
+        assert verdict is not None
+        _path.leave(self._task, p)  # its end is counted where it is reported
         return {
             "tool": self.tool, "args": p.raw_args, "call_id": p.call_id,
             "signature": p.signature, "snap": _snap_json(snap),
@@ -266,7 +219,7 @@ class PendingCall:
         }
 
 
-def attach(task: Task, state: Mapping[str, Any]) -> PendingCall | None:
+def attach(task: TaskState, state: Mapping[str, Any]) -> PendingCall | None:
     """The pending call :meth:`PendingCall.detach` returned ``state`` for, in this process.
 
     Returns:
@@ -279,111 +232,61 @@ def attach(task: Task, state: Mapping[str, Any]) -> PendingCall | None:
     """
     cfg = task.guard._config
     tool = str(state["tool"])
-    prepared = task._prepare(cfg, tool, state["args"], True, str(state["call_id"]))
+    prepared = _prepare.prepare(task, cfg, tool, state["args"], True, str(state["call_id"]))
     if isinstance(prepared, ToolResult) or prepared.signature != state["signature"]:
         return None
     p = prepared
     snap = _snap_from(state["snap"])
     verdict = _verdict_from(state["verdict"])
     observed = None if state["observed"] is None else Decision(state["observed"])
-    _origin(p, snap)
-    pending = PendingCall(task, p.entry.spec.name, None)
-    pending._runs(p, verdict)
-    pending._state = _Execute(cfg, p, _elsewhere, snap, verdict, observed)
-    return pending
+    record = snap.record
+    if record is not None and record.state is UNKNOWN and record.call_id:
+        p.origin = record.call_id  # a retry of that execution: its key
+    return PendingCall(task, Begun(cfg, p, snap, verdict, observed))
 
 
 # -- begin ------------------------------------------------------------------------------
-def begin(task: Task, tool: str, raw: Any, approver: Approver | None,
+def begin(task: TaskState, tool: str, raw: Any, approver: Approver | None,
           resumed: bool = False) -> PendingCall:
     """``Task.begin``: the call path of ``task.call(tool, raw, run=...)`` up to running it."""
-    front = None if resumed else begin_nowait(task, tool, raw)
-    if isinstance(front, PendingCall):
-        return front
-    pipeline = task._pipeline(tool, raw, _elsewhere, approver, resumed, front)
-    try:
-        io = next(pipeline)
-        while not isinstance(io, _Execute):
-            try:
-                answer = _answer_sync(task, io)
-            except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
-                io = pipeline.throw(exc)
-            else:
-                io = pipeline.send(answer)
-    except StopIteration as done:
-        result: ToolResult = done.value[0]
-        return PendingCall(task, result.tool, result)
-    return _suspended(task, pipeline, io)
+    step = _path.admit(task, task.guard._config, tool, raw, True, resumed)
+    if type(step) is Pause:
+        step = _path.settle_sync(task, step, approver)
+    return PendingCall(task, step)  # type: ignore[arg-type]  # not a Pause: settled
 
 
-async def abegin(task: Task, tool: str, raw: Any, approver: Approver | None,
-                 resumed: bool = False, start: _Start | None = None) -> PendingCall:
+async def abegin(task: TaskState, tool: str, raw: Any, approver: Approver | None,
+                 resumed: bool = False, start: Pause | None = None) -> PendingCall:
     """``Task.abegin``: :func:`begin` under asyncio (approvers and waits awaited, a
-    store that waits on I/O called from a worker thread); ``start``: a call
+    store that waits on I/O called from a worker thread); ``start``: the call
     :func:`begin_nowait` began and handed over, to go on with."""
-    front = start if resumed or start is not None else begin_nowait(task, tool, raw)
-    if isinstance(front, PendingCall):
-        return front
-    pipeline = task._pipeline(tool, raw, _elsewhere, approver, resumed, front)
-    done, io = await task._resume(pipeline, None, None)
-    while not done and not isinstance(io, _Execute):
-        try:
-            answer = await _answer_async(task, io)
-        except BaseException as exc:  # noqa: BLE001 - the pipeline handles or re-raises it
-            done, io = await task._resume(pipeline, None, exc)
-        else:
-            done, io = await task._resume(pipeline, answer, None)
-    if done:
-        result: ToolResult = io[0]
-        return PendingCall(task, result.tool, result)
-    pending = _suspended(task, pipeline, io)
-    pending._async = True
-    return pending
+    step = start if start is not None else await _path.off_loop(
+        task, _path.admit, task, task.guard._config, tool, raw, True, resumed)
+    if type(step) is Pause:
+        step = await _path.settle_async(task, step, approver)
+    return PendingCall(task, step)  # type: ignore[arg-type]  # not a Pause: settled
 
 
-def begin_nowait(task: Task, tool: str, raw: Any) -> PendingCall | _Start | None:
-    """:func:`begin` as far as it goes without waiting for anything, for a host that
-    begins calls in a callback on an event loop (the MCP proxy): the fused in-memory
-    path's prepare, begin and decide (:func:`toolguard._fast._memory_front`).
+def begin_nowait(task: TaskState, tool: str, raw: Any) -> PendingCall | Pause | None:
+    """:func:`begin` as far as it goes without waiting for anything, for a host that begins
+    calls in a callback on an event loop (the MCP proxy): the call path's admit.
 
     Returns:
-        A :class:`PendingCall`; ``None`` where this path does not apply (an audit sink, a
-        mode other than enforce, a store other than a plain
-        :class:`~toolguard.stores.memory.MemoryStore`): nothing was counted, ``await
-        abegin(task, tool, raw, approver)``; or the begun call handed over, since it needs
-        what only the pipeline does (an approval, a wait, the failure budget): ``await
-        abegin(task, tool, raw, approver, start=it)`` goes on with it.
+        A :class:`PendingCall`; ``None`` when the store waits on I/O (Redis: it must be
+        called off the event loop): nothing was counted, ``await abegin(task, tool, raw,
+        approver)``; or the begun call handed over, since it needs an approval or a wait:
+        ``await abegin(task, tool, raw, approver, start=it)`` goes on with it.
 
     Raises:
         Halt: the task halted, or halts with this call.
         ToolGuardError: the store failed closed.
     """
-    guard = task.guard
-    cfg = guard._config
-    store = guard._store
-    if (cfg.policy.mode is not ENFORCE or guard._sinks or type(store) is not MemoryStore
-            or not task._fast):
+    if task.guard._store_blocks:
         return None
-    front = _memory_front(task, cfg, store, tool, raw, _elsewhere)
-    if len(front) == 3:
-        p, snap, verdict = front
-        pending = PendingCall(task, p.entry.spec.name, None)
-        pending._runs(p, verdict)
-        pending._store, pending._cfg, pending._snap, pending._verdict = store, cfg, snap, verdict
-        pending.final = _final(p, snap, verdict)
-        return pending
-    result, handed = front
-    if result is not None:
-        return PendingCall(task, result.tool, result)
-    p, snap = cast("tuple[_Prepared, Snapshot]", handed)  # the pipeline's now
-    return cfg, p, snap
-
-
-def _suspended(task: Task, pipeline: Pipeline, io: _Execute) -> PendingCall:
-    pending = PendingCall(task, io.p.entry.spec.name, None)
-    pending._runs(io.p, io.verdict)
-    pending._pipeline, pending._state = pipeline, io
-    return pending
+    step = _path.admit(task, task.guard._config, tool, raw, True)
+    if type(step) is Pause:
+        return step
+    return PendingCall(task, step)  # type: ignore[arg-type]  # a Begun or a ToolResult
 
 
 # -- JSON of what a detached call is recorded with ---------------------------------------

@@ -300,6 +300,7 @@ class ToolPolicy(_Frozen):
     idempotency_ttl_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     forwards_idempotency_key: bool | None = None
     external: bool | None = None
+    inline: bool | None = None
     max_calls: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     max_cost_usd: float | None = Field(default=None, gt=0, le=MAX_USD)
     max_polls: int | None = Field(default=None, ge=1, le=MAX_COUNT)

@@ -10,7 +10,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ._approval import exact_hash
-from ._audit import redact, scrub
+from ._audit import scrub
 from ._call import _Config, _Entry, _Prepared
 from ._canonical import digest, hash_args
 from ._content import safe_repr as _safe_repr
@@ -29,14 +29,14 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
-    from ._engine import Task
+    from ._call import TaskState
 
 
 def _no_such_tool(**_: Any) -> None:  # pragma: no cover - an unknown tool is never run
     raise RuntimeError("an unknown tool was executed")
 
 
-def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
+def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
              virtual: bool, call_id: str = "") -> _Prepared | ToolResult:
     # a name that is not a string (None from a message missing it) is an unknown tool
     entry = cfg.entries.get(tool) if type(tool) is str else None
@@ -44,7 +44,7 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
     call_id = call_id or f"{task.task_id}#{next(task._ids)}{task._id_suffix}"
     if entry is None:
         tool = short_name(tool)  # the model's: kept in counters, results and history
-        entry = task._unknown_entry(cfg, tool) if not virtual else cfg.virtual.get(tool)
+        entry = unknown_entry(task, cfg, tool) if not virtual else cfg.virtual.get(tool)
         if entry is None:
             entry = task.guard._entry(cfg.policy, recorded_tool(tool))
             if len(cfg.virtual) < 1000:  # names come from the model: bounded
@@ -148,7 +148,7 @@ def _prepare(task: Task, cfg: _Config, tool: str, raw: Any,
     )
 
 
-def _unknown_entry(task: Task, cfg: _Config, tool: str) -> _Entry:
+def unknown_entry(task: TaskState, cfg: _Config, tool: str) -> _Entry:
     """The entry of a name no registered tool has: read-only (no claim), never run. It
     still goes through the pipeline, so a halted task raises, the call is counted in
     the budgets, and a model repeating it climbs the ladder. At most 1,000 are kept."""
@@ -159,10 +159,3 @@ def _unknown_entry(task: Task, cfg: _Config, tool: str) -> _Entry:
         if len(cfg.unknown) < 1000:
             cfg.unknown[tool] = entry
     return entry
-
-
-def _redacted(task: Task, p: _Prepared, cfg: _Config) -> dict[str, Any]:
-    if p.redacted is None:
-        audit = cfg.policy.audit
-        p.redacted = redact(p.args, audit.redact_pattern, audit.max_value_chars)
-    return p.redacted

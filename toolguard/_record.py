@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from ._approve import _kept_args
+from . import _approve, _events, _storeops
 from ._call import CallRecord, _Config, _Outcome, _Prepared
 from ._canonical import value_digest
 from ._content import as_text as _as_text
@@ -41,13 +41,13 @@ from .stores._base import (
 from .stores._base import new_tuple as _new
 
 if TYPE_CHECKING:
-    from ._engine import Task
+    from ._call import TaskState
     from ._normalize import ResultNormalizer
 
 log = logging.getLogger("toolguard")
 
 
-def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
+def finish(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Outcome | None,
             halt: dict[str, Any] | None = None) -> Verdict | None:
     """Record the call's outcome; return the stagnation warn it earned, if any."""
     executed = outcome is not None
@@ -80,7 +80,7 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
     try:
         task.guard._store.finish(task.task_id, req)
     except Exception as exc:  # noqa: BLE001 - _finish_failed re-raises or falls back
-        if _finish_failed(task, cfg, p, exc, executed):
+        if finish_failed(task, cfg, p, exc, executed):
             return None
     if req.unknown and (p.entry.settings.requires_approval
                         or not p.entry.settings.forwards_idempotency_key):
@@ -88,27 +88,58 @@ def _finish(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, outcome: _Ou
         # a fresh decision.
         record = ApprovalRecord(ApprovalState.PENDING, task.guard._clock(),
                                 "outcome unknown", p.entry.spec.name,
-                                _kept_args(cfg, p.args), p.exact)
-        task._store_op(cfg, p, lambda: task.guard._store.set_approval(
+                                _approve.kept_args(cfg, p.args), p.exact)
+        _storeops.store_op(task, cfg, p, lambda: task.guard._store.set_approval(
             task.task_id, p.key, record, p.entry.settings.idempotency_ttl_s),
             fallback=lambda: None)
     return stagnation_after(settings, p.signature, snap, judged) if judged else None
 
 
-def _finish_failed(task: Task, cfg: _Config, p: _Prepared, exc: Exception,
+def recorded(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
+             observed: Decision | None, value: Any, outcome: _Outcome | None,
+             duration_s: float) -> tuple[ToolResult, BaseException | None]:
+    """Record what the tool of a call that ran did (returned ``value``, or ``outcome``: its
+    error or unknown outcome) and build its result: ``(result, the tool's exception)``. A
+    success on a store that takes fields (``Guard._fields``) is recorded without an outcome
+    record or a request tuple."""
+    if outcome is not None or not task.guard._fields:
+        if outcome is None:
+            outcome = _Outcome(value, value, True, False, None, None, duration_s)
+        return conclude(task, cfg, p, snap, verdict, outcome, observed), outcome.exc
+    settings = p.entry.settings
+    effect = p.effect
+    digest, kind = _digest(task._digests, settings.result, value)
+    progress = progress_of(task, p.signature, settings.result, value, digest)
+    judged = (kind + digest if effect is not POLL and (
+        settings.stagnation_warn_at or settings.stagnation_block_at) else "")
+    try:
+        task.guard._store.finish_fields(  # type: ignore[attr-defined]  # finish's fields
+            task.task_id, p.entry.spec.name, p.signature, p.key, True, True, False,
+            effect is MUTATING, digest, p.claim and p.remember, value, snap.claimed,
+            settings.idempotency_ttl_s, task.guard._clock(), None, p.call_id, judged,
+            settings.max_progress_resets, False, progress)
+    except Exception as exc:  # noqa: BLE001 - finish_failed re-raises or falls back
+        if finish_failed(task, cfg, p, exc, True):
+            judged = ""  # not recorded: no stagnation warn either
+    stagnant = stagnation_after(settings, p.signature, snap, judged) if judged else None
+    return executed_result(task, cfg, p, snap, verdict, observed, stagnant, value, value,
+                           True, None, duration_s), None
+
+
+def finish_failed(task: TaskState, cfg: _Config, p: _Prepared, exc: Exception,
                    executed: bool) -> bool:
     """``store.finish`` raised ``exc``. Raises (``fail_closed``, or the tool did not run);
     True: the outcome was not recorded (logged, the result is still returned); False: the
     policy fails open and the caller goes on as if it had been recorded."""
     if not executed:
-        task._store_failed(cfg, p, exc, fallback=False)
+        _storeops.store_failed(task, cfg, p, exc, fallback=False)
     # The tool already ran: a store failure now must not lose its result. Record
     # what we can, warn, and return the result (the claim expires by its TTL).
     try:
-        task._store_failed(cfg, p, exc, fallback=True, transition="executing->planning")
+        _storeops.store_failed(task, cfg, p, exc, fallback=True, transition="executing->planning")
     except StoreError as error:
         log.warning("toolguard: %s (the result is returned)", error)
-        task._event("executing->planning", p.entry.spec.name, ALLOW,
+        _events.event(task, "executing->planning", p.entry.spec.name, ALLOW,
                     f"state not recorded: {error}", p, cfg)
         return True
     return False
@@ -152,7 +183,7 @@ def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: Resu
     return digest, kind
 
 
-def progress_of(task: Task, signature: str, normalizer: ResultNormalizer, content: Any,
+def progress_of(task: TaskState, signature: str, normalizer: ResultNormalizer, content: Any,
                 digest: str) -> str:
     """The digest of the explicit progress fields (:func:`progress_marks`) of a successful
     result whose output moved, "" otherwise (:class:`~toolguard.stores.FinishRequest`'s
@@ -171,10 +202,10 @@ def progress_of(task: Task, signature: str, normalizer: ResultNormalizer, conten
     return value_digest(marks) if marks else ""
 
 
-def _halt_exc(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
+def halt_exc(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
     kind = verdict.halt or halt_kind("Halt")
     common: dict[str, Any] = {
-        "task_id": task.task_id, "tool": p.entry.spec.name, "args": task._redacted(p, cfg),
+        "task_id": task.task_id, "tool": p.entry.spec.name, "args": _events.redacted(task, p, cfg),
         "args_hash": p.sig, "count": snap.count,
     }
     if issubclass(kind, BudgetExceeded):
@@ -183,38 +214,38 @@ def _halt_exc(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: V
     return kind(verdict.reason, **common)
 
 
-def _conclude(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
+def conclude(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
               outcome: _Outcome | None, observed: Decision | None) -> ToolResult:
     """Record the outcome and build the result (or raise the halt)."""
     tool = p.entry.spec.name
     decision = verdict.decision
     if decision is HALT and observed is None:
-        exc = task._halt_exc(cfg, p, snap, verdict)
+        exc = halt_exc(task, cfg, p, snap, verdict)
         halt = None if snap.halted is not None else {
             "kind": type(exc).__name__, "reason": verdict.reason, "tool": tool,
             "args_hash": p.sig, "count": snap.count}
         if halt is not None and verdict.budget:  # later calls raise the same details
             halt.update(budget=verdict.budget, limit=verdict.limit, usage=verdict.usage)
-        task._finish(cfg, p, snap, None, halt=halt)
+        finish(task, cfg, p, snap, None, halt=halt)
         result = ToolResult(tool, p.call_id, HALT, f"[toolguard] Halted: {exc}",
                             is_error=True, reason=verdict.reason, count=snap.count,
                             effect=p.effect, args_hash=p.sig, idempotency_key=p.key)
-        task._record(p, result, "validating->failed", cfg,
+        _events.record(task, p, result, "validating->failed", cfg,
                      {"kind": type(exc).__name__, "budget": verdict.budget})
         raise exc
-    stagnant = task._finish(cfg, p, snap, outcome)
+    stagnant = finish(task, cfg, p, snap, outcome)
     if outcome is not None:
-        return _executed_result(task, cfg, p, snap, verdict, observed, stagnant, outcome.value,
+        return executed_result(task, cfg, p, snap, verdict, observed, stagnant, outcome.value,
                                 outcome.content, outcome.success, outcome.error_type,
                                 outcome.duration_s)
-    result = task._synthetic(p, snap, verdict)
+    result = synthetic(task, p, snap, verdict)
     transition = ("validating->needs_review" if decision is REVIEW
                   else "validating->planning")
-    task._record(p, result, transition, cfg)
+    _events.record(task, p, result, transition, cfg)
     return result
 
 
-def _executed_result(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
+def executed_result(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
                      observed: Decision | None, stagnant: Verdict | None, value: Any,
                      content: Any, success: bool, error_type: str | None, duration_s: float
                      ) -> ToolResult:
@@ -242,11 +273,11 @@ def _executed_result(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, ver
         last[p.signature] = raw_content
         if len(last) > task._limit:
             last.popitem(last=False)
-    task._record(p, result, "executing->planning", cfg)
+    _events.record(task, p, result, "executing->planning", cfg)
     return result
 
 
-def _synthetic(task: Task, p: _Prepared, snap: Snapshot, verdict: Verdict) -> ToolResult:
+def synthetic(task: TaskState, p: _Prepared, snap: Snapshot, verdict: Verdict) -> ToolResult:
     tool = p.entry.spec.name
     decision = verdict.decision
     if decision is CACHED and snap.record is not None:
@@ -277,14 +308,14 @@ def _synthetic(task: Task, p: _Prepared, snap: Snapshot, verdict: Verdict) -> To
                       snap.count, p.effect, p.sig, p.key)
 
 
-def _plain(task: Task, p: _Prepared, outcome: _Outcome) -> ToolResult:
+def plain(task: TaskState, p: _Prepared, outcome: _Outcome) -> ToolResult:
     result = new_result(p.entry.spec.name, p.call_id, ALLOW, outcome.content,
                         value=outcome.value, is_error=not outcome.success,
                         error_type=outcome.error_type, effect=p.effect, args_hash=p.sig,
                         idempotency_key=p.key, duration_s=outcome.duration_s)
-    task._remember(CallRecord(p.entry.spec.name, p.raw_args, result))
+    remember(task, CallRecord(p.entry.spec.name, p.raw_args, result))
     return result
 
 
-def _remember(task: Task, record: CallRecord) -> None:
+def remember(task: TaskState, record: CallRecord) -> None:
     task.history.append(record)

@@ -49,6 +49,7 @@ class ToolSettings:
     idempotency_ttl_s: float
     forwards_idempotency_key: bool
     external: bool
+    inline: bool
     max_calls: int | None
     max_polls: int
     readonly_ladder: LadderThresholds
@@ -131,6 +132,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         approval, src["requires_approval"] = False, "built-in"
 
     external: bool = layered("external", False)
+    inline: bool = layered("inline", False)
 
     scope: IdempotencyScope
     if tp.idempotency_scope is not None:
@@ -199,6 +201,7 @@ def resolve_tool(policy: Policy, spec: ToolSpec) -> ToolSettings:
         idempotency_ttl_s=ttl,
         forwards_idempotency_key=forwards,
         external=external,
+        inline=inline,
         max_calls=max_calls,
         max_polls=max_polls,
         readonly_ladder=ladders["readonly"],

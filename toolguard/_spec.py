@@ -49,6 +49,8 @@ class ToolSpec:
         external: the tool acts on the outside world (a payment, an email, a ticket, a
             message: MCP's ``openWorldHint``), so a completed call is remembered for the
             whole task (scope ``task``) instead of until the next change; or NOT_GIVEN.
+        inline: a sync tool that returns at once (a pure function, microseconds): ``acall``
+            runs it on the event loop's thread instead of in a worker thread; or NOT_GIVEN.
         args_schema: a JSON Schema of the arguments (an OpenAI function ``parameters``
             object), or None to derive one from the type hints.
         description: for ``guard.tool_schemas()`` (default: the docstring's first paragraph).
@@ -65,6 +67,7 @@ class ToolSpec:
     args_schema: Mapping[str, Any] | None = None
     description: str = ""
     external: bool | NotGiven = NOT_GIVEN
+    inline: bool | NotGiven = NOT_GIVEN
 
     @property
     def is_async(self) -> bool:
@@ -75,7 +78,7 @@ class ToolSpec:
         """The options that were passed explicitly, by policy key name."""
         out: dict[str, Any] = {}
         for key in ("effect", "idempotency_scope", "idempotency_ttl_s",
-                    "forwards_idempotency_key", "max_calls", "external"):
+                    "forwards_idempotency_key", "max_calls", "external", "inline"):
             value = getattr(self, key)
             if value is not NOT_GIVEN:
                 out[key] = value

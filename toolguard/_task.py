@@ -1,7 +1,8 @@
 """One agent task: :class:`Task`, the unit that counts, remembers and halts. Its public
-methods (``call``, ``acall``, batches, usage, approvals, ``resume``) are here; the stages of
-the call path are module functions bound as its private methods (``_prepare``,
-``_begin``, ...), one module per stage (see ``toolguard._engine``)."""
+methods (``call``, ``acall``, ``begin``, batches, usage, approvals, ``resume``) are here;
+a call goes from :meth:`Task.call` to :func:`toolguard._path.call_sync`, the one call path,
+which reads the task through :class:`toolguard._call.TaskState` (see
+``toolguard._engine``)."""
 
 from __future__ import annotations
 
@@ -13,20 +14,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from . import _admit as _admit_stage
-from . import _approve as _approve_stage
-from . import _batch as _batch_stage
-from . import _events as _events_stage
-from . import _execute as _execute_stage
-from . import _fast as _fast_stage
+from . import _approve, _batch, _events, _path, _usage
 from . import _pending as _pending_stage
-from . import _pipeline as _pipeline_stage
-from . import _prepare as _prepare_stage
-from . import _record as _record_stage
-from . import _usage
-from . import _wait as _wait_stage
 from ._approval import Approver
-from ._call import CallRecord, _RecordedError
+from ._call import CallRecord, Executor, _RecordedError
 from ._context import CURRENT_KEY as _CURRENT_KEY
 from ._context import CURRENT_TASK as _CURRENT_TASK
 from ._cost import to_usd
@@ -68,51 +59,6 @@ class Task:
     (parallel tool calls); state changes are atomic in the store. ``history`` is per process.
     """
 
-    # the call path's stages (one module each; see the module list in the README)
-    _begin = _admit_stage._begin
-    _store_op = _admit_stage._store_op
-    _store_failed = _admit_stage._store_failed
-    _waited = _admit_stage._waited
-    _decide = _admit_stage._decide
-    _decide_approval = _approve_stage._decide_approval
-    _approval_request = _approve_stage._approval_request
-    _store_approval = _approve_stage._store_approval
-    _spend_approval = _approve_stage._spend_approval
-    _ask_async = _approve_stage._ask_async
-    _batch = _batch_stage._batch
-    _dedupe = _batch_stage._dedupe
-    _copy_for = staticmethod(_batch_stage._copy_for)
-    _record = _events_stage._record
-    _event = _events_stage._event
-    _executing = _events_stage._executing
-    _execute_sync = _execute_stage._execute_sync
-    _execute_async = _execute_stage._execute_async
-    _failure = staticmethod(_execute_stage._failure)
-    _give_back = _execute_stage._give_back
-    _abandon = _execute_stage._abandon
-    _memory_sync = _fast_stage._memory_sync
-    _memory_async = _fast_stage._memory_async
-    _pipeline = _pipeline_stage._pipeline
-    _run_sync = _pipeline_stage._run_sync
-    _run_async = _pipeline_stage._run_async
-    _resume = _pipeline_stage._resume
-    _prepare = _prepare_stage._prepare
-    _unknown_entry = _prepare_stage._unknown_entry
-    _redacted = _prepare_stage._redacted
-    _finish = _record_stage._finish
-    _halt_exc = _record_stage._halt_exc
-    _conclude = _record_stage._conclude
-    _synthetic = _record_stage._synthetic
-    _plain = _record_stage._plain
-    _remember = _record_stage._remember
-    _enter_flight = _wait_stage._enter_flight
-    _notify = _wait_stage._notify
-    _waiter = _wait_stage._waiter
-    _settled = _wait_stage._settled
-    _wait_sync = _wait_stage._wait_sync
-    _in_progress = _wait_stage._in_progress
-    _wait_async = _wait_stage._wait_async
-
     def __init__(self, guard: Guard, task_id: str) -> None:
         self.guard = guard
         self.task_id = task_id
@@ -130,9 +76,6 @@ class Task:
         self._digests: dict[str, tuple[ResultNormalizer, str, str]] = {}
         # signature -> digest of its last successful result here (_record.progress_of)
         self._last_digest: OrderedDict[str, str] = OrderedDict()
-        # the fused in-memory path (toolguard._fast) is taken; tests turn it off to
-        # compare it with the general path
-        self._fast = True
 
     # -- context management -------------------------------------------------------------
     def __enter__(self) -> Task:
@@ -147,7 +90,7 @@ class Task:
                 usage: dict[str, Any] = {"usage": asdict(self.usage)}
             except StoreError:  # the end is still audited, without the figures
                 usage = {}
-            self._event("planning->failed" if failed else "planning->completed", "",
+            _events.event(self, "planning->failed" if failed else "planning->completed", "",
                         HALT if failed else ALLOW,
                         "the turn ended in a halt" if failed else "", extra=usage)
 
@@ -225,7 +168,7 @@ class Task:
         ttl = self.guard._config.policy.idempotency.ttl_s
         for key, record in self.pending_approvals.items():
             store.set_approval(self.task_id, key, replace(record, requested_at=now), ttl)
-        self._event("halted->planning", "", ALLOW, "resumed")
+        _events.event(self, "halted->planning", "", ALLOW, "resumed")
 
     def approve(self, key: str) -> None:
         """Approve the call with idempotency ``key`` (from ``ToolResult.idempotency_key`` or
@@ -237,7 +180,7 @@ class Task:
                 (the guard never asked, or it ran already): nothing is approved in advance.
             ApprovalSecretError: a shared store, and the approval secret cannot be used.
         """
-        self._decide_approval(key, ApprovalState.APPROVED, "")
+        _approve.decide_approval(self, key, ApprovalState.APPROVED, "")
 
     def reject(self, key: str, reason: str = "rejected by the reviewer") -> None:
         """Reject the call with idempotency ``key``; its attempts are blocked with ``reason``.
@@ -245,7 +188,7 @@ class Task:
         Raises:
             ValueError: as for :meth:`approve`.
         """
-        self._decide_approval(key, ApprovalState.REJECTED, reason)
+        _approve.decide_approval(self, key, ApprovalState.REJECTED, reason)
 
 
     def _direct_call(self, spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
@@ -304,8 +247,8 @@ class Task:
             entry = self.guard._config.entries.get(tool) if isinstance(tool, str) else None
             if entry is not None and (entry.spec.is_async or is_recorded(entry.spec)):
                 self._runnable(tool, sync=True)  # raises
-            return self._run_sync(tool, args, None, approver, resumed)[0]
-        return self._run_sync(tool, args, sync_runner(tool, run), approver, resumed)[0]
+            return _path.call_sync(self, tool, args, None, approver, resumed)[0]
+        return _path.call_sync(self, tool, args, sync_runner(tool, run), approver, resumed)[0]
 
     async def acall(
         self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
@@ -313,8 +256,11 @@ class Task:
         approver: Approver | None = None, resumed: bool = False,
     ) -> ToolResult:
         """:meth:`call` for asyncio: awaits ``async def`` tools and async approvers; a plain
-        (sync) tool runs in a worker thread (``asyncio.to_thread``), so it does not block the
-        event loop and concurrent identical calls share one execution. A sync tool bound to
+        (sync) tool runs in a worker thread (``asyncio.to_thread``'s executor), so it does
+        not block the event loop and concurrent identical calls share one execution, unless
+        it is declared ``inline`` (``@readonly(inline=True)``, or ``inline = true`` in its
+        ``[tools.<name>]`` table: a function that returns at once), which runs on the
+        loop's thread as :meth:`call` runs it (see docs/performance.md). A sync tool bound to
         its thread (e.g. a ``sqlite3`` connection with ``check_same_thread``) should be
         ``async def`` or called with :meth:`call`. A store that waits on I/O (``RedisStore``,
         any store without ``blocking = False``) is called from a worker thread, so a stalled
@@ -327,7 +273,7 @@ class Task:
         :meth:`call`."""
         if run is None:
             self._runnable(tool, sync=False)
-        return (await self._run_async(tool, args, run, approver, resumed))[0]
+        return (await _path.call_async(self, tool, args, run, approver, resumed))[0]
 
     def begin(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None, *,
               approver: Approver | None = None, resumed: bool = False) -> PendingCall:
@@ -364,6 +310,20 @@ class Task:
         ``afail(exc)`` or ``aunknown()``."""
         return await _pending_stage.abegin(self, tool, args, approver, resumed)
 
+    def _run_sync(self, tool: str, raw: Any, executor: Executor | None,
+                  approver: Approver | None = None, resumed: bool = False
+                  ) -> tuple[ToolResult, BaseException | None]:
+        """The call path (:func:`toolguard._path.call_sync`): ``(result, the exception the
+        tool raised)``, for callers that re-raise the tool's own exception (direct calls)."""
+        return _path.call_sync(self, tool, raw, executor, approver, resumed)
+
+    async def _run_async(self, tool: str, raw: Any, executor: Executor | None,
+                         approver: Approver | None = None, resumed: bool = False,
+                         step: Any = None) -> tuple[ToolResult, BaseException | None]:
+        """:meth:`_run_sync` under asyncio (:func:`toolguard._path.call_async`; ``step``: a
+        call admitted already, to take on from there)."""
+        return await _path.call_async(self, tool, raw, executor, approver, resumed, step)
+
     def _runnable(self, tool: str, *, sync: bool) -> None:
         """Refuse, before anything is counted, a call the host got wrong: a tool known by
         name only without ``run=``, or (``sync``) an ``async def`` tool called without a
@@ -396,7 +356,7 @@ class Task:
                 raise _RecordedError(result)
             return result
 
-        return self._run_sync(tool, args, recorded)[0]
+        return _path.call_sync(self, tool, args, recorded)[0]
 
     def run_tool_calls(self, message: Any, *, on_halt: OnHalt = "raise"
                        ) -> list[dict[str, Any]]:
@@ -436,7 +396,7 @@ class Task:
         """Run the parallel tool calls of one model message, in order. Identical calls
         (same tool and signature) execute once; the others get that result with decision
         ``cached``. A halt raises after the calls before it ran."""
-        return self._batch(calls, self.call)
+        return _batch.batch(self, calls, self.call)
 
     async def acall_batch(
         self, calls: Sequence[tuple[str, Mapping[str, Any] | str | bytes | None]]
@@ -446,11 +406,11 @@ class Task:
         order, so no call is left running, unrecorded, behind it."""
         import asyncio
 
-        order, unique = self._dedupe(calls)
+        order, unique = _batch.dedupe(self, calls)
         outcomes = await asyncio.gather(*(self.acall(t, a) for t, a in unique),
                                         return_exceptions=True)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
         results = cast(list[ToolResult], outcomes)
-        return [self._copy_for(results[i], dup) for i, dup in order]
+        return [_batch.copy_for(results[i], dup) for i, dup in order]

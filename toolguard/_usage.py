@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
+from . import _events
 from ._context import CURRENT_KEY
 from ._cost import genai_price, model_of, to_nusd, to_usd
 from ._errors import BudgetExceeded
@@ -95,7 +96,7 @@ def _halt_budget(task: Task, budget: str, reason: str, limit: float, used: float
     task.guard._store.set_halted(task.task_id, {
         "kind": "BudgetExceeded", "reason": reason, "budget": budget,
         "limit": limit, "usage": used})
-    task._event("planning->failed", tool, HALT, reason,  # no call: the usage halted it
+    _events.event(task, "planning->failed", tool, HALT, reason,  # no call: the usage halted it
                 extra={"halt": "BudgetExceeded", "budget": budget})
     raise BudgetExceeded(reason, budget=budget, limit=limit, usage=used,
                          task_id=task.task_id, tool=tool)

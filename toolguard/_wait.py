@@ -8,6 +8,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from . import _events, _storeops
 from ._call import _WAIT_POLL_S, _Config, _Prepared
 from ._core import Verdict
 from ._errors import CallInProgress
@@ -18,10 +19,10 @@ from ._types import (
 from .stores._base import Snapshot
 
 if TYPE_CHECKING:
-    from ._engine import Task
+    from ._call import TaskState
 
 
-def _loop_running() -> bool:
+def loop_running() -> bool:
     asyncio = sys.modules.get("asyncio")  # not imported: no event loop can be running
     if asyncio is None:
         return False
@@ -32,7 +33,7 @@ def _loop_running() -> bool:
     return True
 
 
-def _enter_flight(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
+def enter_flight(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
                   ) -> Verdict:
     """Count this call in flight for ``max_consecutive_failures`` (``toolguard._inflight``),
     or block it when the calls already running use up what is left of the budget."""
@@ -50,7 +51,7 @@ def _enter_flight(task: Task, cfg: _Config, p: _Prepared, snap: Snapshot, verdic
         "row) counts them: wait for their results before calling it again"))
 
 
-def _notify(task: Task, p: _Prepared) -> None:
+def notify(task: TaskState, p: _Prepared) -> None:
     if p.claim:
         with task.guard._lock:
             event = task.guard._inflight.pop(p.key, None)
@@ -58,56 +59,56 @@ def _notify(task: Task, p: _Prepared) -> None:
             event.set()
 
 
-def _waiter(task: Task, p: _Prepared) -> threading.Event:
+def waiter(task: TaskState, p: _Prepared) -> threading.Event:
     with task.guard._lock:
         return task.guard._inflight.setdefault(p.key, threading.Event())
 
 
-def _settled(task: Task, cfg: _Config, p: _Prepared) -> bool:
-    record = task._store_op(cfg, p, lambda: task.guard._store.get_record(
+def settled(task: TaskState, cfg: _Config, p: _Prepared) -> bool:
+    record = _storeops.store_op(task, cfg, p, lambda: task.guard._store.get_record(
         task.task_id, p.key, task.guard._clock()), fallback=lambda: None)
     return record is None or record.state is not IN_PROGRESS
 
 
-def _wait_sync(task: Task, cfg: _Config, p: _Prepared) -> None:
-    if _loop_running():
+def wait_sync(task: TaskState, cfg: _Config, p: _Prepared) -> None:
+    if loop_running():
         # Blocking here would block the event loop, which the identical call (an acall
         # on this loop) needs in order to finish: a deadlock until the timeout.
-        raise task._in_progress(cfg, p, CallInProgress(
+        raise in_progress(task, cfg, p, CallInProgress(
             p.entry.spec.name, p.key, 0.0,
             "a synchronous call on an event loop's thread cannot wait for it; await "
             "task.acall(...) instead"))
     limit = cfg.policy.idempotency.wait_timeout_s
     start = time.monotonic()
     pause = _WAIT_POLL_S[0]
-    event = task._waiter(p)
-    while not task._settled(cfg, p):
+    event = waiter(task, p)
+    while not settled(task, cfg, p):
         waited = time.monotonic() - start
         if waited >= limit:
-            raise task._in_progress(cfg, p, CallInProgress(p.entry.spec.name, p.key,
+            raise in_progress(task, cfg, p, CallInProgress(p.entry.spec.name, p.key,
                                                            waited))
         event.wait(min(pause, limit - waited))
         pause = min(pause * 2, _WAIT_POLL_S[1])
 
 
-def _in_progress(task: Task, cfg: _Config, p: _Prepared, exc: CallInProgress) -> CallInProgress:
+def in_progress(task: TaskState, cfg: _Config, p: _Prepared, exc: CallInProgress) -> CallInProgress:
     """Audit a call refused because its identical twin is still running (it was counted
     by begin, so its refusal is on record too)."""
-    task._event("validating->failed", p.entry.spec.name, BLOCK, str(exc), p, cfg)
+    _events.event(task, "validating->failed", p.entry.spec.name, BLOCK, str(exc), p, cfg)
     return exc
 
 
-async def _wait_async(task: Task, cfg: _Config, p: _Prepared) -> None:
+async def wait_async(task: TaskState, cfg: _Config, p: _Prepared) -> None:
     import asyncio
 
     limit = cfg.policy.idempotency.wait_timeout_s
     start = time.monotonic()
     pause = _WAIT_POLL_S[0]
-    while not (await asyncio.to_thread(task._settled, cfg, p) if task.guard._store_blocks
-               else task._settled(cfg, p)):
+    while not (await asyncio.to_thread(settled, task, cfg, p) if task.guard._store_blocks
+               else settled(task, cfg, p)):
         waited = time.monotonic() - start
         if waited >= limit:
-            raise task._in_progress(cfg, p, CallInProgress(p.entry.spec.name, p.key,
+            raise in_progress(task, cfg, p, CallInProgress(p.entry.spec.name, p.key,
                                                            waited))
         await asyncio.sleep(min(pause, limit - waited))
         pause = min(pause * 2, _WAIT_POLL_S[1])

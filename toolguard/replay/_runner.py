@@ -27,6 +27,7 @@ import json
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
+from toolguard import _batch
 from toolguard._decorators import ToolSpec
 from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, PolicyError
@@ -238,14 +239,14 @@ class _Replayer:
                     report.replayed += 1
                     current = None
                 else:
-                    order = task._dedupe([(c.tool, c.arguments) for c in item])[0]
+                    order = _batch.dedupe(task, [(c.tool, c.arguments) for c in item])[0]
                     first: list[ToolResult] = []
                     for call, (unique, duplicate) in zip(item, order, strict=True):
                         current = call
                         if call.elapsed_s is not None:
                             self._advance_to(start + call.elapsed_s)
                         if duplicate:  # identical calls in one message run once
-                            result = task._copy_for(first[unique], True)
+                            result = _batch.copy_for(first[unique], True)
                         else:
                             result = self._call(task, call)
                             first.append(result)

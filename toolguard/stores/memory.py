@@ -234,9 +234,9 @@ class MemoryStore:
                      claim_ttl_s: float, call_id: str = "", ttl_s: float = 0.0,
                      now: float | None = None) -> Snapshot:
         """:meth:`begin` with the :class:`BeginRequest`'s fields as arguments (``at``: its
-        ``now``), for the engine's in-memory path (``toolguard._fast``): no request tuple,
-        no attribute reads. ``now``: this store's clock, if the caller read it already (the
-        guard's clock is this store's), else None."""
+        ``now``), for the call path (``toolguard._admit``) on this store's own begin: no
+        request tuple, no attribute reads. ``now``: this store's clock, if the caller read it
+        already (the guard's clock is this store's), else None."""
         lock = self._raw_lock
         if not lock.acquire(False):
             wait_for(lock)
@@ -315,7 +315,7 @@ class MemoryStore:
                       call_id: str = "", outcome: str = "", max_progress_resets: int = 0,
                       transient: bool = False, progress: str = "") -> None:
         """:meth:`finish` with the :class:`FinishRequest`'s fields as arguments (``at``: its
-        ``now``), for the engine's in-memory path (``toolguard._fast``)."""
+        ``now``), for the call path (``toolguard._record``) on this store's own finish."""
         lock = self._raw_lock
         if not lock.acquire(False):
             wait_for(lock)
