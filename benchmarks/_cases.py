@@ -16,7 +16,7 @@ Decision paths, each with its own guard and task (state never leaks between vari
 
 Argument schema: ``rs`` is the default guard (schema from the type hints, validated by
 jsonschema-rs when it is importable, which it is here); ``py`` builds the guard with
-``toolguard._schema._rs = None`` (pure-Python jsonschema decides); ``off`` replaces the tool's
+``toolguard.tools._schema._rs = None`` (pure-Python jsonschema decides); ``off`` replaces the tool's
 compiled entry with one whose validator is ``None`` (there is no public switch; the engine is
 not edited). Fresh-argument batches build their arguments before the timer starts.
 """
@@ -43,9 +43,9 @@ from _harness import Runner, Variant
 from _sketches import BookkeepingSketch, MinimalSketch
 
 import toolguard
-import toolguard._schema as schema_module
+import toolguard.tools._schema as schema_module
 from toolguard import Decision, Effect, Guard, Task, ToolSpec
-from toolguard._policy import LadderPolicy, LadderThresholds, Policy
+from toolguard.policy._model import LadderPolicy, LadderThresholds, Policy
 from toolguard.stores._base import Store
 
 __all__ = [

@@ -31,7 +31,7 @@ from _args import distinct, sized
 from _harness import median, quartiles
 
 from toolguard import Effect, Guard, Task, ToolSpec
-from toolguard._policy import IdempotencyPolicy, LadderPolicy, Policy
+from toolguard.policy._model import IdempotencyPolicy, LadderPolicy, Policy
 
 __all__ = ["growth", "memory"]
 

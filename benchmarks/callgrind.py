@@ -93,7 +93,7 @@ def _runner(name: str) -> Callable[[int], None]:
         from _cases import BIG
         from _sketches import BookkeepingSketch, MinimalSketch
 
-        from toolguard._schema import schema_from_signature
+        from toolguard.tools._schema import schema_from_signature
 
         sz = sized(size)
         cls = BookkeepingSketch if kind == "book" else MinimalSketch

@@ -37,9 +37,9 @@ from pathlib import Path
 
 from _baseline_shell.classifier import _classify_text as baseline_classify
 
-from toolguard import _shell
-from toolguard._normalize import MAX_NORMALIZED_CHARS, default_normalizer
-from toolguard._shell import MAX_CHARS, MAX_PIPES, _classify_text, classify_command
+from toolguard.hashing._normalize import MAX_NORMALIZED_CHARS, default_normalizer
+from toolguard.shell import _classifier as _shell
+from toolguard.shell._classifier import MAX_CHARS, MAX_PIPES, _classify_text, classify_command
 
 TARGET_MS = 50.0
 CALLGRIND_COMMANDS = 300

@@ -16,14 +16,15 @@ from toolguard.testing import FakeClock
 # modules, which import it at the top, are not collected (the adapter tests skip themselves,
 # with the reason). CI runs 3.11.
 collect_ignore = [] if sys.version_info >= (3, 11) else [
-    "test_integration_core.py", "test_decorator_order.py"]
+    "tools/test_integration_core.py", "tools/test_decorator_order.py"]
 
 # Frameworks whose pins conflict with the dev extra are tested in a venv of their own
 # (.ci/run creates it and runs these modules there): elsewhere they are not collected.
-_OWN_VENV = {"test_adapter_google_adk.py": "google.adk", "test_adapter_strands.py": "strands",
-             "test_adapter_smolagents.py": "smolagents",
-             "test_adapter_autogen.py": "autogen_agentchat",
-             "test_adapter_crewai.py": "crewai"}
+_OWN_VENV = {"adapters/test_adapter_google_adk.py": "google.adk",
+             "adapters/test_adapter_strands.py": "strands",
+             "adapters/test_adapter_smolagents.py": "smolagents",
+             "adapters/test_adapter_autogen.py": "autogen_agentchat",
+             "adapters/test_adapter_crewai.py": "crewai"}
 collect_ignore += [name for name, module in _OWN_VENV.items()
                    if importlib.util.find_spec(module.split(".")[0]) is None
                    or importlib.util.find_spec(module) is None]

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import toolguard as tg
-from toolguard._policy import BudgetPolicy, IdempotencyPolicy, LadderPolicy, LadderThresholds
 from toolguard._types import RecordState
+from toolguard.policy._model import BudgetPolicy, IdempotencyPolicy, LadderPolicy, LadderThresholds
 from toolguard.stores import Store
 from toolguard.testing import auto_defer
 

@@ -11,7 +11,7 @@ microseconds late), in order, so a request/reply exchange takes ``2 * DELAY_MS``
 than it would directly, and exchanges on different connections overlap as they would on
 a real network. Stdlib only: two threads per direction (one reads, one writes when due).
 
-Used by ``tests/test_redis_threads.py`` and ``benchmarks/_redis_bench.py`` through
+Used by ``tests/stores/test_redis_threads.py`` and ``benchmarks/_redis_bench.py`` through
 :class:`tests.redis_support.DelayProxy`.
 """
 

@@ -1,5 +1,5 @@
 """The whole replay report of every shared recording set, digested: what
-``tests/test_replay_golden.py`` compares against ``tests/golden/replay_reports.json``.
+``tests/replay/test_replay_golden.py`` compares against ``tests/golden/replay_reports.json``.
 
 Regenerate (only when a change of the report is intended, and say so in the commit)::
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner, Result
 
-from toolguard._replay_cli import register
+from toolguard.commands._replay import register
 
 
 def make_app() -> typer.Typer:

@@ -1,7 +1,7 @@
 """Commands with a known effect, by class of construct: what the shell classifier must call
 mutating-or-unknown (they write, delete or run something) and what it must call read-only.
-Shared by ``tests/test_shell_evasions.py`` (classification) and
-``tests/test_shell_real_bash.py`` (every read-only one run with bash, the tree compared)."""
+Shared by ``tests/shell/test_shell_evasions.py`` (classification) and
+``tests/shell/test_shell_real_bash.py`` (every read-only one run with bash, the tree compared)."""
 
 from __future__ import annotations
 

@@ -9,20 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._approval import (
-    ApprovalDecision,
-    ApprovalRequest,
-    Approver,
-    ConsoleApprover,
-    approve,
-    defer,
-    deny_all,
-    reject,
-)
-from ._audit import AuditEvent, JsonlSink, LoggingSink, MemorySink
-from ._canonical import CANONICAL_VERSION, args_hash, canonical_args
-from ._decorators import NOT_GIVEN, ToolSpec, mutating, readonly, requires_approval, spec_of
-from ._engine import CallRecord, Guard, Task, current_idempotency_key
 from ._errors import (
     ApprovalTimedOut,
     BudgetExceeded,
@@ -36,14 +22,28 @@ from ._errors import (
     ToolBlocked,
     ToolGuardError,
 )
-from ._pending import PendingCall
-from ._resolve import ToolSettings
 from ._results import ToolResult, Usage
 from ._types import Decision, Effect, IdempotencyScope, Mode
+from .engine._approval import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Approver,
+    ConsoleApprover,
+    approve,
+    defer,
+    deny_all,
+    reject,
+)
+from .engine._audit import AuditEvent, JsonlSink, LoggingSink, MemorySink
+from .engine._engine import CallRecord, Guard, Task, current_idempotency_key
+from .engine._pending import PendingCall
+from .hashing._canonical import CANONICAL_VERSION, args_hash, canonical_args
+from .tools._decorators import NOT_GIVEN, ToolSpec, mutating, readonly, requires_approval, spec_of
+from .tools._resolve import ToolSettings
 
 if TYPE_CHECKING:
-    from ._policy import Policy
-    from ._policy_loader import load_policy, load_policy_dict, policy_from_env
+    from .policy._loader import load_policy, load_policy_dict, policy_from_env
+    from .policy._model import Policy
 
 __version__ = "0.2.0"
 
@@ -99,10 +99,10 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Policy": "._policy",
-    "load_policy": "._policy_loader",
-    "load_policy_dict": "._policy_loader",
-    "policy_from_env": "._policy_loader",
+    "Policy": ".policy._model",
+    "load_policy": ".policy._loader",
+    "load_policy_dict": ".policy._loader",
+    "policy_from_env": ".policy._loader",
 }
 
 

@@ -9,7 +9,7 @@ import sys
 
 def _main() -> None:
     if sys.argv[1:2] == ["hook"]:
-        from ._hooks import main
+        from .hooks._hook import main
 
         raise SystemExit(main(sys.argv[2:]))
     from .cli import main as cli

@@ -4,10 +4,10 @@
 A host starts a new process per event, and a Python process that loads the guard (pydantic,
 the policy loader, the store) pays for that every time. This file therefore imports only the
 standard library's socket layer: it hands the event to the user's hook server (a long-lived
-``python -m toolguard hook-server``, :mod:`toolguard._hook_server`, on a Unix socket in the
+``python -m toolguard hook-server``, :mod:`toolguard.hooks._server`, on a Unix socket in the
 per-user state directory) and prints its answer. Where no server answers, it starts one in
 the background for the next events and answers this event itself, in process
-(:func:`toolguard._hooks.main`): the command works the same with or without the server.
+(:func:`toolguard.hooks._hook.main`): the command works the same with or without the server.
 
 Run by path, not ``-m``, so that ``toolguard/__init__`` (the whole library) is not imported
 on the way. ``TOOLGUARD_HOOK_SERVER=0`` turns the server off (every event in process).
@@ -26,7 +26,7 @@ TIMEOUT_S = 55.0  # below the hosts' own default hook timeout (60 s)
 
 def socket_path(env: "dict[str, str] | os._Environ[str]") -> str:
     """The server's socket: ``hook.sock`` in the state directory (as
-    :func:`toolguard._hooks.state_dir` finds it)."""
+    :func:`toolguard.hooks._hook.state_dir` finds it)."""
     given = env.get("TOOLGUARD_STATE_DIR", "")
     if given:
         base = os.path.expanduser(given)
@@ -72,7 +72,7 @@ def _start_server() -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "toolguard._hook_server"], env=env,
+            [sys.executable, "-m", "toolguard.hooks._server"], env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True)
     except OSError:
@@ -124,7 +124,7 @@ def main() -> int:
         _start_server()
     import io
 
-    from toolguard._hooks import main as in_process
+    from toolguard.hooks._hook import main as in_process
 
     return in_process(argv, io.BytesIO(data))
 

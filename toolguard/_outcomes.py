@@ -135,7 +135,7 @@ def is_transient(content: Any, exc: BaseException | None, extra: Any = None) -> 
             tool's error object).
         exc: the exception the tool raised, or None (an error result).
         extra: the tool's own patterns (``[tools.X.result] transient``), a compiled
-            :class:`~toolguard._regex.PolicyRegex`, or None.
+            :class:`~toolguard.hashing._regex.PolicyRegex`, or None.
 
     Returns:
         True for an error with a ``retryable`` flag that is true (an attribute of the

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ._cli_common import fail as _fail
-from ._cli_common import load_cli_policy as _load
-from ._decorators import ToolSpec
 from ._errors import PolicyError
+from .commands._common import fail as _fail
+from .commands._common import load_cli_policy as _load
+from .tools._decorators import ToolSpec
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -81,7 +81,7 @@ def _root(
 
 
 def _stdout() -> Console:
-    from ._tables import stdout_console
+    from .commands._tables import stdout_console
 
     return stdout_console()  # built per call: output goes to the current sys.stdout
 
@@ -99,7 +99,7 @@ def check(
     """Validate policy files; exit 1 listing every problem if any is invalid."""
     from rich.text import Text
 
-    from ._policy_loader import check_policy_files
+    from .policy._loader import check_policy_files
 
     out = _stdout()
     failed = False
@@ -124,7 +124,7 @@ def check(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of a policy file."""
-    from ._policy_loader import policy_schema
+    from .policy._loader import policy_schema
 
     typer.echo(json.dumps(policy_schema(), indent=2, ensure_ascii=False))
 
@@ -146,8 +146,8 @@ def explain(
     from rich.table import Table
     from rich.text import Text
 
-    from ._policy import BudgetPolicy
-    from ._resolve import resolve_tool, spell_env_tools
+    from .policy._model import BudgetPolicy
+    from .tools._resolve import resolve_tool, spell_env_tools
 
     if file is not None and env is not None:
         _fail("give a policy FILE or --env, not both")
@@ -158,7 +158,7 @@ def explain(
     except PolicyError as exc:
         _fail(str(exc))
 
-    from ._tables import FOLD_MIN_WIDTH, print_table
+    from .commands._tables import FOLD_MIN_WIDTH, print_table
     from .replay._report import printable  # a policy's text may hold control characters
 
     out = _stdout()
@@ -207,7 +207,7 @@ def policies() -> None:
     --policy default, extends = "default")."""
     from rich.text import Text
 
-    from ._shipped import shipped_policies
+    from .policy._shipped import shipped_policies
 
     out = _stdout()
     shipped = shipped_policies()
@@ -234,10 +234,10 @@ def _summary(path: Path) -> str:
 
 
 def _register_commands() -> None:
-    from ._hook_cli import register as register_hooks
-    from ._mcp_proxy import register as register_mcp_proxy
-    from ._replay_cli import register
-    from ._tune import register as register_tune
+    from .commands._replay import register
+    from .commands._tune import register as register_tune
+    from .hooks._cli import register as register_hooks
+    from .mcp._proxy import register as register_mcp_proxy
 
     register(app)
     register_mcp_proxy(app)
@@ -272,7 +272,7 @@ def _show(value: object) -> str:
     """A setting's value for the table."""
     if value is None:
         return "none (no limit)"
-    from ._policy import LadderThresholds
+    from .policy._model import LadderThresholds
 
     if isinstance(value, LadderThresholds):
         return f"warn_at {value.warn_at}, block_at {value.block_at}, halt_at {value.halt_at}"

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, TracerProvider
 
-    from ._audit import AuditEvent
+    from .engine._audit import AuditEvent
 
 __all__ = ["OtelSink"]
 

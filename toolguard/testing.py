@@ -13,9 +13,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ._approval import ApprovalDecision, ApprovalRequest, approve, defer, reject
-from ._audit import AuditEvent, MemorySink
-from ._engine import Guard
+from .engine._approval import ApprovalDecision, ApprovalRequest, approve, defer, reject
+from .engine._audit import AuditEvent, MemorySink
+from .engine._engine import Guard
 
 __all__ = ["FakeClock", "auto_approve", "auto_defer", "auto_reject", "capture_audit"]
 

@@ -1,5 +1,5 @@
 """The shell lexer: a command line taken apart into its simple commands (:func:`parse_command`),
-for the classifier in :mod:`toolguard._shell`.
+for the classifier in :mod:`toolguard.shell._classifier`.
 
 The lexer follows POSIX shell quoting (single quotes literal, double quotes with backslash
 escapes and substitutions, backslash escapes and line continuations outside, comments at a

@@ -46,7 +46,7 @@ from typing import Any
 
 from toolguard import Decision, Guard, Halt, Task
 from toolguard import ToolResult as GuardResult
-from toolguard._approval import Approver
+from toolguard.engine._approval import Approver
 
 from ._common import HaltOnce, known, require
 

@@ -37,9 +37,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from toolguard import Guard, Halt
-from toolguard._hook_hosts import HOSTS
-from toolguard._hooks import HookError, Session, handle, policy_path
-from toolguard._pending import PendingCall
+from toolguard.engine._pending import PendingCall
+from toolguard.hooks._hook import HookError, Session, handle, policy_path
+from toolguard.hooks._hosts import HOSTS
 
 from ._common import HaltOnce, require
 

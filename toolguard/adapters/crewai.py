@@ -47,8 +47,8 @@ from typing import Any
 from cachetools import LRUCache
 
 from toolguard import ApprovalDecision, ApprovalRequest, Guard, Halt, Task, ToolResult
-from toolguard._approval import Approver
-from toolguard._pending import PendingCall
+from toolguard.engine._approval import Approver
+from toolguard.engine._pending import PendingCall
 
 from ._common import Tasks, approval_payload, as_decision, framework_halt, known, require
 

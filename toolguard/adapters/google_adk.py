@@ -50,7 +50,7 @@ from toolguard import (
     defer,
 )
 from toolguard import reject as rejected
-from toolguard._pending import PendingCall
+from toolguard.engine._pending import PendingCall
 
 from ._common import HaltOnce, Tasks, approval_payload, known, require
 

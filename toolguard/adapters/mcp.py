@@ -51,10 +51,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError(
         "toolguard.adapters.mcp needs the MCP SDK: pip install 'agent-toolguard[mcp]'") from exc
 
-from toolguard._approval import ApprovalDecision, ApprovalRequest, approve, defer, reject
-from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, ToolGuardError
-from toolguard._mcp_results import (
+from toolguard.engine._approval import ApprovalDecision, ApprovalRequest, approve, defer, reject
+from toolguard.engine._engine import Guard, Task
+from toolguard.engine._pending import PendingCall, abegin, begin_nowait
+from toolguard.mcp._results import (
     HALT_ERROR_CODE,
     HaltError,
     ToolEffects,
@@ -67,7 +68,6 @@ from toolguard._mcp_results import (
     tool_failure,
     tool_settings,
 )
-from toolguard._pending import PendingCall, abegin, begin_nowait
 
 __all__ = [
     "HALT_ERROR_CODE",
@@ -355,7 +355,7 @@ class GuardMiddleware:
     def begin_json(self, task: Task, name: str, arguments: Any) -> tuple[str, Any]:
         """The guard's first half of a ``tools/call`` whose tool runs elsewhere,
         synchronously, for a caller told of the tool's answer in a callback (the MCP
-        proxy): no task, no coroutine, nothing awaited (:func:`toolguard._pending.
+        proxy): no task, no coroutine, nothing awaited (:func:`toolguard.engine._pending.
         begin_nowait`, the first half of :meth:`toolguard.Task.begin`).
 
         Returns:
@@ -510,8 +510,8 @@ def guard_server(server: _HasMiddleware, guard: Guard | None = None, *,
 
 
 def _build_guard(policy: Any, audit: Sequence[Callable[..., Any]]) -> Guard:
-    from toolguard._policy import Policy
-    from toolguard._policy_loader import load_policy, policy_from_env
+    from toolguard.policy._loader import load_policy, policy_from_env
+    from toolguard.policy._model import Policy
 
     if policy is None:
         loaded = policy_from_env()

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from toolguard import Decision, Guard
-from toolguard._approval import Approver
+from toolguard.engine._approval import Approver
 
 from ._common import known, require
 

@@ -36,7 +36,7 @@ from typing import Any
 from cachetools import LRUCache
 
 from toolguard import ApprovalDecision, ApprovalRequest, Guard, Halt, Task, defer
-from toolguard._pending import PendingCall
+from toolguard.engine._pending import PendingCall
 
 from ._common import Tasks, approval_payload, as_decision, framework_halt, known, require
 

@@ -20,9 +20,9 @@ from typing import Any, Final
 
 from jsonschema.exceptions import SchemaError
 
-from toolguard._decorators import ToolSpec, recorded_tool
-from toolguard._json_text import load_json
-from toolguard._schema import ArgsValidator
+from toolguard.hashing._json_text import load_json
+from toolguard.tools._decorators import ToolSpec, recorded_tool
+from toolguard.tools._schema import ArgsValidator
 
 from ._model import ReplayInputError, ReplayNote, Run, Source, json_type
 from ._reading import HEAD_BYTES, head_objects
@@ -284,7 +284,7 @@ def read_tool_definitions(path: str | Path) -> list[ToolSpec]:
             read too.
 
     Returns:
-        One :func:`~toolguard._decorators.recorded_tool` spec per tool.
+        One :func:`~toolguard.tools._decorators.recorded_tool` spec per tool.
 
     Raises:
         ReplayInputError: the file cannot be read, is not such a list, a tool has no name, two

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from toolguard._json_text import load_json
+from toolguard.hashing._json_text import load_json
 
 from ._model import (
     Pending,

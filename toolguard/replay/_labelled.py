@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from toolguard._policy import Policy
 from toolguard._types import Decision
+from toolguard.policy._model import Policy
 
 from ._formats import read_runs
 from ._model import ReplayInputError, Run

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Final, TypeAlias
 
 from toolguard._errors import ToolGuardError
-from toolguard._json_text import load_json
 from toolguard._results import _fast_constructor
+from toolguard.hashing._json_text import load_json
 
 from ._reading import HEAD_BYTES, _lines, _loads
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from toolguard._json_text import load_json
+from toolguard.hashing._json_text import load_json
 
 from ._model import (
     Reader,

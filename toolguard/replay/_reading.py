@@ -13,7 +13,7 @@ from typing import Any, BinaryIO, Final
 
 import orjson
 
-from toolguard._json_text import _DIGITS_TO_1, _LONG_RUN, load_json
+from toolguard.hashing._json_text import _DIGITS_TO_1, _LONG_RUN, load_json
 
 __all__ = ["HEAD_BYTES", "head_objects"]
 

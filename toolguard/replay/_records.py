@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from toolguard._policy import AuditPolicy
-from toolguard._redact import redact, redact_json_text
 from toolguard._results import _fast_constructor
 from toolguard._types import Decision, Effect
+from toolguard.hashing._redact import redact, redact_json_text
+from toolguard.policy._model import AuditPolicy
 
 from ._model import ReplayInputError, ReplayNote, Run
 

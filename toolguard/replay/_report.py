@@ -194,7 +194,7 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
     Args:
         report: what to show.
         console: where to print (stdout in the CLI): a table on a terminal, plain columns
-            otherwise (:func:`toolguard._tables.print_table`).
+            otherwise (:func:`toolguard.commands._tables.print_table`).
         verbose: also list every step whose decision is not ``allow``.
         only_flagged: list only the runs with a decision other than ``allow`` (or an
             error); the totals still count every run.
@@ -208,7 +208,7 @@ def render_table(report: ReplayReport, console: Console, *, verbose: bool = Fals
 def render_rows(rows: TableRows, totals: dict[str, Any], console: Console, *,
                 only_flagged: bool = False) -> None:
     """:func:`render_table` from the rows and the totals (``ReplayReport.totals``)."""
-    from toolguard._tables import FOLD_MIN_WIDTH, print_table
+    from toolguard.commands._tables import FOLD_MIN_WIDTH, print_table
 
     shown = [row for row in rows.rows if not only_flagged or row[7]]
     show_meta = any(row[1] for row in shown)
@@ -266,7 +266,7 @@ def _flagged(run: RunReport) -> bool:
 
 
 def _render_steps(rows: TableRows, console: Console) -> None:
-    from toolguard._tables import FOLD_MIN_WIDTH, print_table
+    from toolguard.commands._tables import FOLD_MIN_WIDTH, print_table
 
     table = Table(title="steps that were not a plain allow", title_justify="left")
     columns: tuple[tuple[str, JustifyMethod], ...] = (

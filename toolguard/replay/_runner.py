@@ -27,17 +27,17 @@ import json
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-from toolguard import _batch
-from toolguard._decorators import ToolSpec
-from toolguard._engine import Guard, Task
 from toolguard._errors import Halt, PolicyError
-from toolguard._policy import AuditPolicy, Policy, ToolPolicy
-from toolguard._policy_loader import load_policy_dict
-from toolguard._redact import redact, redact_text
 from toolguard._results import ToolResult
 from toolguard._types import Decision, Effect, Mode
+from toolguard.engine import _batch
+from toolguard.engine._engine import Guard, Task
+from toolguard.hashing._redact import redact, redact_text
+from toolguard.policy._loader import load_policy_dict
+from toolguard.policy._model import AuditPolicy, Policy, ToolPolicy
 from toolguard.stores.memory import MemoryStore
 from toolguard.testing import FakeClock, auto_defer
+from toolguard.tools._decorators import ToolSpec
 
 from ._model import RecordedCall, ReplayInputError, Run, Step, TokenUsage, UserTurn
 from ._records import (

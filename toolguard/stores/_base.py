@@ -21,7 +21,7 @@ goes to review (or, for a tool that forwards its idempotency key, continues the 
 execution) instead of running a second time. The claim's own call may still report late:
 a result completes the record, a release (it failed, it did not run) drops it.
 
-Every back-end passes one contract suite (``tests/test_store_contract.py``).
+Every back-end passes one contract suite (``tests/stores/test_store_contract.py``).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class ApprovalRecord:
     the pending call; ``args_hash`` is the hash of exactly those argument values (no
     ``normalize``/``case``/``ignore`` options applied): an approval is good only for a call
     that would receive the same values. ``proof``: for an approval in a shared store, the
-    HMAC of the decision under the approval secret (:mod:`toolguard._approval_secret`):
+    HMAC of the decision under the approval secret (:mod:`toolguard.engine._approval_secret`):
     without a valid one the guard does not take the record for an approval."""
 
     state: str

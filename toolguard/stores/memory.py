@@ -2,7 +2,7 @@
 
 Thread-safe: every operation holds one lock, so ``begin`` and ``finish`` are atomic across
 threads (and trivially across asyncio tasks, which never interleave inside them). The lock's
-waiters poll rather than queue (``toolguard._lock``): a queued ``threading.Lock`` convoyed
+waiters poll rather than queue (``toolguard.stores._lock``): a queued ``threading.Lock`` convoyed
 threads to a quarter of one thread's throughput. State is per process: several worker
 processes serving one task need :class:`RedisStore`.
 
@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from toolguard._lock import YieldingLock, wait_for
 from toolguard._results import _fast_constructor
 from toolguard._types import COMPLETED, IN_PROGRESS, UNKNOWN
+from toolguard.stores._lock import YieldingLock, wait_for
 
 from ._base import (
     ApprovalRecord,
@@ -234,7 +234,7 @@ class MemoryStore:
                      claim_ttl_s: float, call_id: str = "", ttl_s: float = 0.0,
                      now: float | None = None) -> Snapshot:
         """:meth:`begin` with the :class:`BeginRequest`'s fields as arguments (``at``: its
-        ``now``), for the call path (``toolguard._admit``) on this store's own begin: no
+        ``now``), for the call path (``toolguard.engine._admit``) on this store's own begin: no
         request tuple, no attribute reads. ``now``: this store's clock, if the caller read it
         already (the guard's clock is this store's), else None."""
         lock = self._raw_lock
@@ -315,7 +315,7 @@ class MemoryStore:
                       call_id: str = "", outcome: str = "", max_progress_resets: int = 0,
                       transient: bool = False, progress: str = "") -> None:
         """:meth:`finish` with the :class:`FinishRequest`'s fields as arguments (``at``: its
-        ``now``), for the call path (``toolguard._record``) on this store's own finish."""
+        ``now``), for the call path (``toolguard.engine._record``) on this store's own finish."""
         lock = self._raw_lock
         if not lock.acquire(False):
             wait_for(lock)

@@ -1,7 +1,7 @@
 """Redis store: per-task state shared by every worker process and host serving a task.
 
 Needs the extra ``agent-toolguard[redis]`` (redis-py). Semantics are exactly those of
-:class:`~toolguard.stores.MemoryStore` (one contract suite, ``tests/test_store_contract.py``,
+:class:`~toolguard.stores.MemoryStore` (one contract suite, ``tests/stores/test_store_contract.py``,
 runs against both); only where the state lives differs.
 
 Key layout, for task ``T`` under ``key_prefix`` ``P`` (``{T}`` is a Redis Cluster hash tag,
@@ -103,13 +103,13 @@ try:
     import redis
     from redis.cluster import RedisCluster
     from redis.exceptions import NoScriptError
-except ImportError as _exc:  # pragma: no cover - tests/test_imports.py hides redis
+except ImportError as _exc:  # pragma: no cover - tests/project/test_imports.py hides redis
     raise ImportError(
         "toolguard.stores.RedisStore needs redis-py: pip install 'agent-toolguard[redis]'"
     ) from _exc
 
 from toolguard._errors import StoreError
-from toolguard._policy import StorePolicy
+from toolguard.policy._model import StorePolicy
 
 from ._base import (
     ApprovalRecord,

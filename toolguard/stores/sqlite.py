@@ -1,7 +1,7 @@
 """SQLite store: per-task state in one file, shared by every process on one machine.
 
 Standard library only (``sqlite3``). Semantics are exactly those of
-:class:`~toolguard.stores.MemoryStore` (one contract suite, ``tests/test_store_contract.py``,
+:class:`~toolguard.stores.MemoryStore` (one contract suite, ``tests/stores/test_store_contract.py``,
 runs against both, with a differential test over random histories); only where the state
 lives differs. It is what survives between the processes of one machine that serve one task
 without a server to run: a coding agent's hook commands (a new process per event),
@@ -105,7 +105,7 @@ from ._sqlite_file import (
 )
 
 if TYPE_CHECKING:
-    from toolguard._policy import StorePolicy
+    from toolguard.policy._model import StorePolicy
 
 __all__ = ["STATE_DIR_VARIABLE", "SQLiteStore", "default_path", "path_from_url"]
 

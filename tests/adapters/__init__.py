@@ -1,0 +1,1 @@
+"""The framework adapters (``toolguard.adapters``), through each framework's own objects."""

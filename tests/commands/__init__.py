@@ -1,0 +1,1 @@
+"""The ``toolguard`` command line (``toolguard.cli``, ``toolguard.commands``)."""

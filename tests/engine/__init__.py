@@ -1,0 +1,1 @@
+"""Guard and Task: the call path, the decision core, approvals, budgets, audit."""

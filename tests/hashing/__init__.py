@@ -1,0 +1,1 @@
+"""Canonical arguments, result normalization, redaction, policy regexes (``toolguard.hashing``)."""

@@ -1,0 +1,1 @@
+"""The coding-agent hooks (``toolguard.hooks``), with the hosts' real CLIs."""

@@ -1,0 +1,1 @@
+"""``toolguard mcp-proxy`` (``toolguard.mcp``) on its transports."""

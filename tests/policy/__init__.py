@@ -1,0 +1,1 @@
+"""Policy files, the environment and the shipped policies (``toolguard.policy``)."""

@@ -1,0 +1,1 @@
+"""``toolguard replay`` (``toolguard.replay``) on recorded and synthetic runs."""

@@ -1,0 +1,1 @@
+"""The shell classifier (``toolguard.shell``), with real bash."""

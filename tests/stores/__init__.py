@@ -1,0 +1,1 @@
+"""The state stores (``toolguard.stores``) on one contract, real Redis and SQLite."""

@@ -1,0 +1,2 @@
+"""Tools: decorators, framework tool objects, argument schemas, manual loops
+(``toolguard.tools``)."""

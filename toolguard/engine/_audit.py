@@ -1,0 +1,218 @@
+"""Audit events and their sinks (after structlog: events flow through processors to sinks).
+
+Every state transition of a call is one :class:`AuditEvent`. The finite-state machine is
+DESIGN.md §2's: ``planning`` → ``validating`` → ``executing`` → ``planning``; ``validating``
+→ ``needs_review`` (approval needed) or ``failed`` (halt); ``planning`` → ``completed``
+when the task ends. Arguments are redacted (:func:`redact`) before an event is built, so no
+sink ever sees a secret.
+
+Sinks are callables taking one event. Built in: :class:`LoggingSink` (stdlib ``logging``),
+:class:`JsonlSink` (append-only file, flushed per event, safe across threads),
+:class:`MemorySink` (for tests) — and any callable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+from toolguard.hashing._redact import (
+    REDACTED,
+    KeyPattern,
+    _secret_key,
+    redact,
+    redact_text,
+    secrets_in,
+)
+
+__all__ = [
+    "AuditEvent",
+    "AuditSink",
+    "JsonlSink",
+    "LoggingSink",
+    "MemorySink",
+    "redact",
+    "scrub",
+]
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One transition of one call (or of the task).
+
+    Attributes:
+        time: clock time in seconds. task_id, call_id, tool: what it concerns.
+        transition: ``"from->to"`` FSM states, e.g. ``"validating->executing"``.
+        decision: the guard's decision (value of :class:`toolguard.Decision`), or "".
+        reason: why. effect: readonly / mutating / poll. args_hash: 32 hex digits.
+        args: the arguments, redacted. count: repeat count. duration_s: execution seconds.
+        extra: anything else (budget figures, approval state, observed decision, errors).
+            Keys the guard sets: ``final`` (True on the one event that records a call's
+            outcome), ``idempotency_key``, ``halt`` (the halt's kind, e.g.
+            ``"RepeatedToolCalls"``) and ``budget`` (the budget that halted it),
+            ``observed`` (the decision a shadow policy would have taken), ``error_type``
+            (the exception a tool raised), ``usage`` (on a task's end: its
+            :class:`toolguard.Usage` figures).
+    """
+
+    time: float
+    task_id: str
+    call_id: str
+    tool: str
+    transition: str
+    decision: str = ""
+    reason: str = ""
+    effect: str = ""
+    args_hash: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
+    duration_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event's fields as a dict. Shallow: ``args`` and ``extra`` are the event's own
+        (redacted) objects, not copies, so a sink must not change them."""
+        return {name: getattr(self, name) for name in _EVENT_FIELDS}
+
+
+_EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
+
+AuditSink = Callable[[AuditEvent], None]
+
+
+def scrub(message: str, path: Sequence[str | int] | None, quoted: Any,
+          pattern: KeyPattern | None) -> str:
+    """``message``, a validation problem at ``path`` (``["flights", 1]``) that may quote the
+    offending value ``quoted``, without the secrets it could show: all of ``quoted`` when a key
+    on ``path`` matches ``pattern``, else the value of every key matching ``pattern`` at any
+    depth of ``quoted`` (``[{'token': '…'}] is not of type 'object'``), each replaced by
+    ``"[REDACTED]"``; and credentials of a known shape too
+    (:func:`toolguard.hashing._redact.redact_text`). A message quotes nothing but ``quoted`` and
+    schema values, so the search is bounded by the failing value, not the arguments."""
+    if pattern is not None:
+        inside = any(isinstance(key, str) and _secret_key(key, pattern) for key in path or ())
+        for value in [quoted] if inside else secrets_in(quoted, pattern):
+            if value is None or value == "":
+                continue
+            text = value if isinstance(value, str) else _safe_repr(value)
+            message = message.replace(_safe_repr(value), REDACTED).replace(text, REDACTED)
+    return redact_text(message)
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a foreign __repr__ failed (or recursed)
+        return f"<{type(value).__qualname__}>"
+
+
+class MemorySink:
+    """Keeps events in ``self.events`` (a list). Thread-safe appends (list.append is atomic)."""
+
+    def __init__(self) -> None:
+        self.events: list[AuditEvent] = []
+
+    def __call__(self, event: AuditEvent) -> None:
+        self.events.append(event)
+
+
+class LoggingSink:
+    """Sends each event to a stdlib logger (default ``logging.getLogger("toolguard.audit")``)
+    at INFO, or WARNING for block, halt, review and invalid decisions, with the event dict
+    as ``extra={"audit": ...}``."""
+
+    _LOUD = frozenset({"block", "halt", "review", "invalid"})
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.logger = logger or logging.getLogger("toolguard.audit")
+
+    def __call__(self, event: AuditEvent) -> None:
+        level = logging.WARNING if event.decision in self._LOUD else logging.INFO
+        if self.logger.isEnabledFor(level):
+            self.logger.log(
+                level, "%s %s %s %s%s", event.task_id, event.tool, event.transition,
+                event.decision, f": {event.reason}" if event.reason else "",
+                extra={"audit": event.to_dict()},
+            )
+
+
+def _jsonl(event: AuditEvent) -> bytes:
+    """One JSON line of ``event``; strings that are not valid Unicode (a lone surrogate, which
+    UTF-8 cannot hold) written with the surrogate as ``\\udXXX`` text, and ``args`` and
+    ``extra`` replaced by a note when even that cannot be serialized."""
+    try:  # orjson writes the dataclass itself: no dict is built, nothing copied
+        return orjson.dumps(event, default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    record = event.to_dict()
+    try:
+        return orjson.dumps(_valid_text(record), default=_safe_repr,
+                            option=orjson.OPT_APPEND_NEWLINE)
+    except (TypeError, orjson.JSONEncodeError, RecursionError) as exc:
+        note = {"$unserializable": f"{type(exc).__name__}: {exc}"}
+        return orjson.dumps(_valid_text({**record, "args": note, "extra": note}),
+                            default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def _valid_text(value: Any) -> Any:
+    """``value`` with every string (keys too) valid Unicode: a lone surrogate becomes its
+    ``\\udXXX`` escape (``backslashreplace``)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_valid_text(v) for v in value]
+    return value
+
+
+class JsonlSink:
+    """Appends one JSON line per event to ``path`` and flushes it at once.
+
+    Safe across threads (a lock serializes writes). The file is opened in append mode, so
+    several processes may share it line by line on POSIX. Close with :meth:`close` or use as
+    a context manager.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        from pathlib import Path  # with the first JSONL sink, not with import toolguard
+
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._file = self.path.open("ab")
+
+    def __call__(self, event: AuditEvent) -> None:
+        """Write ``event`` as one line. Values JSON cannot hold are written as their
+        ``repr``; if the event still cannot be serialized (an ``extra`` nested too deeply),
+        its ``args`` and ``extra`` are replaced by a note saying why, so the event itself is
+        never dropped.
+
+        Raises:
+            OSError: the file cannot be written (the guard logs that the event was lost).
+        """
+        line = _jsonl(event)
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> JsonlSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,250 @@
+"""The records one call carries along the call path: the registered tool's precomputed
+:class:`_Entry`, the guard's :class:`_Config` snapshot, the :class:`_Prepared` call, the
+tool's :class:`_Outcome`, ``CallRecord`` (``task.history``), and what the stages see of the
+task and its guard (:class:`TaskState`, :class:`GuardState`: protocols, so that no stage
+imports ``Task`` or ``Guard``). Data only: every stage module reads them, none imports
+another stage."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeVar
+
+import orjson
+
+from toolguard._errors import CanonicalizationError
+from toolguard._results import ToolResult
+from toolguard._types import Effect
+from toolguard.hashing._canonical import args_hash
+from toolguard.hashing._canonical_walk import canonicalize
+from toolguard.tools._coerce import IntFix
+from toolguard.tools._decorators import ToolSpec
+from toolguard.tools._resolve import ToolSettings
+from toolguard.tools._schema import ArgsValidator
+
+if TYPE_CHECKING:
+    import threading
+    from collections import OrderedDict, deque
+    from collections.abc import Iterator
+
+    from toolguard.hashing._normalize import ResultNormalizer
+    from toolguard.policy._model import Policy
+    from toolguard.stores._base import Store
+
+    from ._approval import Approver
+    from ._audit import AuditEvent, AuditSink
+    from ._inflight import InFlight
+
+
+T = TypeVar("T")
+"""Runs a call in place of the registered function: is passed the validated arguments
+(replay's recorded result, a direct call's own arguments, ``run=``)."""
+
+
+_WAIT_POLL_S: Final = (0.001, 0.05)  # first and longest sleep while waiting on another call
+
+
+class _RecordedError(Exception):
+    """Raised by a replay executor for a recorded error result (content shown verbatim)."""
+
+    def __init__(self, content: Any) -> None:
+        self.content = content
+        super().__init__(str(content))
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A registered tool with everything precomputed for the hot path."""
+
+    spec: ToolSpec
+    settings: ToolSettings
+    signature: inspect.Signature | None
+    defaults: dict[str, Any]
+    validator: ArgsValidator | None
+    schema: dict[str, Any]
+    maybe_async: bool  # its function is async, or it is a recorded/unknown callable
+    call: Callable[..., Any]  # what dispatch runs: the function, coercing JSON if it must
+    in_thread: bool = False  # not ``async def``: acall runs it in a worker thread
+    unknown: bool = False  # a name no registered tool has: judged (counted, halted), never run
+    # typed int, at the top or inside: an integral float (5.0) is passed as 5
+    int_params: tuple[tuple[str, IntFix | None], ...] = ()
+    injected: frozenset[str] = frozenset()  # a framework passes them: not arguments
+    # arguments the tool requires (its schema's, and parameters without a default): a null
+    # for one of them is the value it receives; a null for any other is dropped (:meth:`given`)
+    required: frozenset[str] = frozenset()
+
+    def given(self, args: dict[str, Any]) -> dict[str, Any]:
+        """``args`` without the top-level nulls of the arguments the tool does not require
+        (``args`` itself when there is none): the tool then gets its default, exactly as for
+        an omitted argument, which is what the canonical hash already takes them for. A null
+        a model sends for ``dry_run: bool | None = True`` (OpenAI strict mode sends one for
+        every optional argument) or for a ``**kwargs`` key never reaches the tool as a
+        ``None`` that an approval or a stored result of the omitted spelling would cover."""
+        for value in args.values():
+            if value is None:  # rare: filter only then
+                required = self.required
+                return {k: v for k, v in args.items() if v is not None or k in required}
+        return args
+
+    def bound(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``args`` with the tool's defaults filled in: an omitted argument, an explicit null
+        and the default value are one call, for the signature and for the policy's rules."""
+        defaults = self.defaults
+        if defaults:
+            for value in args.values():
+                if value is None:  # rare: filter only then (a comprehension costs 0.3 µs)
+                    args = {k: v for k, v in args.items() if v is not None}
+                    break
+            args = {**defaults, **args}
+        return args
+
+    def signature_of(self, args: Mapping[str, Any]) -> str:
+        """The canonical hash of ``args`` bound through the tool's signature (:meth:`bound`).
+
+        Raises:
+            CanonicalizationError: an argument has no canonical form.
+        """
+        return args_hash(self.bound(args), self.settings.args)
+
+    def effect_for(self, args: Mapping[str, Any]) -> Effect | None:
+        """The effect of the first rule whose patterns all match, or None."""
+        for rule in self.settings.rules:
+            if all(pattern.search(_rule_text(args.get(arg))) for arg, pattern in rule.compiled):
+                return rule.effect
+        return None
+
+
+def _rule_text(value: Any) -> str:
+    """What a rule's pattern is searched in: a string as it is, "" for a missing or null
+    argument, anything else as its canonical JSON text (``true``, ``5`` for ``5.0``, arrays
+    and objects compact with sorted keys): one text per signature, however the model wrote it,
+    so a rule cannot be dodged by writing ``5.0`` for ``5``."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(canonicalize(value), option=orjson.OPT_SORT_KEYS).decode()
+    except (CanonicalizationError, TypeError, orjson.JSONEncodeError):
+        return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Config:
+    """An immutable snapshot of what the guard enforces; swapped whole by reload_policy."""
+
+    policy: Policy
+    entries: dict[str, _Entry]
+    timeout_types: tuple[str, ...]
+    virtual: dict[str, _Entry]  # tools known only by name (replay), built on first use
+    unknown: dict[str, _Entry]  # names the model called that no tool has (bounded)
+    require_task: bool = False  # a decorated tool called outside a task raises
+
+
+class CallRecord(NamedTuple):
+    """One entry of ``task.history``: the tool, the arguments as received, the result."""
+
+    tool: str
+    args: Any
+    result: ToolResult
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """One call after preparation (mutable only while the pipeline runs)."""
+
+    entry: _Entry
+    call_id: str
+    raw_args: Any
+    args: dict[str, Any]
+    effect: Effect
+    sig: str  # the canonical arguments hash
+    signature: str  # tool name + hash: what the ladder counts
+    key: str
+    invalid: str | None
+    unusable: bool  # the arguments could not be read at all: not even observe mode runs it
+    claim: bool
+    task_scope: bool
+    denied: bool  # default_effect deny and nothing classifies this call
+    redacted: dict[str, Any] | None = None
+    exact: str = ""  # hash of the exact values (no argument options): approvals bind to it
+    remember: bool = True  # scope is not off: a completed call is stored
+    origin: str = ""  # the execution this one continues (an unknown outcome's), else itself
+    counted: bool = False  # in flight for the failure budget (toolguard.engine._inflight)
+
+
+Executor = Callable[[dict[str, Any]], Any]
+"""Runs a call in place of the registered function: is passed the validated arguments
+(replay's recorded result, a direct call's own arguments, ``run=``)."""
+
+
+
+
+@dataclass(slots=True)
+class _Outcome:
+    value: Any = None
+    content: Any = None
+    success: bool = True
+    unknown: bool = False
+    error_type: str | None = None
+    exc: BaseException | None = None
+    duration_s: float = 0.0
+
+
+class GuardState(Protocol):
+    """What the call path's stages read of the :class:`~toolguard.Guard` (its private
+    state; a protocol, so that no stage imports the class)."""
+
+    @property
+    def _config(self) -> _Config: ...
+    @property
+    def _store(self) -> Store: ...
+    @property
+    def _clock(self) -> Callable[[], float]: ...
+    @property
+    def _sinks(self) -> tuple[AuditSink, ...]: ...
+    @property
+    def _approver(self) -> Approver: ...
+    @property
+    def _lock(self) -> Any: ...
+    @property
+    def _inflight(self) -> dict[str, threading.Event]: ...
+    @property
+    def _inflight_calls(self) -> InFlight: ...
+    @property
+    def _store_blocks(self) -> bool: ...
+    @property
+    def _fields(self) -> bool: ...
+    @property
+    def _price(self) -> Any: ...
+
+    def _emit(self, event: AuditEvent) -> bool: ...
+    def _warn_off(self) -> None: ...
+    @staticmethod
+    def _entry(policy: Policy, spec: ToolSpec) -> _Entry: ...
+
+
+class TaskState(Protocol):
+    """What the call path's stages read and write of a :class:`~toolguard.Task`: its id,
+    history and per-handle memory (a protocol, so that no stage imports the class)."""
+
+    @property
+    def guard(self) -> GuardState: ...
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def history(self) -> deque[CallRecord]: ...
+    @property
+    def _limit(self) -> int: ...
+    @property
+    def _ids(self) -> Iterator[int]: ...
+    @property
+    def _id_suffix(self) -> str: ...
+    @property
+    def _last_content(self) -> OrderedDict[str, Any]: ...
+    @property
+    def _digests(self) -> dict[str, tuple[ResultNormalizer, str, str]]: ...
+    @property
+    def _last_digest(self) -> OrderedDict[str, str]: ...

@@ -1,0 +1,83 @@
+"""The audit stage: ``task.history`` and one :class:`~toolguard.AuditEvent` per state
+transition of a call (DESIGN.md §2), to every sink of the guard."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from toolguard._results import ToolResult
+from toolguard._types import BLOCK, Decision
+from toolguard.stores._base import Snapshot
+from toolguard.stores._base import new_tuple as _new
+
+from ._audit import AuditEvent, redact
+from ._call import CallRecord, _Config, _Prepared
+from ._core import Verdict
+
+if TYPE_CHECKING:
+    from ._call import TaskState
+
+
+def record(task: TaskState, p: _Prepared, result: ToolResult, transition: str, cfg: _Config,
+            halt: dict[str, Any] | None = None) -> None:
+    """Keep the call in the history and emit its outcome event (``extra["final"]``; a halt's
+    ``kind`` and ``budget`` from ``halt``)."""
+    task.history.append(_new(CallRecord, (p.entry.spec.name, p.raw_args, result)))
+    if task.guard._sinks:
+        extra: dict[str, Any] = {"final": True}
+        if result.idempotency_key:
+            extra["idempotency_key"] = result.idempotency_key
+        if halt is not None:
+            extra["halt"] = halt.get("kind", "")
+            if halt.get("budget"):
+                extra["budget"] = halt["budget"]
+        if result.observed is not None:
+            extra["observed"] = str(result.observed)
+        if result.error_type:
+            extra["error_type"] = result.error_type
+        task.guard._emit(AuditEvent(
+            time=task.guard._clock(), task_id=task.task_id, call_id=p.call_id,
+            tool=p.entry.spec.name, transition=transition, decision=str(result.decision),
+            reason=result.reason, effect=str(p.effect), args_hash=p.sig,
+            args=redacted(task, p, cfg), count=result.count, duration_s=result.duration_s,
+            extra=extra,
+        ))
+
+
+def event(task: TaskState, transition: str, tool: str, decision: Decision, reason: str,
+           p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0,
+           extra: dict[str, Any] | None = None) -> bool:
+    """Emit one audit event; False if no sink could write it."""
+    if task.guard._sinks:
+        return task.guard._emit(AuditEvent(
+            time=task.guard._clock(), task_id=task.task_id,
+            call_id=p.call_id if p else "", tool=tool, transition=transition,
+            decision=str(decision), reason=reason,
+            effect=str(p.effect) if p else "", args_hash=p.sig if p else "",
+            args=redacted(task, p, cfg) if p and cfg else {}, count=count,
+            extra=extra or {},
+        ))
+    return True
+
+
+def executing(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
+               ) -> Verdict:
+    """Audit the start of an execution. If no sink could write it and the policy fails
+    closed (``store.on_error``), the call does not run unaudited: it is blocked."""
+    if event(task, "validating->executing", p.entry.spec.name, verdict.decision,
+                   verdict.reason, p, cfg, snap.count):
+        return verdict
+    on_error = getattr(task.guard._store, "on_error", None) or cfg.policy.store.on_error
+    if on_error != "fail_closed":
+        return verdict
+    return Verdict(BLOCK, reason="the audit event of this call could not be written, and "
+                                 "the policy fails closed (store.on_error): not run unaudited")
+
+
+def redacted(task: TaskState, p: _Prepared, cfg: _Config) -> dict[str, Any]:
+    """The call's arguments as audit events and halts show them (redacted and truncated by
+    the policy's ``[audit]``), computed once per call and kept on ``p``."""
+    if p.redacted is None:
+        audit = cfg.policy.audit
+        p.redacted = redact(p.args, audit.redact_pattern, audit.max_value_chars)
+    return p.redacted

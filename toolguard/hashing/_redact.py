@@ -1,0 +1,329 @@
+"""Redaction: what every output channel (audit events, logs, halts, validation messages,
+``toolguard replay``) shows of a call's arguments.
+
+Two nets, both applied at any depth:
+
+* **key names**: a value whose key matches ``audit.redact`` is replaced whole. Keys are
+  matched as written and folded (case and the separators ``_``, ``-``, ``.``, `` `` removed),
+  so ``api_key`` also catches ``apiKey``, ``X-Api-Key`` and ``API.KEY``;
+* **token shapes** in string values: credentials whose shape gives them away, wherever they
+  are (a ``Bearer`` header inside a ``curl`` command, a key in a URL). The shapes mirror the
+  regex plugins of Yelp's detect-secrets (``AWSKeyDetector``, ``GitHubTokenDetector``,
+  ``GitLabTokenDetector``, ``JwtTokenDetector``, ``PrivateKeyDetector``, ``SlackDetector``,
+  ``StripeDetector``, ``BasicAuthDetector``, and the ``KeywordDetector`` key names), plus
+  Google ``AIza…`` keys, Hugging Face ``hf_…`` tokens, SendGrid ``SG.…`` keys, Stripe
+  ``whsec_…`` webhook secrets, Azure ``AccountKey=``, a password after a command-line flag
+  (``--password X``) or glued to ``-p`` (``mysql -pX``, ``sshpass -p X``), a URL password
+  with no user (``redis://:X@host``) and a 40-character AWS secret key with no context;
+  ``tests/hashing/test_redaction.py`` checks them against that library's own patterns. The library
+  itself is not imported: it costs about 0.2 s and pulls in ``requests``.
+
+A string that holds a JSON object or array (a ``body`` argument) is parsed and redacted as
+arguments, then written back as compact JSON. Nesting deeper than :data:`MAX_DEPTH` is cut
+(``"[nested too deeply]"``), so no argument can make redaction recurse without bound.
+
+The shapes run on RE2 (:class:`toolguard.hashing._regex.Rewriter`): the time is linear in the
+text whatever it holds, since the text is the model's (Python's ``re`` rescanned to the end
+of the text from each ``eyJ`` of ``eyJ-eyJ-…``: quadratic).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from functools import cache
+from typing import Any, Final, NamedTuple, Protocol
+
+import orjson
+
+from ._canonical_walk import fields_of
+from ._regex import Rewriter
+
+__all__ = [
+    "DEEP",
+    "MAX_DEPTH",
+    "REDACTED",
+    "KeyPattern",
+    "fold_key",
+    "key_pattern",
+    "key_patterns",
+    "redact",
+    "redact_json_text",
+    "redact_text",
+    "secrets_in",
+]
+
+REDACTED: Final = "[REDACTED]"
+DEEP: Final = "[nested too deeply]"
+MAX_DEPTH: Final = 64  # levels of containers shown; deeper ones are cut
+_JSON_TEXT_LIMIT: Final = 1 << 20  # bytes of a JSON-text argument parsed for redaction
+_SEPARATORS: Final = re.compile(r"[\s_.\-]+")
+_WORD: Final = re.compile(r"[\w\- .]+")
+
+_KEYWORDS = (r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?key|"
+             r"account[_-]?key|private[_-]?key|auth(?:orization)?|cookie|credentials?|"
+             r"session[_-]?id")
+_SCHEMES: Final = frozenset({"bearer", "basic", "token", "digest"})
+_KEYWORD_NEEDLES: Final = ("pass", "pwd", "secret", "token", "key", "auth", "cookie",
+                           "credential", "session")
+
+
+def _keep_scheme_word(groups: tuple[str | None, ...]) -> str | None:
+    """The keyword shape must not take the scheme word of an Authorization header
+    (``Authorization: Bearer [REDACTED]``): the shape before it took the credentials."""
+    secret, after = groups[1] or "", groups[2]
+    if after and secret.lower() in _SCHEMES:
+        return "".join(g or "" for g in groups)
+    return None
+
+
+def _aws_secret_only(groups: tuple[str | None, ...]) -> str | None:
+    """A run of base64 characters is taken for an AWS secret access key only when it is
+    exactly 40 long and mixes upper case, lower case and digits (a git hash, a path or a
+    longer blob is not)."""
+    run = groups[1] or ""
+    if len(run) == 40 and any(c.isupper() for c in run) and any(c.islower() for c in run) \
+            and any(c.isdigit() for c in run):
+        return None
+    return "".join(g or "" for g in groups)
+
+
+class _Shape(NamedTuple):
+    """A credential's shape: its pattern (RE2 syntax), the group holding the secret (the
+    groups around it are kept as written), the lower-case texts one of which a string must
+    hold for the pattern to be searched at all (empty: always searched), and a check that
+    may keep a match as written (returns the text to put back) instead."""
+
+    pattern: str
+    group: int
+    needles: tuple[str, ...]
+    keep: Callable[[tuple[str | None, ...]], str | None] | None = None
+
+
+_SHAPES_SPEC: Final[tuple[_Shape, ...]] = (
+    # PrivateKeyDetector: a PEM private key block, to its END line (or the end of the text)
+    _Shape(r"(?s)(-----BEGIN[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----)"
+           r"(.*?(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY[A-Z ]{0,10}-----|\z))", 2,
+           ("-----begin",)),
+    _Shape(r"(?s)(PuTTY-User-Key-File-\d:)(.*)", 2, ("putty-user-key-file",)),
+    # an HTTP Authorization scheme: Bearer / Basic / Token / Digest <credentials>
+    _Shape(r"(?i)(\b(?:bearer|basic|token|digest)[ \t]+)([A-Za-z0-9._~+/=-]{6,})", 2,
+           ("bearer", "basic", "token", "digest")),
+    # KeywordDetector-like: password=..., X-Api-Key: ..., "token": "...", AccountKey=...
+    _Shape(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}['\"]?"
+           r"(?:[ \t]*[:=][ \t]*['\"]?|[ \t]+['\"]))([^\s'\"&,;]{3,})([ \t])?", 2,
+           _KEYWORD_NEEDLES, _keep_scheme_word),
+    # a command-line flag and its value: --password X, --api-token X, -secret X
+    _Shape(r"(?i)((?:^|[^\w-])--?[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}[ \t]+"
+           r"['\"]?)([^\s'\"]{1,200})", 2, _KEYWORD_NEEDLES),
+    # a password glued to -p: mysql -uroot -pSECRET, sshpass -p SECRET
+    _Shape(r"(\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mysqlpump|"
+           r"mariadb[\w-]*|sshpass)\b[^\n;|&]{0,200}?[ \t]-p[ \t]*)([^\s'\"]+)", 2,
+           ("mysql", "mariadb", "sshpass")),
+    # AWSKeyDetector: a secret access key quoted near "aws ... key"
+    _Shape(r"(?i)(aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['\"])"
+           r"([0-9a-zA-Z/+]{40})(['\"])", 2, ("aws",)),
+    # BasicAuthDetector: credentials in a URL (scheme://user:password@host, user optional)
+    _Shape(r"(\b[A-Za-z][A-Za-z0-9+.-]{0,20}://[^\s/:@]{0,100}:)([^\s/@]{1,200})(@)", 2,
+           ("://",)),
+    # AWSKeyDetector: access key ids
+    _Shape(r"()\b((?:A3T[A-Z0-9]|ABIA|ACCA|AKIA|ASIA)[0-9A-Z]{16})", 2,
+           ("a3t", "abia", "acca", "akia", "asia")),
+    # GitHubTokenDetector (+ fine-grained tokens), GitLabTokenDetector
+    _Shape(r"()\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9_]{36}|github_pat_[A-Za-z0-9_]{22,})", 2,
+           ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
+    _Shape(r"()\b(gl(?:pat|dt|rt|cbt|ptt|oas|imt|agent|ft|soat)-[A-Za-z0-9_\-]{20,}"
+           r"|GR1348941[A-Za-z0-9_\-]{20,})", 2, ("gl", "gr1348941")),
+    # SlackDetector
+    _Shape(r"(?i)()\b(xox(?:a|b|p|o|s|r)-(?:\d+-)+[a-z0-9]+)", 2, ("xox",)),
+    _Shape(r"(?i)(https://hooks\.slack\.com/services/)(T\w+/B\w+/\w+)", 2,
+           ("hooks.slack.com",)),
+    # StripeDetector (+ webhook secrets) and sk-… API keys (OpenAI, Anthropic, many others)
+    _Shape(r"()\b((?:r|s|p)k_(?:live|test)_[0-9A-Za-z]{8,}|sk-[A-Za-z0-9_\-]{8,}"
+           r"|whsec_[0-9A-Za-z]{16,})", 2, ("sk_", "rk_", "pk_", "sk-", "whsec_")),
+    # Google API keys, Hugging Face tokens, SendGrid keys
+    _Shape(r"()\b(AIza[0-9A-Za-z_\-]{20,})", 2, ("aiza",)),
+    _Shape(r"()\b(hf_[A-Za-z0-9]{20,}|api_org_[A-Za-z0-9]{20,})", 2, ("hf_", "api_org_")),
+    _Shape(r"()\b(SG\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,})", 2, ("sg.",)),
+    # JwtTokenDetector
+    _Shape(r"()\b(eyJ[A-Za-z0-9_=-]{4,}\.[A-Za-z0-9_=-]{4,}\.?[A-Za-z0-9_.+/=-]*)", 2,
+           ("eyj",)),
+    # an AWS secret access key with no context: 40 base64 characters, mixed (see the check)
+    _Shape(r"()([A-Za-z0-9/+=]{40,})", 2, (), _aws_secret_only),
+)
+
+
+@cache
+def _shapes() -> tuple[tuple[Rewriter, _Shape], ...]:
+    """The shapes compiled (RE2, linear time whatever the text), on first use."""
+    return tuple((Rewriter.compile(shape.pattern), shape) for shape in _SHAPES_SPEC)
+
+
+_ANY_NEEDLE: Final = re.compile("|".join(re.escape(n) for shape in _SHAPES_SPEC
+                                         for n in shape.needles))
+_ALWAYS_FROM: Final = 40  # characters: the shapes with no needle need this many
+
+
+def fold_key(key: str) -> str:
+    """``key`` lower-cased without separators: ``X-Api-Key`` → ``xapikey``."""
+    return _SEPARATORS.sub("", key).casefold()
+
+
+class KeyPattern(Protocol):
+    """What redaction searches key names with: a compiled ``re`` pattern, or the RE2-backed
+    ``audit.redact`` patterns of a policy (``toolguard.hashing._regex``)."""
+
+    def search(self, text: str, /) -> object:
+        """Truthy when the pattern is found in ``text``."""
+        ...
+
+
+def key_patterns(patterns: tuple[str, ...]) -> list[str]:
+    """``audit.redact`` as the patterns searched in a key and in its folded form: each one,
+    and for a plain word (``api_key``) also its folded form (``apikey``)."""
+    parts: list[str] = []
+    for pattern in patterns:
+        parts.append(pattern)
+        if _WORD.fullmatch(pattern) and fold_key(pattern) != pattern.casefold():
+            parts.append(re.escape(fold_key(pattern)))
+    return parts
+
+
+def key_pattern(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """``audit.redact`` as one case-insensitive ``re`` regex (:func:`key_patterns`); None if
+    empty. A policy's own patterns run on RE2 instead (``AuditPolicy.redact_pattern``)."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{p})" for p in key_patterns(patterns)), re.IGNORECASE)
+
+
+_KEYS_SEEN: dict[tuple[KeyPattern, str], bool] = {}  # argument names repeat: cached
+
+
+def _secret_key(key: str, pattern: KeyPattern | None) -> bool:
+    if pattern is None:
+        return False
+    known = _KEYS_SEEN.get((pattern, key))
+    if known is None:
+        known = bool(pattern.search(key) or pattern.search(fold_key(key)))
+        if len(_KEYS_SEEN) < 4096 and len(key) <= 64:  # bounded: names come from the model
+            _KEYS_SEEN[(pattern, key)] = known
+    return known
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every credential of a well-known shape replaced by ``[REDACTED]``
+    (the scheme or key name before it stays: ``Bearer [REDACTED]``). Linear time in the
+    length of ``text`` (RE2; each shape one pass)."""
+    if len(text) < 8:
+        return text
+    lower = text.lower()
+    needled = _ANY_NEEDLE.search(lower) is not None
+    if not needled and len(text) < _ALWAYS_FROM:  # the usual case: nothing to redact
+        return text
+    for rewriter, shape in _shapes():
+        if shape.needles and not (needled and any(n in lower for n in shape.needles)):
+            continue
+        new = rewriter.sub(text, _keeping(shape))
+        if new is not text and new != text:
+            text = new
+            lower = text.lower()
+    return text
+
+
+def _keeping(shape: _Shape) -> Callable[[tuple[str | None, ...]], str]:
+    group, keep = shape.group, shape.keep
+
+    def replace(groups: tuple[str | None, ...]) -> str:
+        if keep is not None and (kept := keep(groups)) is not None:
+            return kept
+        return ("".join(g or "" for g in groups[:group - 1]) + REDACTED
+                + "".join(g or "" for g in groups[group:]))
+    return replace
+
+
+def redact(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int
+           ) -> dict[str, Any]:
+    """A copy of ``args`` safe to show: values of keys matching ``pattern`` (see
+    :func:`key_pattern`) replaced by ``"[REDACTED]"`` at any depth, credentials of a known
+    shape inside strings replaced, JSON-text strings redacted inside, strings longer than
+    ``max_chars`` characters truncated with a note of the original length, and containers
+    deeper than :data:`MAX_DEPTH` cut. Never raises for any value."""
+    return {str(k): _value(str(k), v, pattern, max_chars, 1) for k, v in args.items()}
+
+
+def _value(key: str, value: Any, pattern: KeyPattern | None, max_chars: int,
+           depth: int) -> Any:
+    if key and _secret_key(key, pattern):
+        return REDACTED
+    if isinstance(value, str):
+        text = _json_text(value, pattern, depth)
+        text = redact_text(text) if text is value else text
+        if len(text) > max_chars:
+            return f"{text[:max_chars]}…[{len(value)} chars]"
+        return text
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if depth > MAX_DEPTH:
+        return DEEP
+    if isinstance(value, Mapping):
+        return {str(k): _value(str(k), v, pattern, max_chars, depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_value("", v, pattern, max_chars, depth + 1) for v in value]
+    structured = fields_of(value)
+    if structured is not None:  # a dataclass or pydantic model: its repr would show every field
+        return {"$type": type(value).__qualname__,
+                **{k: _value(k, v, pattern, max_chars, depth + 1)
+                   for k, v in structured[1].items()}}
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a foreign __repr__ failed (or recursed)
+        text = f"<{type(value).__qualname__}>"
+    text = redact_text(text)
+    return text if len(text) <= max_chars else f"{text[:max_chars]}…"
+
+
+def redact_json_text(text: str, pattern: KeyPattern | None) -> str:
+    """The model's JSON text of a call's arguments, redacted as :func:`redact` redacts them
+    (no truncation); text that is not JSON has only its token shapes redacted."""
+    cleaned = _json_text(text, pattern, 0)
+    return redact_text(text) if cleaned is text else cleaned
+
+
+def _json_text(text: str, pattern: KeyPattern | None, depth: int) -> str:
+    """``text`` redacted as arguments if it is a JSON object or array, else ``text`` itself."""
+    stripped = text.lstrip()
+    if stripped[:1] not in ("{", "[") or len(text) > _JSON_TEXT_LIMIT:
+        return text
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+    cleaned = _value("", parsed, pattern, _JSON_TEXT_LIMIT, depth + 1)
+    if cleaned == parsed:
+        return text
+    return orjson.dumps(cleaned).decode()
+
+
+def secrets_in(value: Any, pattern: KeyPattern, depth: int = 0) -> list[Any]:
+    """The values of the keys matching ``pattern`` inside ``value``, at any depth (up to
+    :data:`MAX_DEPTH`): what a validation message quoting an argument must not show."""
+    found: list[Any] = []
+    stack: list[tuple[Any, int]] = [(value, depth)]
+    while stack:
+        item, level = stack.pop()
+        if level > MAX_DEPTH:
+            continue
+        if isinstance(item, Mapping):
+            for key, inner in item.items():
+                if isinstance(key, str) and _secret_key(key, pattern):
+                    if inner is not None and inner != "":
+                        found.append(inner)
+                else:
+                    stack.append((inner, level + 1))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((inner, level + 1) for inner in item)
+        elif (structured := fields_of(item)) is not None:
+            stack.append((structured[1], level + 1))
+    return found

@@ -1,0 +1,356 @@
+"""The shell classifier's readers of programs whose arguments decide their effect.
+
+A test run (``pytest``, ``python -m pytest``, ``python -m unittest``: they observe the code),
+``pip list/show/freeze/check``, a ``sed`` script that only prints (GNU sed's grammar: no
+``w``/``W``/``e`` command, no ``s///w`` or ``s///e``), ``rg`` with its read-only options,
+and the Bash builtins that only read or set shell state (``history``, ``alias``/``hash``
+listing, ``shopt``, ``set``, ``test``/``[``, ``printf``, ``read``; ``source`` runs a file:
+unknown). :data:`READERS` maps each program name to its reader; :func:`python_reader`
+gives the reader of a ``python*`` name.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from toolguard._types import MUTATING, READONLY, Effect
+
+from ._words import DIGITS, IDENTIFIER, Classifier, Special, Unsafe, Word, parse_options
+from ._words import option_spec as _spec
+
+__all__ = ["READERS", "python_reader"]
+
+_PYTHON: Final = re.compile(r"python[0-9.]*")
+_PYTHON_FLAGS: Final = re.compile(r"-[uBbqsSEIO]+")
+_SET_FLAGS: Final = re.compile(r"[-+][euxvafnbBCEhHkmpPTo]+")
+
+
+_PYTEST = _spec("qvxslh", "kmpcorWn", "quiet verbose exitfirst capture= tb= maxfail= "
+                "no-header no-summary collect-only co lf last-failed ff failed-first nf "
+                "new-first sw stepwise stepwise-skip durations= durations-min= "
+                "disable-warnings disable-pytest-warnings showlocals full-trace runxfail "
+                "strict-markers strict-config strict deselect= ignore= ignore-glob= "
+                "noconftest setup-show setup-plan setup-only color= code-highlight= "
+                "import-mode= doctest-modules pdb trace fixtures markers rootdir= "
+                "continue-on-collection-errors show-capture= log-level= log-cli-level= "
+                "verbosity= assert= rs no-cov tb")
+
+
+def _pytest(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+            ) -> Effect | None:
+    parsed = parse_options(_PYTEST, args)
+    for option, value in parsed.options:
+        if option == "-p" and not (value or "").startswith("no:"):
+            raise Unsafe  # a plugin is code
+        if option in ("-c", "-o"):
+            raise Unsafe  # another configuration: cache_dir, basetemp, addopts...
+    return READONLY
+
+
+_UNITTEST = _spec("vqfcbk", "kspt", "verbose quiet failfast catch buffer locals durations= "
+                  "start-directory= pattern= top-level-directory=")
+
+
+def _python(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+            ) -> Effect | None:
+    """``python -m pytest``/``-m unittest`` (a test run) and ``python --version`` only
+    observe; ``python -c``, a script or another module runs code that may do anything."""
+    if not _PYTHON.fullmatch(name):
+        return None
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if not word.static:
+            return None
+        text = word.text
+        if text in ("-V", "--version", "-VV"):
+            return READONLY
+        if text == "-m" and i + 1 < len(args) and args[i + 1].static:
+            module, rest = args[i + 1].text, args[i + 2:]
+            if module == "pytest":
+                return _pytest("pytest", rest, script, depth, appended)
+            if module == "unittest":
+                parsed = parse_options(_UNITTEST, rest)
+                return READONLY if all(w.static for w in parsed.operands) else MUTATING
+            return None
+        if _PYTHON_FLAGS.fullmatch(text):
+            i += 1
+            continue
+        return None
+    return None
+
+
+def _pip(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+         ) -> Effect | None:
+    spec = _spec("vqV", "", "verbose quiet disable-pip-version-check no-color no-input "
+                 "isolated require-virtualenv", )
+    sub = [w for w in args if not w.text.startswith("-")][:1]
+    if not sub:
+        parse_options(spec, args)
+        return READONLY
+    at = args.index(sub[0])
+    parse_options(spec, args[:at])
+    commands = {
+        "list": _spec("oulev", "", "outdated uptodate editable local user format= "
+                      "not-required exclude-editable include-editable path= pre exclude= "
+                      "verbose"),
+        "show": _spec("fv", "", "files verbose"),
+        "freeze": _spec("lv", "", "all local user exclude-editable path= exclude= verbose"),
+        "check": _spec("v", "", "verbose"),
+    }
+    sub_spec = commands.get(sub[0].text)
+    if sub_spec is None:
+        return MUTATING
+    parse_options(sub_spec, args[at + 1:])
+    return READONLY
+
+
+_SED_SPEC: Final = _spec("nErsuz", "el", "quiet silent regexp-extended separate unbuffered "
+                 "null-data posix debug sandbox expression= line-length= follow-symlinks")
+
+
+def _sed(name: str, args: list[Word], script: Classifier, depth: int, appended: bool) \
+        -> Effect | None:
+    spec = _SED_SPEC
+    parsed = parse_options(spec, args)
+    scripts = [v or "" for o, v in parsed.options if o in ("-e", "--expression")]
+    operands = parsed.operands
+    if not scripts:
+        if not operands:
+            raise Unsafe
+        if not operands[0].static:
+            raise Unsafe
+        scripts, operands = [operands[0].text], operands[1:]
+    # --sandbox is not trusted: GNU sed compiles a script given before it unchecked
+    if not all(sed_script_reads(s) for s in scripts):
+        raise Unsafe
+    return READONLY
+
+
+def sed_script_reads(script: str) -> bool:
+    """Whether a sed script only reads: no ``w``/``W`` command, no ``e`` command, no ``s``
+    with a ``w`` or ``e`` flag, nothing this reader does not know (GNU sed's grammar)."""
+    s, i, n = script, 0, len(script)
+
+    def regex(i: int, delim: str) -> int:  # index after the closing delimiter, or -1
+        while i < n:
+            c = s[i]
+            if c == "\\":
+                i += 2
+                continue
+            if c == "[":  # a bracket expression may hold the delimiter
+                j = i + 1
+                if j < n and s[j] == "^":
+                    j += 1
+                if j < n and s[j] == "]":
+                    j += 1
+                end = s.find("]", j)
+                if end < 0:
+                    return -1
+                i = end + 1
+                continue
+            if c == delim:
+                return i + 1
+            if c == "\n":
+                return -1
+            i += 1
+        return -1
+
+    def address(i: int) -> int:
+        if i < n and s[i] in DIGITS + "$":
+            while i < n and s[i] in DIGITS + "$~":
+                i += 1
+        elif i < n and s[i] == "/":
+            i = regex(i + 1, "/")
+        elif i < n and s[i] == "\\" and i + 1 < n:
+            i = regex(i + 2, s[i + 1])
+        else:
+            return i
+        while 0 <= i < n and s[i] in "IM":
+            i += 1
+        return i
+
+    while i < n:
+        while i < n and s[i] in " \t\n;":
+            i += 1
+        if i >= n:
+            return True
+        i = address(i)
+        if i < 0:
+            return False
+        if i < n and s[i] == ",":
+            i += 1
+            if i < n and s[i] in "+~":
+                i += 1
+                while i < n and s[i] in DIGITS:
+                    i += 1
+            else:
+                i = address(i)
+                if i < 0:
+                    return False
+        while i < n and s[i] in " \t!":
+            i += 1
+        if i >= n:
+            return False
+        c = s[i]
+        i += 1
+        if c == "{":
+            continue  # a block: its first command follows at once
+        if c in "pPdDnNgGhHxlz=F}":
+            while i < n and s[i] in DIGITS:
+                i += 1
+        elif c in "qQ":
+            while i < n and s[i] in DIGITS + " ":
+                i += 1
+        elif c in "btT:":
+            while i < n and s[i] not in ";\n":
+                i += 1
+        elif c in "aicrR":
+            end = s.find("\n", i)  # text, or a file read: to the end of the line
+            while end > 0 and s[end - 1] == "\\":
+                end = s.find("\n", end + 1)
+            i = n if end < 0 else end
+        elif c in "sy":
+            if i >= n or s[i] in "\\\n":
+                return False
+            delim = s[i]
+            i = regex(i + 1, delim)
+            if i < 0:
+                return False
+            while i < n and s[i] != delim:  # the replacement
+                i += 2 if s[i] == "\\" else 1
+            if i >= n:
+                return False
+            i += 1
+            if c == "s":
+                while i < n and s[i] in "gpiImM" + DIGITS:
+                    i += 1
+        else:
+            return False  # w, W, e, v, an unknown command
+        while i < n and s[i] in " \t":
+            i += 1
+        if i < n and s[i] not in ";\n}":
+            return False
+    return True
+
+
+_RG_SPEC: Final = _spec("abcFHhiIlLnNopqsSuUvwxz.0123456789", "ABCeEfgjmMrtTd", (
+        "after-context= before-context= context= case-sensitive ignore-case smart-case "
+        "count count-matches color= colors= column no-column context-separator= "
+        "fixed-strings files files-with-matches files-without-match follow glob= iglob= "
+        "heading no-heading hidden no-hidden ignore-file= invert-match json line-number "
+        "no-line-number max-count= max-depth= max-filesize= multiline multiline-dotall "
+        "no-ignore no-ignore-vcs no-ignore-parent no-ignore-dot no-ignore-global "
+        "no-messages null only-matching passthru pcre2 engine= pretty quiet regexp= "
+        "replace= search-zip sort= sortr= stats text threads= trim type= type-not= "
+        "type-list unrestricted vimgrep with-filename no-filename word-regexp line-regexp "
+        "no-config debug encoding= crlf binary no-binary"))
+
+
+def _rg(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+        ) -> Effect | None:
+    spec = _RG_SPEC
+    parse_options(spec, args)
+    return READONLY
+
+
+def _history(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+             ) -> Effect | None:
+    if any(not (w.static and w.text.isdigit()) for w in args):
+        raise Unsafe
+    return READONLY
+
+
+def _listing_only(name: str, args: list[Word], script: Classifier, depth: int,
+                  appended: bool) -> Effect | None:
+    """``alias``, ``hash``, ``trap -p``...: listing without operands; defining changes what
+    later words mean."""
+    if any(not (w.static and w.text in ("-p", "-l", "-t", "-r")) for w in args):
+        raise Unsafe
+    return READONLY
+
+
+_SAFE_SHOPT: Final = frozenset({"extglob", "nullglob", "globstar", "dotglob", "nocaseglob",
+                                "nocasematch", "failglob", "lastpipe", "inherit_errexit",
+                                "xpg_echo", "globasciiranges"})
+
+
+_SHOPT_SPEC: Final = _spec("pqsuo", "", "")
+
+
+def _shopt(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+           ) -> Effect | None:
+    parsed = parse_options(_SHOPT_SPEC, args)
+    if any(not w.static or w.text not in _SAFE_SHOPT for w in parsed.operands) and any(
+            o in ("-s", "-u") for o, _ in parsed.options):
+        raise Unsafe
+    return READONLY
+
+
+def _set(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+         ) -> Effect | None:
+    for i, word in enumerate(args):
+        if not word.static:
+            raise Unsafe
+        text = word.text
+        if text == "--" or not text.startswith(("-", "+")):
+            return READONLY  # positional parameters
+        if not _SET_FLAGS.fullmatch(text) and text not in ("-", "+"):
+            raise Unsafe
+        del i
+    return READONLY
+
+
+def _test(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+          ) -> Effect | None:
+    """``test``/``[``: no arithmetic evaluation of operands, but ``-v`` looks a name up,
+    and a subscript in it is evaluated."""
+    for i, word in enumerate(args):
+        if word.static and word.text == "-v":
+            target = args[i + 1] if i + 1 < len(args) else None
+            if target is not None and not (target.static and IDENTIFIER.fullmatch(target.text)):
+                raise Unsafe
+    return READONLY
+
+
+def _printf(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+            ) -> Effect | None:
+    if args and args[0].option_like:
+        raise Unsafe
+    if args and args[0].text == "-v" and (
+            len(args) < 2 or not (args[1].static and IDENTIFIER.fullmatch(args[1].text))):
+        raise Unsafe
+    return READONLY
+
+
+_READ_SPEC: Final = _spec("ers", "dinNptu", "")
+
+
+def _read(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+          ) -> Effect | None:
+    parsed = parse_options(_READ_SPEC, args)
+    if any(o in ("-a",) for o, _ in parsed.options) or any(
+            not (w.static and IDENTIFIER.fullmatch(w.text)) for w in parsed.operands):
+        raise Unsafe
+    return READONLY
+
+
+def _source(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
+            ) -> Effect | None:
+    return None  # runs a file: what it does is not in the command
+
+
+READERS: Final[dict[str, Special]] = {
+    "pytest": _pytest, "py.test": _pytest,
+    "pip": _pip, "pip3": _pip,
+    "sed": _sed, "rg": _rg,
+    "history": _history, "alias": _listing_only, "hash": _listing_only,
+    "shopt": _shopt, "set": _set, "test": _test, "[": _test, "printf": _printf,
+    "read": _read, "source": _source, ".": _source,
+}
+
+
+def python_reader(name: str) -> Special | None:
+    """The reader of a ``python``, ``python3``, ``python3.11``... program name."""
+    return _python if _PYTHON.fullmatch(name) else None
