@@ -175,16 +175,23 @@ def _pending(task: tg.Task, tool: str, args: Any, hook: Callable[[dict[str, Any]
     pending = task.begin(tool, args)
     if pending.result is not None:
         return pending.result
+    value, exc = _run_between(pending, hook)
+    return pending.fail(exc) if exc is not None else pending.finish(value)
+
+
+def _run_between(pending: tg.PendingCall, hook: Callable[[dict[str, Any]], Any]
+                 ) -> tuple[Any, Exception | None]:
+    """Run ``hook`` as the host runs a begun call's tool: what it returned, or raised. A
+    host's tool reads no idempotency-key context; the in-process stand-in is given the one
+    ``call`` sets, so that what it records compares."""
     p = pending._begun.p  # type: ignore[union-attr]  # it runs: begun
-    # a host's tool reads no idempotency-key context; the stand-in is given call's
     token = CURRENT_KEY.set((p.key, p.origin or p.call_id))
     try:
-        value = hook(pending.args)
+        return hook(pending.args), None
     except Exception as exc:
-        return pending.fail(exc)
+        return None, exc
     finally:
         CURRENT_KEY.reset(token)
-    return pending.finish(value)
 
 
 class _TupleStore(MemoryStore):
@@ -207,8 +214,7 @@ async def _remote(task: tg.Task, tool: str, args: Any,
     """The two steps as the MCP proxy takes them: :func:`begin_nowait` in a callback, the
     tool run between the steps (what it raises is the outcome), a call it hands over (an
     approval, a wait) goes on in ``abegin``, and a store that waits on I/O is ``abegin``'s
-    from the start. A remote tool reads no idempotency-key context; the in-process stand-in
-    is given the one ``acall`` sets, so that what it records compares."""
+    from the start."""
     front = begin_nowait(task, tool, args)
     if isinstance(front, tg.PendingCall):
         pending = front
@@ -216,15 +222,8 @@ async def _remote(task: tg.Task, tool: str, args: Any,
         pending = await abegin(task, tool, args, None, False, front)
     if pending.result is not None:
         return pending.result
-    p = pending._begun.p  # type: ignore[union-attr]  # it runs: begun
-    token = CURRENT_KEY.set((p.key, p.origin or p.call_id))
-    try:
-        value = hook(pending.args)
-    except Exception as exc:
-        return await pending.afail(exc)
-    finally:
-        CURRENT_KEY.reset(token)
-    return await pending.afinish(value)
+    value, exc = _run_between(pending, hook)
+    return await pending.afail(exc) if exc is not None else await pending.afinish(value)
 
 
 async def _cancelled(task: tg.Task, tool: str, args: Any, func: Callable[..., Any]

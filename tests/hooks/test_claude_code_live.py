@@ -5,10 +5,8 @@ the model was told, and how the session halted and went on after a user message.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.fake_anthropic import FakeAnthropic
+from tests.hook_host_support import host_env, stop_hook_server
 
 
 def _claude() -> Path | None:
@@ -37,18 +36,11 @@ FENCE = ("same arguments", "without progress", "[toolguard]")
 
 
 def _env(project: Path, state: Path, url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE"))}
-    env.update(
-        ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="sk-ant-test", HOME=str(project / "home"),
-        TOOLGUARD_STATE_DIR=str(state), TOOLGUARD_HOOK_SERVER_IDLE_S="120",
+    return host_env(
+        ("ANTHROPIC_", "CLAUDE"), project / "home", state,
+        ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="sk-ant-test",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1",
-        DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1",
-        PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]),
-                                    os.environ.get("PYTHONPATH", "")]))
-    for key in [k for k in env if k.startswith("TOOLGUARD_") and k not in (
-            "TOOLGUARD_STATE_DIR", "TOOLGUARD_HOOK_SERVER_IDLE_S")]:
-        del env[key]
-    return env
+        DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1")
 
 
 def _results(stream: list[dict[str, Any]]) -> list[tuple[str, bool]]:
@@ -84,10 +76,7 @@ def project(tmp_path: Path) -> Any:
     for i in range(7):
         (project / f"notes{i}.txt").write_text(f"note number {i}\n")
     yield project
-    pid_file = tmp_path / "state" / "hook.pid"
-    if pid_file.exists():  # the hook server this test started
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    stop_hook_server(tmp_path / "state")
 
 
 def test_a_looping_claude_code_session_is_stopped_and_resumed(project: Path) -> None:

@@ -4,10 +4,8 @@ a loopback fake Responses API, with the guard installed by ``toolguard install c
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.fake_openai_responses import FakeResponses
+from tests.hook_host_support import host_env, stop_hook_server
 
 CODEX = shutil.which("codex")
 pytestmark = pytest.mark.skipif(
@@ -29,23 +28,15 @@ def project(tmp_path: Path) -> Any:
     (project / "home").mkdir(parents=True)
     (project / "data.txt").write_text("forty-two\n")
     yield project
-    pid_file = tmp_path / "state" / "hook.pid"
-    if pid_file.exists():  # the hook server this test started
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    stop_hook_server(tmp_path / "state")
 
 
 def test_a_looping_codex_session_is_stopped(project: Path) -> None:
     assert CODEX is not None, "the Codex CLI is not installed"
     command = ("exec_command", {"cmd": f"cat {project}/data.txt"})
     with FakeResponses([command] * 6 + ["All done."]) as fake:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("OPENAI_", "CODEX_", "TOOLGUARD_"))}
-        env.update(HOME=str(project / "home"), FAKE_API_KEY="sk-test",
-                   TOOLGUARD_STATE_DIR=str(project.parent / "state"),
-                   TOOLGUARD_HOOK_SERVER_IDLE_S="120",
-                   PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]),
-                                               os.environ.get("PYTHONPATH", "")]))
+        env = host_env(("OPENAI_", "CODEX_"), project / "home", project.parent / "state",
+                       FAKE_API_KEY="sk-test")
         subprocess.run([sys.executable, "-m", "toolguard", "install", "codex", "--user"],
                        env=env, check=True, capture_output=True)
         provider = (f'model_providers.fake={{name="fake", base_url="{fake.url}", '

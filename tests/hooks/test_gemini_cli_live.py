@@ -4,11 +4,9 @@ model on a loopback fake Gemini API, with the guard installed by ``toolguard ins
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.fake_gemini import FakeGemini
+from tests.hook_host_support import host_env, stop_hook_server
 
 GEMINI = shutil.which("gemini")
 pytestmark = pytest.mark.skipif(
@@ -38,10 +37,7 @@ def project(tmp_path: Path) -> Any:
     (home / "trustedFolders.json").write_text(json.dumps({str(project): "TRUST_FOLDER"}))
     (project / "data.txt").write_text("forty-two\n")
     yield project
-    pid_file = tmp_path / "state" / "hook.pid"
-    if pid_file.exists():  # the hook server this test started
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    stop_hook_server(tmp_path / "state")
 
 
 def test_a_looping_gemini_cli_session_is_stopped(project: Path) -> None:
@@ -50,13 +46,8 @@ def test_a_looping_gemini_cli_session_is_stopped(project: Path) -> None:
     write = ("write_file", {"file_path": str(out), "content": "hello\n"})
     shell = ("run_shell_command", {"command": f"cat {project}/data.txt"})
     with FakeGemini([write] * 3 + [shell] * 6 + ["All done."]) as fake:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("GEMINI_", "GOOGLE_", "TOOLGUARD_"))}
-        env.update(GOOGLE_GEMINI_BASE_URL=fake.url, GEMINI_API_KEY="test-key",
-                   HOME=str(project / "home"), TOOLGUARD_STATE_DIR=str(project.parent / "state"),
-                   TOOLGUARD_HOOK_SERVER_IDLE_S="120",
-                   PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]),
-                                               os.environ.get("PYTHONPATH", "")]))
+        env = host_env(("GEMINI_", "GOOGLE_"), project / "home", project.parent / "state",
+                       GOOGLE_GEMINI_BASE_URL=fake.url, GEMINI_API_KEY="test-key")
         subprocess.run([sys.executable, "-m", "toolguard", "install", "gemini", "--project",
                         "--dir", str(project)], env=env, check=True, capture_output=True)
         done = subprocess.run(
