@@ -363,12 +363,11 @@ def call_sync(task: TaskState, tool: str, raw: Any, executor: Executor | None,
 
 
 async def call_async(task: TaskState, tool: str, raw: Any, executor: Executor | None,
-                     approver: Approver | None = None, resumed: bool = False,
-                     step: Step | None = None) -> tuple[ToolResult, BaseException | None]:
-    """``task.acall`` (``step``: a call admitted already, e.g. paused, to take on)."""
-    if step is None:
-        step = await off_loop(task, admit, task, task.guard._config, tool, raw,
-                              executor is not None, resumed)
+                     approver: Approver | None = None, resumed: bool = False
+                     ) -> tuple[ToolResult, BaseException | None]:
+    """``task.acall``."""
+    step = await off_loop(task, admit, task, task.guard._config, tool, raw,
+                          executor is not None, resumed)
     if type(step) is not Begun:
         if type(step) is ToolResult:
             return step, None

@@ -320,11 +320,10 @@ class Task:
         return _path.call_sync(self, tool, raw, executor, approver, resumed)
 
     async def _run_async(self, tool: str, raw: Any, executor: Executor | None,
-                         approver: Approver | None = None, resumed: bool = False,
-                         step: Any = None) -> tuple[ToolResult, BaseException | None]:
-        """:meth:`_run_sync` under asyncio (:func:`toolguard.engine._path.call_async`; ``step``: a
-        call admitted already, to take on from there)."""
-        return await _path.call_async(self, tool, raw, executor, approver, resumed, step)
+                         approver: Approver | None = None, resumed: bool = False
+                         ) -> tuple[ToolResult, BaseException | None]:
+        """:meth:`_run_sync` under asyncio (:func:`toolguard.engine._path.call_async`)."""
+        return await _path.call_async(self, tool, raw, executor, approver, resumed)
 
     def _runnable(self, tool: str, *, sync: bool) -> None:
         """Refuse, before anything is counted, a call the host got wrong: a tool known by
