@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,7 @@ def test_ctrl_c_stops_the_replay_and_prints_the_runs_done(tmp_path: Path) -> Non
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         assert proc.stdout is not None
         first = os.read(proc.stdout.fileno(), 64)  # the first run is out (unbuffered)
+        time.sleep(0.5)  # the report fills the pipe: Ctrl-C interrupts a blocked write
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err.decode()[-2000:]

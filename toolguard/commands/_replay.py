@@ -248,8 +248,22 @@ class _Output:
 
     @staticmethod
     def _write(text: str) -> None:
-        typer.echo(text, nl=False)
-        sys.stdout.flush()
+        """Write ``text`` to stdout whole. Straight to the file descriptor, a partial write
+        at a time: Python's buffered writer can repeat or drop part of a write to a full pipe
+        that a signal interrupts (the Ctrl-C that stops the replay), and the report must stay
+        one valid document. A stdout without a descriptor (a test's capture) is written as
+        text."""
+        stdout = sys.stdout
+        try:
+            fd = stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: no descriptor
+            typer.echo(text, nl=False)
+            stdout.flush()
+            return
+        stdout.flush()
+        rest = memoryview(text.encode(stdout.encoding or "utf-8", stdout.errors or "strict"))
+        while rest:
+            rest = rest[os.write(fd, rest):]
 
     def add(self, run: RunReport) -> None:
         from toolguard.replay._report import run_lines
