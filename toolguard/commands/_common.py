@@ -4,6 +4,8 @@ registers (``mcp._proxy``), which do not import each other."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -90,3 +92,22 @@ def fail(message: str) -> NoReturn:
 
     stderr_console().print(Text(f"error: {message}", style="bold red"))
     raise typer.Exit(BAD_INPUT)
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout whole, at once. Straight to the file descriptor, a partial
+    write at a time: Python's buffered writer can repeat or drop part of a write to a full
+    pipe that a signal interrupts (a Ctrl-C that asks a long command to stop after the piece
+    at hand), and a streamed report must stay one valid document. A stdout without a
+    descriptor (a test's capture) is written as text."""
+    stdout = sys.stdout
+    try:
+        fd = stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: no descriptor
+        typer.echo(text, nl=False)
+        stdout.flush()
+        return
+    stdout.flush()
+    rest = memoryview(text.encode(stdout.encoding or "utf-8", stdout.errors or "strict"))
+    while rest:
+        rest = rest[os.write(fd, rest):]

@@ -42,6 +42,8 @@ import typer
 from toolguard._errors import PolicyError
 from toolguard._types import Decision
 
+from ._common import write_stdout
+
 if TYPE_CHECKING:  # rich, the replay readers and the policy loader load when a command runs
     from rich.console import Console
     from rich.progress import Progress, TaskID
@@ -241,29 +243,10 @@ class _Output:
         self.totals = Totals()
         self.problems: list[ReplayInputError] = []
         self.notes: list[ReplayNote] = []
-        self.document = JsonDocument(self._write)
+        self.document = JsonDocument(write_stdout)
         self.rows = TableRows(verbose)
         self.only_flagged = only_flagged
         self.kept: ReplayReport | None = ReplayReport() if keep_runs else None
-
-    @staticmethod
-    def _write(text: str) -> None:
-        """Write ``text`` to stdout whole. Straight to the file descriptor, a partial write
-        at a time: Python's buffered writer can repeat or drop part of a write to a full pipe
-        that a signal interrupts (the Ctrl-C that stops the replay), and the report must stay
-        one valid document. A stdout without a descriptor (a test's capture) is written as
-        text."""
-        stdout = sys.stdout
-        try:
-            fd = stdout.fileno()
-        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: no descriptor
-            typer.echo(text, nl=False)
-            stdout.flush()
-            return
-        stdout.flush()
-        rest = memoryview(text.encode(stdout.encoding or "utf-8", stdout.errors or "strict"))
-        while rest:
-            rest = rest[os.write(fd, rest):]
 
     def add(self, run: RunReport) -> None:
         from toolguard.replay._report import run_lines
@@ -276,7 +259,7 @@ class _Output:
         elif self.format is OutputFormat.JSONL:
             lines = "".join(f"{line}\n" for line in run_lines(run))
             if lines:
-                self._write(lines)
+                write_stdout(lines)
         else:
             self.rows.add(run)
 
