@@ -93,8 +93,9 @@ class OtelSink:
     guard's own clock may be a fake or monotonic one).
 
     Args:
-        tracer_provider / meter_provider: where spans and metrics go; the global providers
-            by default (the host's ``opentelemetry-sdk`` set-up).
+        tracer_provider: where spans go; the global provider by default (the host's
+            ``opentelemetry-sdk`` set-up).
+        meter_provider: where metrics go; the global provider by default.
         record_arguments: put the redacted arguments, as JSON, in
             ``gen_ai.tool.call.arguments`` (opt-in in the conventions: they may be large or
             sensitive even after redaction).

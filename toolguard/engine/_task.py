@@ -292,8 +292,11 @@ class Task:
         until ``idempotency.in_progress_ttl_s`` passes, then counts as an unknown outcome.
 
         Args:
-            tool, args, approver, resumed: as for :meth:`call`. A name no registered tool
-                has is guarded as a tool known by name only, as with ``run=``.
+            tool: as for :meth:`call`. A name no registered tool has is guarded as a tool
+                known by name only, as with ``run=``.
+            args: as for :meth:`call`.
+            approver: as for :meth:`call`.
+            resumed: as for :meth:`call`.
 
         Returns:
             A :class:`PendingCall`.
