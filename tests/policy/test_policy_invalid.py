@@ -609,3 +609,27 @@ def test_an_empty_shell_argument_says_what_was_expected(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
     path.write_text('[tools.a]\nshell = ""\n')
     assert _messages(path) == [f'{path}:2:1: tools.a.shell: must be a non-empty string, got ""']
+
+
+def test_a_tool_the_guard_does_not_register_is_located_in_its_file(tmp_path: Path) -> None:
+    """Found when a Guard is built, not when the file is loaded: still file, line and
+    column, and the name it was probably meant to be."""
+    path = tmp_path / "p.toml"
+    path.write_text('mode = "enforce"\n\n[tools.sve_note]\neffect = "mutating"\n')
+
+    @tg.mutating
+    def save_note(name: str) -> None:
+        del name
+
+    with pytest.raises(PolicyError) as caught:
+        tg.Guard(tools=[save_note], policy=load_policy(path))
+    assert [str(p) for p in caught.value.problems] == [
+        f"{path}:3:1: tools.sve_note: names a tool that is not registered with the Guard "
+        "(did you mean 'save_note'? set strict_tools = false to allow)"]
+
+
+def test_a_tool_the_guard_does_not_register_from_a_mapping_has_no_line() -> None:
+    with pytest.raises(PolicyError) as caught:
+        tg.Guard(tools=[], policy=load_policy_dict({"tools": {"ghost": {"effect": "mutating"}}}))
+    (problem,) = caught.value.problems
+    assert (problem.path, problem.line) == ("tools.ghost", None)

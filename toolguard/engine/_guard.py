@@ -290,11 +290,13 @@ class Guard:
         strict = policy.strict_tools if self._strict is None else self._strict
         unknown = sorted(set(policy.tools) - set(entries))
         if strict and unknown:
+            from toolguard.policy._layers import problem_in_file  # parses TOML: not at import
+
             raise PolicyError([
-                PolicyProblem(_source(policy, f"tools.{name}"), f"tools.{name}",
-                              "names a tool that is not registered with the Guard "
-                              f"({_close_names(name, entries)}set strict_tools = false to "
-                              "allow)")
+                problem_in_file(_source(policy, f"tools.{name}"), ("tools", name),
+                                "names a tool that is not registered with the Guard "
+                                f"({_close_names(name, entries)}set strict_tools = false "
+                                "to allow)")
                 for name in unknown
             ])
         require = policy.require_task if self._require_task is None else self._require_task

@@ -73,6 +73,18 @@ class _Layer:
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
+def problem_in_file(source: str, path: KeyPath, message: str) -> PolicyProblem:
+    """A problem found after loading (by a Guard, against its tools) at ``path`` of the policy
+    file ``source``, located by reading the file again; without a line when ``source`` is no
+    readable file (``built-in``, ``env VAR``, ``<dict>``)."""
+    try:
+        with open(source, encoding="utf-8") as file:  # noqa: PTH123 - one read, any source
+            text = file.read()
+    except (OSError, ValueError):
+        return PolicyProblem(source, _display(path), message)
+    return _Layer({}, source, _KeyLines(text)).problem(path, message)
+
+
 def _display(path: KeyPath) -> str:
     """``tools."fs.grep".rules[0].match.command``: TOML spelling, indices in brackets."""
     out = ""
