@@ -441,6 +441,21 @@ def test_resume_from_the_shell_lifts_a_halt(env: dict[str, str]) -> None:
     assert "no halted session" in status.stdout
 
 
+def test_status_names_each_call_begun_and_not_reported(env: dict[str, str]) -> None:
+    write = {"file_path": "/w/a.txt", "content": "x"}
+    assert _event(env, _pre("Write", write, "w1", session="s2")) == (0, None, "")
+    environ = {**os.environ, **env, "PYTHONPATH": str(Path(__file__).parents[2])}
+    status = subprocess.run([sys.executable, "-m", "toolguard", "status"], env=environ,
+                            capture_output=True, text=True, check=True)
+    begun = [line.split() for line in status.stdout.splitlines() if line.startswith("begun")]
+    assert [words[:4] for words in begun] == [["begun", "Write", "session", "claude-code:s2"]]
+    assert "unknown outcome" in status.stdout
+    _event(env, _post("Write", write, "w1", {"success": True}, session="s2"))
+    status = subprocess.run([sys.executable, "-m", "toolguard", "status"], env=environ,
+                            capture_output=True, text=True, check=True)
+    assert "begun" not in status.stdout
+
+
 def test_the_toolguard_command_answers_hook_events(env: dict[str, str]) -> None:
     """``toolguard hook claude-code`` (the console script's command) is the same handler."""
     environ = {**os.environ, **env, "PYTHONPATH": str(Path(__file__).parents[2])}

@@ -16,6 +16,7 @@ import json
 import shlex
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -190,6 +191,15 @@ def _host(name: str) -> Host:
     return host
 
 
+def _age(seconds: float) -> str:
+    """``42 s``, ``7 min``, ``3 h``."""
+    if seconds < 120:
+        return f"{max(seconds, 0):.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.0f} h"
+
+
 # The arguments and options `hook`, `install` and `uninstall` share.
 _HostArg = Annotated[str, typer.Argument(help=f"the host: {', '.join(HOSTS)}")]
 _UserOpt = Annotated[bool, typer.Option("--user", help="the user's settings file")]
@@ -202,13 +212,20 @@ _DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="print the change on
 def register(app: typer.Typer) -> None:
     """Add the coding-agent commands to ``app``."""
 
-    @app.command(context_settings={"allow_extra_args": True,
-                                   "ignore_unknown_options": True})
-    def hook(ctx: typer.Context, host: _HostArg) -> None:
-        """Answer one hook event of a coding agent (JSON on stdin), in its hook protocol."""
+    @app.command()
+    def hook(
+        host: _HostArg,
+        policy: Annotated[Path | None, typer.Option(
+            help="a policy file or a shipped policy's name (default: TOOLGUARD_POLICY, "
+                 "else the shipped policy named after the host)")] = None,
+    ) -> None:
+        """Answer one hook event of a coding agent (JSON on stdin), in its hook protocol.
+
+        The hosts run the same answer through a lighter client (what ``toolguard install``
+        writes); this command is for trying a hook by hand."""
         from ._hook import main
 
-        raise typer.Exit(main([host, *ctx.args]))
+        raise typer.Exit(main([host, *(["--policy", str(policy)] if policy else [])]))
 
     @app.command()
     def install(
@@ -275,9 +292,20 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"halted  {data['host']}  session {data['session']}  ({data['cwd']})")
             typer.echo(f"        {data['reason']}")
         pending = root / "pending"
-        count = sum(1 for _ in pending.glob("*/*.json")) if pending.is_dir() else 0
-        if count:
-            typer.echo(f"{count} tool call(s) begun and not reported yet")
+        begun = sorted(pending.glob("*/*.json")) if pending.is_dir() else []
+        for path in begun:
+            try:
+                state = json.loads(path.read_text("utf-8"))
+                tool, age = str(state["tool"]), time.time() - float(state["began_at"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            task = str(state.get("task", path.parent.name))
+            typer.echo(f"begun   {tool}  session {task}  "
+                       f"{_age(age)} ago, not reported yet")
+        if begun:
+            typer.echo("        a call the host never reports counts as an unknown outcome "
+                       "(never as not run) at the session's next tool call after "
+                       "idempotency.in_progress_ttl_s, or when the session ends")
 
     @app.command()
     def resume(

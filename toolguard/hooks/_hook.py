@@ -195,7 +195,7 @@ class Session:
         if self.kept is not None:
             self.kept[f"{self.task_id}\n{key}"] = pending
             return
-        state = pending.detach()
+        state = {**pending.detach(), "task": self.task_id}  # "task": for toolguard status
         path = self.pending_dir / f"{_slug(key)}.json"
         try:
             _write_json(path, state)
