@@ -51,7 +51,8 @@ INVALID = 1
 
 app = typer.Typer(
     name="toolguard",
-    help="Backtest (replay), check, print and explain toolguard policies.",
+    help="Guard agents' tool calls: replay recorded runs through a policy, check and explain "
+         "policies, guard coding agents through their hooks, serve MCP tools through the guard.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -77,7 +78,7 @@ def _root(
                            callback=_print_version, is_eager=True)
     ] = False,
 ) -> None:
-    """Backtest (replay), check, print and explain toolguard policies."""
+    """Guard agents' tool calls: replay, policies, coding-agent hooks, the MCP proxy."""
 
 
 def _stdout() -> Console:
