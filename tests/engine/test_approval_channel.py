@@ -5,6 +5,7 @@ in a shared store counts only with the proof only the approval secret can give."
 # ruff: noqa: F811  (the redis_prefix fixture is imported, then taken as a parameter)
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from typing import Any
 import anyio
 import mcp.types as mt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import toolguard as tg
 from tests.mcp_support import approve_at_a_terminal, proxy_command, stdio_session
@@ -138,6 +141,42 @@ def test_a_forged_approval_in_a_shared_store_is_ignored(
     assert task.call("refund", {"order": "A-1"}).decision is D.REVIEW and ran == []
     task.approve(first.idempotency_key)  # the host's own approval: signed
     assert task.call("refund", {"order": "A-1"}).decision is D.ALLOW and ran == ["A-1"]
+
+
+def test_arguments_rewritten_in_the_store_void_the_approval_of_what_was_shown(
+        refunds_on_redis: tuple[tg.Task, list[str]], redis_prefix: str) -> None:
+    """Regression: whoever could write the store rewrote a waiting refund's arguments, the
+    reviewer approved the small amount shown at the terminal, and the large one ran."""
+    task, ran = refunds_on_redis
+    key = task.call("refund", {"order": "A-9999999"}).idempotency_key
+    waiting = task.pending_approvals[key]
+    task.guard.store.set_approval("t", key, ApprovalRecord(  # what the reviewer will see
+        ApprovalState.PENDING, waiting.requested_at, "", "refund", {"order": "A-1"},
+        waiting.args_hash), 60.0)
+    env = {**os.environ, "TOOLGUARD_STORE__URL": REDIS_URL,
+           "TOOLGUARD_STORE__KEY_PREFIX": redis_prefix}
+    code, out = approve_at_a_terminal(key, "y", env)
+    assert code == 0 and "A-1" in out and "A-9999999" not in out, out
+    assert task.call("refund", {"order": "A-9999999"}).decision is D.REVIEW and ran == []
+    # the call asked afresh: the record shows its own arguments again, and they can be approved
+    assert task.pending_approvals[key].args == {"order": "A-9999999"}
+    task.approve(key)
+    assert task.call("refund", {"order": "A-9999999"}).decision is D.ALLOW
+    assert ran == ["A-9999999"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=8), st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(max_size=4), inner, max_size=3), max_leaves=8), max_size=4))
+def test_the_shown_hash_survives_a_store_round_trip(args: dict[str, Any]) -> None:
+    """An approval signed on arguments read back from a store (JSON) holds for the call's
+    own arguments: the hash the proof covers is the same on both sides."""
+    from toolguard.engine._approve import shown_hash
+
+    assert shown_hash(json.loads(json.dumps(args))) == shown_hash(args) != ""
 
 
 def test_the_approval_secret_must_be_private(

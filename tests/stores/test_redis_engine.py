@@ -359,10 +359,11 @@ def test_claim_expires_in_redis(redis_prefix: str) -> None:
     store = _store(redis_prefix)
     req = BeginRequest(tool="t", signature="s", idempotency_key="k", claim=True,
                        task_scope=False, count=True, poll=False, now=time.time(),
-                       claim_ttl_s=0.05)
+                       claim_ttl_s=0.5)
     assert store.begin("x", req).claimed
-    assert store.client.exists(f"{redis_prefix}:{{x}}:rec:k") == 1
-    time.sleep(0.1)
+    ttl_ms = store.client.pttl(f"{redis_prefix}:{{x}}:rec:k")
+    assert 0 < ttl_ms <= 500  # kept, for the claim's TTL (a busy machine may eat some of it)
+    time.sleep(0.6)
     assert store.client.exists(f"{redis_prefix}:{{x}}:rec:k") == 0
     store.close()
 

@@ -70,7 +70,7 @@ def begin(task: TaskState, cfg: _Config, p: _Prepared, count: bool, now: float) 
     approval = snap.approval
     if approval is not None and approval.state == ApprovalState.APPROVED:
         # only a human (or this guard's approver) can sign an approval in a shared store
-        return snap._replace(approval=_approve.checked(task, p.key, approval))
+        return snap._replace(approval=_approve.checked(task, cfg, p, approval))
     return snap
 
 

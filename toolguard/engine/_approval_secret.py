@@ -3,7 +3,10 @@ give, not something anyone who can write to the store (or compute an idempotency
 
 An approval read from a shared store (Redis) counts only with a *proof*: an HMAC-SHA256
 (RFC 2104, ``hmac`` of the standard library) under the approval secret of the task, the key,
-the verdict and the canonical hash of the exact arguments the reviewer was shown. Whoever
+the verdict, the hash of the call's arguments and the canonical hash of the arguments the
+reviewer was shown: the guard checks it against the arguments of the call about to run, so
+arguments rewritten in the store (shown to the reviewer in place of the real ones) make the
+approval void. Whoever
 writes the approval (``toolguard approve`` at a terminal, or a guard whose approver answered)
 signs it; the guard checks the proof before it runs the call. The secret is 32 random bytes in
 ``$XDG_CONFIG_HOME/toolguard/approval.key`` (``~/.config/toolguard/approval.key``), created on
@@ -71,13 +74,16 @@ def load_secret(path: Path | None = None) -> bytes:
     return secret
 
 
-def proof(secret: bytes, key: str, verdict: str, args_hash: str) -> str:
+def proof(secret: bytes, key: str, verdict: str, args_hash: str, shown: str) -> str:
     """The HMAC-SHA256 (hex) of one decision: the idempotency ``key`` (which names the task and
-    the tool), the ``verdict`` and ``args_hash``, the canonical hash of the arguments shown."""
-    message = "\x00".join((key, verdict, args_hash)).encode("utf-8", "surrogatepass")
+    the tool), the ``verdict``, ``args_hash`` (the call's, as the guard hashed it: 32 hex
+    digits) and ``shown``, the canonical hash of the arguments the reviewer was shown."""
+    message = "\x00".join((key, verdict, args_hash, shown)).encode("utf-8", "surrogatepass")
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
-def valid(secret: bytes, given: str, key: str, verdict: str, args_hash: str) -> bool:
+def valid(secret: bytes, given: str, key: str, verdict: str, args_hash: str,
+          shown: str) -> bool:
     """Whether ``given`` is the proof of this decision (compared in constant time)."""
-    return bool(given) and hmac.compare_digest(given, proof(secret, key, verdict, args_hash))
+    return bool(given) and hmac.compare_digest(
+        given, proof(secret, key, verdict, args_hash, shown))

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from toolguard._errors import CanonicalizationError
 from toolguard._types import (
     ALLOW,
     BLOCK,
     REVIEW,
 )
+from toolguard.hashing._canonical import args_hash
 from toolguard.hashing._redact import redact
 from toolguard.stores._base import (
     ApprovalRecord,
@@ -138,19 +140,34 @@ def signed(task: TaskState, key: str, record: ApprovalRecord) -> ApprovalRecord:
     secret = _secret(task)
     if secret is None:
         return record
-    return replace(record, proof=proof(secret, key, record.state, record.args_hash))
+    return replace(record, proof=proof(secret, key, record.state, record.args_hash,
+                                       shown_hash(record.args)))
 
 
-def checked(task: TaskState, key: str, approval: ApprovalRecord) -> ApprovalRecord:
-    """An approval read from the store, or the pending request it stands for when its proof
-    does not hold (written by someone without the approval secret: not a human's decision)."""
+def checked(task: TaskState, cfg: _Config, p: _Prepared, approval: ApprovalRecord
+            ) -> ApprovalRecord:
+    """An approval read from the store for call ``p``, or the pending request it stands for
+    when its proof does not hold for ``p``'s own arguments: written by someone without the
+    approval secret, or signed for arguments other than the ones about to run (the record's
+    arguments rewritten in the store before a reviewer was shown them). Neither is a
+    human's decision about this call."""
     secret = _secret(task)
-    if secret is None or valid(secret, approval.proof, key, approval.state,
-                               approval.args_hash):
+    if secret is None or valid(secret, approval.proof, p.key, approval.state, p.exact,
+                               shown_hash(kept_args(cfg, p.args))):
         return approval
-    log.warning("toolguard: an approval of %s without a valid proof was ignored",
-                approval.tool)
+    log.warning("toolguard: an approval of %s without a valid proof for its arguments was "
+                "ignored", approval.tool)
     return replace(approval, state=ApprovalState.PENDING, proof="")
+
+
+def shown_hash(args: Mapping[str, Any]) -> str:
+    """The canonical hash of arguments as an approval record keeps them (what a reviewer is
+    shown): the same for the call's own arguments and for their JSON round trip through a
+    store; ``""`` for arguments without a canonical form."""
+    try:
+        return args_hash(args)
+    except CanonicalizationError:
+        return ""
 
 
 def _waiting(task: TaskState, key: str, revoke: bool = False) -> ApprovalRecord:

@@ -120,6 +120,16 @@ _SHAPES_SPEC: Final[tuple[_Shape, ...]] = (
     _Shape(r"(\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mysqlpump|"
            r"mariadb[\w-]*|sshpass)\b[^\n;|&]{0,200}?[ \t]-p[ \t]*)([^\s'\"]+)", 2,
            ("mysql", "mariadb", "sshpass")),
+    # a password given by a program's short flag: curl -u user:PASSWORD (and --user,
+    # --proxy-user; wget --user is the keyword shape's), docker/podman login -p PASSWORD,
+    # redis-cli -a PASSWORD, openssl ... -k PASSWORD
+    _Shape(r"(\bcurl\b[^\n;|&]{0,200}?[ \t](?:-u|-U|--user|--proxy-user)(?:[ \t]+|=)?['\"]?"
+           r"[^\s:'\"]{0,100}:)([^\s'\"]+)", 2, ("curl",)),
+    _Shape(r"(\b(?:docker|podman|nerdctl|buildah|skopeo|helm)\b[^\n;|&]{0,200}?\blogin\b"
+           r"[^\n;|&]{0,200}?[ \t]-p[ \t]*)([^\s'\"]+)", 2, ("login",)),
+    _Shape(r"(\b(?:redis-cli|keydb-cli|valkey-cli)\b[^\n;|&]{0,200}?[ \t]-a[ \t]*)"
+           r"([^\s'\"]+)", 2, ("redis-cli", "keydb-cli", "valkey-cli")),
+    _Shape(r"(\bopenssl\b[^\n;|&]{0,200}?[ \t]-k[ \t]+)([^\s'\"]+)", 2, ("openssl",)),
     # AWSKeyDetector: a secret access key quoted near "aws ... key"
     _Shape(r"(?i)(aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['\"])"
            r"([0-9a-zA-Z/+]{40})(['\"])", 2, ("aws",)),
@@ -141,8 +151,11 @@ _SHAPES_SPEC: Final[tuple[_Shape, ...]] = (
     # StripeDetector (+ webhook secrets) and sk-… API keys (OpenAI, Anthropic, many others)
     _Shape(r"()\b((?:r|s|p)k_(?:live|test)_[0-9A-Za-z]{8,}|sk-[A-Za-z0-9_\-]{8,}"
            r"|whsec_[0-9A-Za-z]{16,})", 2, ("sk_", "rk_", "pk_", "sk-", "whsec_")),
-    # Google API keys, Hugging Face tokens, SendGrid keys
-    _Shape(r"()\b(AIza[0-9A-Za-z_\-]{20,})", 2, ("aiza",)),
+    # Google API keys and OAuth access tokens, npm tokens, Hugging Face tokens, SendGrid keys
+    _Shape(r"()\b(AIza[0-9A-Za-z_\-]{20,}|ya29\.[0-9A-Za-z_\-]{20,})", 2, ("aiza", "ya29.")),
+    _Shape(r"()\b(npm_[A-Za-z0-9]{36})", 2, ("npm_",)),
+    # a key as a URL's whole user part (Sentry DSNs: https://KEY@o1.ingest.sentry.io/1)
+    _Shape(r"(\b[A-Za-z][A-Za-z0-9+.-]{0,20}://)([0-9a-fA-F]{16,128})(@)", 2, ("://",)),
     _Shape(r"()\b(hf_[A-Za-z0-9]{20,}|api_org_[A-Za-z0-9]{20,})", 2, ("hf_", "api_org_")),
     _Shape(r"()\b(SG\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,})", 2, ("sg.",)),
     # JwtTokenDetector
