@@ -220,6 +220,15 @@ def test_problems_of_a_parent_and_a_child_are_reported_together(tmp_path: Path) 
     assert found == [("parent.toml", "budget.max_tokens", 2), ("child.toml", "mode", 2)]
 
 
+def test_a_value_the_schema_refuses_is_not_also_reported_out_of_order(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("[ladder.readonly]\nblock_at = 1\n", encoding="utf-8")
+    with pytest.raises(PolicyError) as caught:
+        load_policy(path, env={})
+    assert [(p.path, p.message) for p in caught.value.problems] == [
+        ("ladder.readonly.block_at", "must be an integer ≥ 2, got 1")]
+
+
 def test_missing_root_file(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as caught:
         load_policy(tmp_path / "absent.toml", env={})

@@ -374,8 +374,10 @@ def _build(
             applied[leaf] = index
     merged.pop("extends", None)
     if complete:
-        problems.extend(_ladder_problems(merged, applied, layers))
-        problems.extend(_approval_problems(merged, applied, layers))
+        refused = {(p.source, p.path) for p in problems}  # one problem a key is enough
+        problems.extend(p for p in _ladder_problems(merged, applied, layers)
+                        + _approval_problems(merged, applied, layers)
+                        if (p.source, p.path) not in refused)
         if not problems:
             problems.extend(_lifetime_problems(merged, applied, layers))
             problems.extend(_cluster_problems(merged, applied, layers))
