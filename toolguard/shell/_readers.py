@@ -1,8 +1,9 @@
 """The shell classifier's readers of programs whose arguments decide their effect.
 
 A test run (``pytest``, ``python -m pytest``, ``python -m unittest``: they observe the code),
-``pip list/show/freeze/check``, a ``sed`` script that only prints (GNU sed's grammar: no
-``w``/``W``/``e`` command, no ``s///w`` or ``s///e``), ``rg`` with its read-only options,
+``pip list/show/freeze/check``, a ``sed`` script that only prints (parsed with GNU sed's
+grammar by :mod:`toolguard.shell._sed`: no ``w``/``W``/``e`` command, no ``s///w`` or
+``s///e``), ``rg`` with its read-only options,
 and the Bash builtins that only read or set shell state (``history``, ``alias``/``hash``
 listing, ``shopt``, ``set``, ``test``/``[``, ``printf``, ``read``; ``source`` runs a file:
 unknown). :data:`READERS` maps each program name to its reader; :func:`python_reader`
@@ -16,7 +17,8 @@ from typing import Final
 
 from toolguard._types import MUTATING, READONLY, Effect
 
-from ._words import DIGITS, IDENTIFIER, Classifier, Special, Unsafe, Word, parse_options
+from ._sed import sed_script_reads
+from ._words import IDENTIFIER, Classifier, Special, Unsafe, Word, parse_options
 from ._words import option_spec as _spec
 
 __all__ = ["READERS", "python_reader"]
@@ -122,117 +124,11 @@ def _sed(name: str, args: list[Word], script: Classifier, depth: int, appended: 
         if not operands[0].static:
             raise Unsafe
         scripts, operands = [operands[0].text], operands[1:]
-    # --sandbox is not trusted: GNU sed compiles a script given before it unchecked
-    if not all(sed_script_reads(s) for s in scripts):
+    # --sandbox is not trusted: GNU sed compiles a script given before it unchecked. GNU sed
+    # joins the -e scripts with newlines (`-e 'a\' -e 'text'` is one command)
+    if not sed_script_reads("\n".join(scripts)):
         raise Unsafe
     return READONLY
-
-
-def sed_script_reads(script: str) -> bool:
-    """Whether a sed script only reads: no ``w``/``W`` command, no ``e`` command, no ``s``
-    with a ``w`` or ``e`` flag, nothing this reader does not know (GNU sed's grammar)."""
-    s, i, n = script, 0, len(script)
-
-    def regex(i: int, delim: str) -> int:  # index after the closing delimiter, or -1
-        while i < n:
-            c = s[i]
-            if c == "\\":
-                i += 2
-                continue
-            if c == "[":  # a bracket expression may hold the delimiter
-                j = i + 1
-                if j < n and s[j] == "^":
-                    j += 1
-                if j < n and s[j] == "]":
-                    j += 1
-                end = s.find("]", j)
-                if end < 0:
-                    return -1
-                i = end + 1
-                continue
-            if c == delim:
-                return i + 1
-            if c == "\n":
-                return -1
-            i += 1
-        return -1
-
-    def address(i: int) -> int:
-        if i < n and s[i] in DIGITS + "$":
-            while i < n and s[i] in DIGITS + "$~":
-                i += 1
-        elif i < n and s[i] == "/":
-            i = regex(i + 1, "/")
-        elif i < n and s[i] == "\\" and i + 1 < n:
-            i = regex(i + 2, s[i + 1])
-        else:
-            return i
-        while 0 <= i < n and s[i] in "IM":
-            i += 1
-        return i
-
-    while i < n:
-        while i < n and s[i] in " \t\n;":
-            i += 1
-        if i >= n:
-            return True
-        i = address(i)
-        if i < 0:
-            return False
-        if i < n and s[i] == ",":
-            i += 1
-            if i < n and s[i] in "+~":
-                i += 1
-                while i < n and s[i] in DIGITS:
-                    i += 1
-            else:
-                i = address(i)
-                if i < 0:
-                    return False
-        while i < n and s[i] in " \t!":
-            i += 1
-        if i >= n:
-            return False
-        c = s[i]
-        i += 1
-        if c == "{":
-            continue  # a block: its first command follows at once
-        if c in "pPdDnNgGhHxlz=F}":
-            while i < n and s[i] in DIGITS:
-                i += 1
-        elif c in "qQ":
-            while i < n and s[i] in DIGITS + " ":
-                i += 1
-        elif c in "btT:":
-            while i < n and s[i] not in ";\n":
-                i += 1
-        elif c in "aicrR":
-            end = s.find("\n", i)  # text, or a file read: to the end of the line
-            while end > 0 and s[end - 1] == "\\":
-                end = s.find("\n", end + 1)
-            i = n if end < 0 else end
-        elif c in "sy":
-            if i >= n or s[i] in "\\\n":
-                return False
-            delim = s[i]
-            i = regex(i + 1, delim)
-            if i < 0:
-                return False
-            while i < n and s[i] != delim:  # the replacement
-                i += 2 if s[i] == "\\" else 1
-            if i >= n:
-                return False
-            i += 1
-            if c == "s":
-                while i < n and s[i] in "gpiImM" + DIGITS:
-                    i += 1
-        else:
-            return False  # w, W, e, v, an unknown command
-        while i < n and s[i] in " \t":
-            i += 1
-        if i < n and s[i] not in ";\n}":
-            return False
-    return True
 
 
 _RG_SPEC: Final = _spec("abcFHhiIlLnNopqsSuUvwxz.0123456789", "ABCeEfgjmMrtTd", (
