@@ -41,6 +41,9 @@ WRITING: list[tuple[str, str]] = [
     ("pytest --cache-clear", "pytest --cache-clear"),
     ("python -c with code starting with -",
      "python3 -c \"-0 if __import__('os').remove('f') else 0\" -m pytest"),
+    ("an option whose value is a variable", "sort -o\"$f\" b.txt"),
+    ("a long option whose value is a variable", "sort --output=\"$f\" b.txt"),
+    ("a sed script option whose value is a variable", "sed -e p --expression=\"$x\" f"),
     ("tee after --", "echo x | tee -- -out"),
     ("tee", "echo x | tee out"),
     # find actions

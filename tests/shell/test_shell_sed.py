@@ -99,6 +99,14 @@ def test_every_spelling_of_in_place_is_mutating(command: str) -> None:
     assert classify_command(command) is M
 
 
+def test_a_script_option_spelled_with_an_expansion_is_mutating() -> None:
+    """``--expression="$x"`` is an option whose script is only known when it runs; read as
+    a file operand it let ``w`` through."""
+    assert classify_command('sed -e p --expression="$x" f') is M
+    assert classify_command('sed -n -e"$x" f') is M
+    assert classify_command('sed -n p "dir/$f"') is R  # a file operand
+
+
 # -- against GNU sed -------------------------------------------------------------------------
 @cache
 def _gnu_sed() -> str | None:
