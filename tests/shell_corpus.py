@@ -130,6 +130,13 @@ WRITING: list[tuple[str, str]] = [
     ("RIPGREP_CONFIG_PATH", "RIPGREP_CONFIG_PATH=./rc rg foo"),
     ("PYTEST_ADDOPTS", "PYTEST_ADDOPTS=--basetemp=keep pytest"),
     ("a for loop over PATH", "for PATH in .; do ls; done"),
+    ("set -k makes an argument an assignment",
+     "set -k; git diff GIT_EXTERNAL_DIFF='rm -f keep/data'"),
+    ("bash -k", "bash -kc \"git diff GIT_EXTERNAL_DIFF='rm -f keep/data'\""),
+    ("read into a variable git reads",
+     "read GIT_EXTERNAL_DIFF <<< './x'; export GIT_EXTERNAL_DIFF; git diff"),
+    ("printf -vNAME into a variable git reads",
+     "printf -vGIT_EXTERNAL_DIFF ./x; export GIT_EXTERNAL_DIFF; git diff"),
     # git subcommands and options that write or run a program
     ("git diff --output", "git diff --output=out"),
     ("git log --output abbreviated", "git log --outp=out -p"),

@@ -18,14 +18,34 @@ from typing import Final
 from toolguard._types import MUTATING, READONLY, Effect
 
 from ._sed import sed_script_reads
-from ._words import IDENTIFIER, Classifier, Special, Unsafe, Word, parse_options
+from ._words import (
+    IDENTIFIER,
+    Classifier,
+    Special,
+    Unsafe,
+    Word,
+    env_assignment_ok,
+    parse_options,
+)
 from ._words import option_spec as _spec
 
-__all__ = ["READERS", "python_reader"]
+__all__ = ["READERS", "SAFE_SET_FLAGS", "SAFE_SET_OPTIONS", "SAFE_SHOPT", "python_reader"]
 
 _PYTHON: Final = re.compile(r"python[0-9.]*")
 _PYTHON_FLAGS: Final = re.compile(r"-[uBbqsSEIO]+")
-_SET_FLAGS: Final = re.compile(r"[-+][euxvafnbBCEhHkmpPTo]+")
+SAFE_SET_FLAGS: Final = frozenset("euxvfnbBCEhmpPtT")
+"""The flags of ``set`` (and ``bash``) that leave every read-only command read-only; not
+``-a`` (allexport: every variable assigned reaches the programs), ``-k`` (keyword: ``git diff
+GIT_EXTERNAL_DIFF=x`` puts the word in git's environment) nor ``-H`` (history expansion
+rewrites the lines after it)."""
+SAFE_SET_OPTIONS: Final = frozenset({
+    "errexit", "nounset", "xtrace", "verbose", "noglob", "noexec", "notify", "braceexpand",
+    "noclobber", "errtrace", "functrace", "hashall", "monitor", "physical", "pipefail",
+    "privileged", "onecmd", "ignoreeof", "emacs", "vi", "nolog"})
+"""The names of ``set -o``/``bash -o`` that leave every read-only command read-only (the
+flags above, spelled out, and the ones without a flag); not ``allexport``, ``keyword``,
+``histexpand``, ``history``, ``posix``, ``interactive-comments``."""
+_SET_OPTIONS_OFF: Final = frozenset({"allexport", "keyword", "histexpand", "history"})
 
 
 _PYTEST = _spec("qvxslh", "kmpcorWn", "quiet verbose exitfirst capture= tb= maxfail= "
@@ -167,7 +187,7 @@ def _listing_only(name: str, args: list[Word], script: Classifier, depth: int,
     return READONLY
 
 
-_SAFE_SHOPT: Final = frozenset({"extglob", "nullglob", "globstar", "dotglob", "nocaseglob",
+SAFE_SHOPT: Final = frozenset({"extglob", "nullglob", "globstar", "dotglob", "nocaseglob",
                                 "nocasematch", "failglob", "lastpipe", "inherit_errexit",
                                 "xpg_echo", "globasciiranges"})
 
@@ -178,7 +198,7 @@ _SHOPT_SPEC: Final = _spec("pqsuo", "", "")
 def _shopt(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
            ) -> Effect | None:
     parsed = parse_options(_SHOPT_SPEC, args)
-    if any(not w.static or w.text not in _SAFE_SHOPT for w in parsed.operands) and any(
+    if any(not w.static or w.text not in SAFE_SHOPT for w in parsed.operands) and any(
             o in ("-s", "-u") for o, _ in parsed.options):
         raise Unsafe
     return READONLY
@@ -186,15 +206,31 @@ def _shopt(name: str, args: list[Word], script: Classifier, depth: int, appended
 
 def _set(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
          ) -> Effect | None:
-    for i, word in enumerate(args):
+    """``set`` turning on or off only options that leave every read-only command read-only
+    (:data:`SAFE_SET_FLAGS`, :data:`SAFE_SET_OPTIONS`; in a bundle such as ``-eo pipefail``
+    each ``o`` takes the next word); ``--``, ``-`` or the first other word starts the
+    positional parameters."""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        i += 1
         if not word.static:
             raise Unsafe
         text = word.text
-        if text == "--" or not text.startswith(("-", "+")):
-            return READONLY  # positional parameters
-        if not _SET_FLAGS.fullmatch(text) and text not in ("-", "+"):
-            raise Unsafe
-        del i
+        if text in ("-", "--") or text[:1] not in ("-", "+"):
+            return READONLY
+        off = text[0] == "+"  # turning any of them off is harmless
+        for flag in text[1:]:
+            if flag == "o":
+                if i >= len(args):
+                    return READONLY  # `set -o`: the list of options
+                option = args[i]
+                if not (option.static and (option.text in SAFE_SET_OPTIONS or (
+                        off and option.text in _SET_OPTIONS_OFF))):
+                    raise Unsafe
+                i += 1
+            elif flag not in SAFE_SET_FLAGS and not (off and flag in "akH"):
+                raise Unsafe
     return READONLY
 
 
@@ -212,11 +248,16 @@ def _test(name: str, args: list[Word], script: Classifier, depth: int, appended:
 
 def _printf(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
             ) -> Effect | None:
-    if args and args[0].option_like:
+    """``printf``, and ``printf -v NAME`` (or ``-vNAME``) into a variable a read-only
+    command may set (:func:`env_assignment_ok`: not ``GIT_EXTERNAL_DIFF``, which an
+    ``export`` would then hand to git)."""
+    first = args[0] if args else Word("")
+    if first.option_like or (not first.static and first.text.startswith("-")):
         raise Unsafe
-    if args and args[0].text == "-v" and (
-            len(args) < 2 or not (args[1].static and IDENTIFIER.fullmatch(args[1].text))):
-        raise Unsafe
+    if first.text.startswith("-v"):
+        target = first.text[2:] or (args[1].text if len(args) > 1 and args[1].static else "")
+        if not env_assignment_ok(target, None):
+            raise Unsafe
     return READONLY
 
 
@@ -227,7 +268,7 @@ def _read(name: str, args: list[Word], script: Classifier, depth: int, appended:
           ) -> Effect | None:
     parsed = parse_options(_READ_SPEC, args)
     if any(o in ("-a",) for o, _ in parsed.options) or any(
-            not (w.static and IDENTIFIER.fullmatch(w.text)) for w in parsed.operands):
+            not (w.static and env_assignment_ok(w.text, None)) for w in parsed.operands):
         raise Unsafe
     return READONLY
 
