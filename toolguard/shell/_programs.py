@@ -162,23 +162,20 @@ _RESERVED: Final = frozenset({
     "case", "esac", "for", "select", "while", "until", "do", "done", "in", "function",
     "coproc"})
 _SHELLS: Final = frozenset({"bash", "sh", "dash"})
-# Only absolute paths in these folders name the program of their last part (``./ls`` is a
-# file the agent may have written).
+# Only absolute paths in these folders name the program of their last part: any other path
+# (`./ls`, `/tmp/x/bin/pytest`, `~/bin/cat`, `.venv/bin/python`) is a file an earlier command
+# may have written, so its program is unknown (the tool's own effect).
 _SYSTEM_DIRS: Final = ("/bin/", "/usr/bin/", "/usr/local/bin/", "/sbin/", "/usr/sbin/")
-_VENV_PROGRAM: Final = re.compile(r"(?:[\w.\-/]*/)?bin/(?:python[0-9.]*|pytest|py\.test)")
 _FIND_NEWER: Final = re.compile(r"-newer[aBcmt][aBcmt]")
 
 
 def program_name(word: str) -> str | None:
     """The program a command word names: itself, or the last part of an absolute path in a
-    system folder (of ``*/bin/python*``, ``*/bin/pytest``: a virtual environment's); None
-    for any other path."""
+    system folder; None for any other path."""
     if "/" not in word:
         return word
     base = word.rsplit("/", 1)[-1]
     if base and any(word == folder + base for folder in _SYSTEM_DIRS):
-        return base
-    if _VENV_PROGRAM.fullmatch(word):
         return base
     return None
 
