@@ -25,6 +25,7 @@ take are not read-only as far as the classifier can tell.
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 __all__ = ["sed_script_reads"]
@@ -35,6 +36,8 @@ _SPACE: Final = " \t\n\v\f\r"
 _DIGITS: Final = "0123456789"
 _PLAIN: Final = frozenset("=dDFgGhHnNpPxz")  # no argument; read_end_of_cmd follows
 _S_FLAGS: Final = frozenset("gpiImM")
+_LABEL: Final = re.compile(r"[^ \t\n;}#]*")  # read_label stops at these
+_TEXT: Final = re.compile(r"(?:[^\\\n]|\\.)*\\?", re.DOTALL)  # a backslash takes the next
 
 
 class _Rejected(Exception):
@@ -80,6 +83,11 @@ class _Script:
         while c in _BLANK:
             c = self.char()
         return c
+
+    def skip(self, pattern: re.Pattern[str]) -> int:
+        """Where a match of ``pattern`` (which matches the empty text too) here ends."""
+        found = pattern.match(self.text, self.at)
+        return self.at if found is None else found.end()
 
     def integer(self, c: str) -> None:
         while c in _DIGITS:
@@ -242,22 +250,18 @@ class _Script:
     # -- arguments ---------------------------------------------------------------------
     def label(self) -> bool:
         """A label (``read_label``): whether it is not empty."""
-        c = self.nonblank()
-        length = 0
-        while c not in (_EOF, "\n", " ", "\t", ";", "}", "#"):
-            length += 1
-            c = self.char()
-        self.back(c)
-        return length > 0
+        self.back(self.nonblank())
+        end = self.skip(_LABEL)
+        found, self.at = end > self.at, end
+        return found
 
     def filename(self) -> bool:
         """A file name to the end of the line (``read_filename``): whether it is not empty."""
-        c = self.nonblank()
-        length = 0
-        while c not in (_EOF, "\n"):
-            length += 1
-            c = self.char()
-        return length > 0
+        self.back(self.nonblank())
+        end = self.text.find("\n", self.at)
+        end = len(self.text) if end < 0 else end
+        found, self.at = end > self.at, end + 1
+        return found
 
     def text_argument(self) -> None:
         """The text of ``a``/``i``/``c`` (``read_text``): ``a text``, ``a\\text`` or ``a\\``
@@ -271,11 +275,8 @@ class _Script:
                 return
         else:
             self.back(c)
-        c = self.char()
-        while c not in (_EOF, "\n"):
-            if c == "\\" and self.char() == _EOF:
-                return
-            c = self.char()
+        self.at = self.skip(_TEXT)  # to the newline, escapes included
+        self.char()
 
     def substitute(self) -> None:
         delimiter = self.delimiter()
