@@ -215,3 +215,22 @@ def test_rules_come_before_the_classifier() -> None:
     task = tg.Guard(policy, clock=FakeClock(0), strict_tools=False).task("rules")
     assert task._replay_call("bash", {"command": "ls"}, "a").effect is M
     assert task._replay_call("bash", {"command": "pwd"}, "/").effect is R
+
+
+_PATHS = ["./{}", "/tmp/{}", "/tmp/x/bin/{}", "~/bin/{}", "bin/{}", ".venv/bin/{}",
+          "/opt/venv/bin/{}", "/usr/bin/../../tmp/{}", "/usr/bin//{}", "../{}"]
+
+
+@pytest.mark.parametrize("path", _PATHS)
+@pytest.mark.parametrize("program", ["ls", "cat a.py", "pytest -q", "python -m pytest",
+                                     "python3 --version", "git status"])
+def test_a_program_named_by_a_path_outside_the_system_folders_is_unknown(
+        path: str, program: str) -> None:
+    """A path outside ``/bin``, ``/usr/bin``... is a file an earlier command may have written
+    (a virtual environment's ``bin/pytest`` too): the tool's own effect applies."""
+    name, _, rest = program.partition(" ")
+    command = path.format(name) + (" " + rest if rest else "")
+    assert classify_command(command) is U
+    assert classify_argv(command.split()) is U
+    for folder in ("/usr/bin/", "/bin/", "/usr/local/bin/"):
+        assert classify_command(folder + program) is R

@@ -20,12 +20,15 @@ syntax error, a node kind not on the list (arithmetic ``$((...))``/``((...))``/`
 a ``c``-style ``for``), a parameter expansion other than the plain ones (``${!x}``,
 ``${x@P}``, subscripts), arithmetic comparison in ``[[ ]]`` of anything but numbers, an
 assignment of an environment variable a program reads (``GIT_*``, ``LESSOPEN``, ``PAGER``,
-``LD_PRELOAD``, ``PATH``...), output redirected to a file, ``eval``, ``alias``, a program
-named by a path it may have written (``./ls``), a program run with a dynamic name
-(``$CMD``), a known program with an option not on its list, a command longer than
+``LD_PRELOAD``, ``PATH``...), output redirected to a file, ``eval``, ``alias``, ``set``
+or ``bash`` options that change the commands after them (``-a``, ``-k``, ``-o keyword``),
+a program run with a dynamic name (``$CMD``), a known program with an option not on its
+list (or one spelled with an expansion: ``-o"$f"``), a command longer than
 :data:`MAX_CHARS`, with more than :data:`MAX_PIPES` pipes, more than :data:`MAX_NODES`
 syntax nodes or deeper than the nesting limits. A program that is not on the list at
-all (``make``, ``python script.py``) is **unknown** (None): the tool's own effect applies.
+all (``make``, ``python script.py``), or is named by a path outside the system folders
+(``./ls``, ``.venv/bin/pytest``: a file an earlier command may have written), is
+**unknown** (None): the tool's own effect applies.
 
 The empty command is a poll (read more output of a running process).
 """

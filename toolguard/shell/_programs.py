@@ -36,7 +36,7 @@ from typing import Final
 from toolguard._types import MUTATING, POLL, READONLY, Effect
 
 from ._git import read_git
-from ._readers import READERS, python_reader
+from ._readers import READERS, SAFE_SET_FLAGS, SAFE_SET_OPTIONS, SAFE_SHOPT, python_reader
 from ._words import (
     DIGITS,
     MAX_DEPTH,
@@ -162,23 +162,20 @@ _RESERVED: Final = frozenset({
     "case", "esac", "for", "select", "while", "until", "do", "done", "in", "function",
     "coproc"})
 _SHELLS: Final = frozenset({"bash", "sh", "dash"})
-# Only absolute paths in these folders name the program of their last part (``./ls`` is a
-# file the agent may have written).
+# Only absolute paths in these folders name the program of their last part: any other path
+# (`./ls`, `/tmp/x/bin/pytest`, `~/bin/cat`, `.venv/bin/python`) is a file an earlier command
+# may have written, so its program is unknown (the tool's own effect).
 _SYSTEM_DIRS: Final = ("/bin/", "/usr/bin/", "/usr/local/bin/", "/sbin/", "/usr/sbin/")
-_VENV_PROGRAM: Final = re.compile(r"(?:[\w.\-/]*/)?bin/(?:python[0-9.]*|pytest|py\.test)")
 _FIND_NEWER: Final = re.compile(r"-newer[aBcmt][aBcmt]")
 
 
 def program_name(word: str) -> str | None:
     """The program a command word names: itself, or the last part of an absolute path in a
-    system folder (of ``*/bin/python*``, ``*/bin/pytest``: a virtual environment's); None
-    for any other path."""
+    system folder; None for any other path."""
     if "/" not in word:
         return word
     base = word.rsplit("/", 1)[-1]
     if base and any(word == folder + base for folder in _SYSTEM_DIRS):
-        return base
-    if _VENV_PROGRAM.fullmatch(word):
         return base
     return None
 
@@ -308,18 +305,23 @@ def _xargs(name: str, args: list[Word], script: Classifier, depth: int, appended
     return _classify(rest, script, depth + 1, True)
 
 
-_SHELL_SPEC: Final = _spec("abefhkmnptuvxBCHPElric", "oO", "norc noprofile posix login noediting "
-                 "restricted verbose")
+# the flags of `set`, and -l (login), -r (restricted), -c (the script is the first operand)
+_SHELL_SPEC: Final = _spec("".join(sorted(SAFE_SET_FLAGS)) + "lrc", "oO", "norc noprofile "
+                           "posix login noediting restricted verbose")
 
 
 def _shell(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
            ) -> Effect | None:
     """``bash -c SCRIPT`` (``-lc``, ``-xc``...): the script is a command line of its own;
-    ``bash script.sh`` or a shell reading its input is unknown."""
+    ``bash script.sh`` or a shell reading its input is unknown. Options that change what a
+    read-only script does (``-a``, ``-k``, ``-H``, ``-i``, ``-o allexport``, ``-O
+    expand_aliases``...) are mutating, as they are for ``set`` and ``shopt``."""
     spec = _SHELL_SPEC
     parsed = parse_options(spec, args, stop_at_operand=True)
-    if any(o == "-O" and v == "expand_aliases" for o, v in parsed.options):
-        raise Unsafe
+    for option, value in parsed.options:
+        if (option == "-o" and value not in SAFE_SET_OPTIONS) or (
+                option == "-O" and value not in SAFE_SHOPT):
+            raise Unsafe
     if not any(o == "-c" for o, _ in parsed.options):
         return None
     if not parsed.operands or not parsed.operands[0].static:

@@ -1,8 +1,9 @@
 """The shell classifier's readers of programs whose arguments decide their effect.
 
 A test run (``pytest``, ``python -m pytest``, ``python -m unittest``: they observe the code),
-``pip list/show/freeze/check``, a ``sed`` script that only prints (GNU sed's grammar: no
-``w``/``W``/``e`` command, no ``s///w`` or ``s///e``), ``rg`` with its read-only options,
+``pip list/show/freeze/check``, a ``sed`` script that only prints (parsed with GNU sed's
+grammar by :mod:`toolguard.shell._sed`: no ``w``/``W``/``e`` command, no ``s///w`` or
+``s///e``), ``rg`` with its read-only options,
 and the Bash builtins that only read or set shell state (``history``, ``alias``/``hash``
 listing, ``shopt``, ``set``, ``test``/``[``, ``printf``, ``read``; ``source`` runs a file:
 unknown). :data:`READERS` maps each program name to its reader; :func:`python_reader`
@@ -16,14 +17,35 @@ from typing import Final
 
 from toolguard._types import MUTATING, READONLY, Effect
 
-from ._words import DIGITS, IDENTIFIER, Classifier, Special, Unsafe, Word, parse_options
+from ._sed import sed_script_reads
+from ._words import (
+    IDENTIFIER,
+    Classifier,
+    Special,
+    Unsafe,
+    Word,
+    env_assignment_ok,
+    parse_options,
+)
 from ._words import option_spec as _spec
 
-__all__ = ["READERS", "python_reader"]
+__all__ = ["READERS", "SAFE_SET_FLAGS", "SAFE_SET_OPTIONS", "SAFE_SHOPT", "python_reader"]
 
 _PYTHON: Final = re.compile(r"python[0-9.]*")
 _PYTHON_FLAGS: Final = re.compile(r"-[uBbqsSEIO]+")
-_SET_FLAGS: Final = re.compile(r"[-+][euxvafnbBCEhHkmpPTo]+")
+SAFE_SET_FLAGS: Final = frozenset("euxvfnbBCEhmpPtT")
+"""The flags of ``set`` (and ``bash``) that leave every read-only command read-only; not
+``-a`` (allexport: every variable assigned reaches the programs), ``-k`` (keyword: ``git diff
+GIT_EXTERNAL_DIFF=x`` puts the word in git's environment) nor ``-H`` (history expansion
+rewrites the lines after it)."""
+SAFE_SET_OPTIONS: Final = frozenset({
+    "errexit", "nounset", "xtrace", "verbose", "noglob", "noexec", "notify", "braceexpand",
+    "noclobber", "errtrace", "functrace", "hashall", "monitor", "physical", "pipefail",
+    "privileged", "onecmd", "ignoreeof", "emacs", "vi", "nolog"})
+"""The names of ``set -o``/``bash -o`` that leave every read-only command read-only (the
+flags above, spelled out, and the ones without a flag); not ``allexport``, ``keyword``,
+``histexpand``, ``history``, ``posix``, ``interactive-comments``."""
+_SET_OPTIONS_OFF: Final = frozenset({"allexport", "keyword", "histexpand", "history"})
 
 
 _PYTEST = _spec("qvxslh", "kmpcorWn", "quiet verbose exitfirst capture= tb= maxfail= "
@@ -122,117 +144,11 @@ def _sed(name: str, args: list[Word], script: Classifier, depth: int, appended: 
         if not operands[0].static:
             raise Unsafe
         scripts, operands = [operands[0].text], operands[1:]
-    # --sandbox is not trusted: GNU sed compiles a script given before it unchecked
-    if not all(sed_script_reads(s) for s in scripts):
+    # --sandbox is not trusted: GNU sed compiles a script given before it unchecked. GNU sed
+    # joins the -e scripts with newlines (`-e 'a\' -e 'text'` is one command)
+    if not sed_script_reads("\n".join(scripts)):
         raise Unsafe
     return READONLY
-
-
-def sed_script_reads(script: str) -> bool:
-    """Whether a sed script only reads: no ``w``/``W`` command, no ``e`` command, no ``s``
-    with a ``w`` or ``e`` flag, nothing this reader does not know (GNU sed's grammar)."""
-    s, i, n = script, 0, len(script)
-
-    def regex(i: int, delim: str) -> int:  # index after the closing delimiter, or -1
-        while i < n:
-            c = s[i]
-            if c == "\\":
-                i += 2
-                continue
-            if c == "[":  # a bracket expression may hold the delimiter
-                j = i + 1
-                if j < n and s[j] == "^":
-                    j += 1
-                if j < n and s[j] == "]":
-                    j += 1
-                end = s.find("]", j)
-                if end < 0:
-                    return -1
-                i = end + 1
-                continue
-            if c == delim:
-                return i + 1
-            if c == "\n":
-                return -1
-            i += 1
-        return -1
-
-    def address(i: int) -> int:
-        if i < n and s[i] in DIGITS + "$":
-            while i < n and s[i] in DIGITS + "$~":
-                i += 1
-        elif i < n and s[i] == "/":
-            i = regex(i + 1, "/")
-        elif i < n and s[i] == "\\" and i + 1 < n:
-            i = regex(i + 2, s[i + 1])
-        else:
-            return i
-        while 0 <= i < n and s[i] in "IM":
-            i += 1
-        return i
-
-    while i < n:
-        while i < n and s[i] in " \t\n;":
-            i += 1
-        if i >= n:
-            return True
-        i = address(i)
-        if i < 0:
-            return False
-        if i < n and s[i] == ",":
-            i += 1
-            if i < n and s[i] in "+~":
-                i += 1
-                while i < n and s[i] in DIGITS:
-                    i += 1
-            else:
-                i = address(i)
-                if i < 0:
-                    return False
-        while i < n and s[i] in " \t!":
-            i += 1
-        if i >= n:
-            return False
-        c = s[i]
-        i += 1
-        if c == "{":
-            continue  # a block: its first command follows at once
-        if c in "pPdDnNgGhHxlz=F}":
-            while i < n and s[i] in DIGITS:
-                i += 1
-        elif c in "qQ":
-            while i < n and s[i] in DIGITS + " ":
-                i += 1
-        elif c in "btT:":
-            while i < n and s[i] not in ";\n":
-                i += 1
-        elif c in "aicrR":
-            end = s.find("\n", i)  # text, or a file read: to the end of the line
-            while end > 0 and s[end - 1] == "\\":
-                end = s.find("\n", end + 1)
-            i = n if end < 0 else end
-        elif c in "sy":
-            if i >= n or s[i] in "\\\n":
-                return False
-            delim = s[i]
-            i = regex(i + 1, delim)
-            if i < 0:
-                return False
-            while i < n and s[i] != delim:  # the replacement
-                i += 2 if s[i] == "\\" else 1
-            if i >= n:
-                return False
-            i += 1
-            if c == "s":
-                while i < n and s[i] in "gpiImM" + DIGITS:
-                    i += 1
-        else:
-            return False  # w, W, e, v, an unknown command
-        while i < n and s[i] in " \t":
-            i += 1
-        if i < n and s[i] not in ";\n}":
-            return False
-    return True
 
 
 _RG_SPEC: Final = _spec("abcFHhiIlLnNopqsSuUvwxz.0123456789", "ABCeEfgjmMrtTd", (
@@ -271,7 +187,7 @@ def _listing_only(name: str, args: list[Word], script: Classifier, depth: int,
     return READONLY
 
 
-_SAFE_SHOPT: Final = frozenset({"extglob", "nullglob", "globstar", "dotglob", "nocaseglob",
+SAFE_SHOPT: Final = frozenset({"extglob", "nullglob", "globstar", "dotglob", "nocaseglob",
                                 "nocasematch", "failglob", "lastpipe", "inherit_errexit",
                                 "xpg_echo", "globasciiranges"})
 
@@ -282,7 +198,7 @@ _SHOPT_SPEC: Final = _spec("pqsuo", "", "")
 def _shopt(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
            ) -> Effect | None:
     parsed = parse_options(_SHOPT_SPEC, args)
-    if any(not w.static or w.text not in _SAFE_SHOPT for w in parsed.operands) and any(
+    if any(not w.static or w.text not in SAFE_SHOPT for w in parsed.operands) and any(
             o in ("-s", "-u") for o, _ in parsed.options):
         raise Unsafe
     return READONLY
@@ -290,15 +206,31 @@ def _shopt(name: str, args: list[Word], script: Classifier, depth: int, appended
 
 def _set(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
          ) -> Effect | None:
-    for i, word in enumerate(args):
+    """``set`` turning on or off only options that leave every read-only command read-only
+    (:data:`SAFE_SET_FLAGS`, :data:`SAFE_SET_OPTIONS`; in a bundle such as ``-eo pipefail``
+    each ``o`` takes the next word); ``--``, ``-`` or the first other word starts the
+    positional parameters."""
+    i = 0
+    while i < len(args):
+        word = args[i]
+        i += 1
         if not word.static:
             raise Unsafe
         text = word.text
-        if text == "--" or not text.startswith(("-", "+")):
-            return READONLY  # positional parameters
-        if not _SET_FLAGS.fullmatch(text) and text not in ("-", "+"):
-            raise Unsafe
-        del i
+        if text in ("-", "--") or text[:1] not in ("-", "+"):
+            return READONLY
+        off = text[0] == "+"  # turning any of them off is harmless
+        for flag in text[1:]:
+            if flag == "o":
+                if i >= len(args):
+                    return READONLY  # `set -o`: the list of options
+                option = args[i]
+                if not (option.static and (option.text in SAFE_SET_OPTIONS or (
+                        off and option.text in _SET_OPTIONS_OFF))):
+                    raise Unsafe
+                i += 1
+            elif flag not in SAFE_SET_FLAGS and not (off and flag in "akH"):
+                raise Unsafe
     return READONLY
 
 
@@ -316,11 +248,16 @@ def _test(name: str, args: list[Word], script: Classifier, depth: int, appended:
 
 def _printf(name: str, args: list[Word], script: Classifier, depth: int, appended: bool
             ) -> Effect | None:
-    if args and args[0].option_like:
+    """``printf``, and ``printf -v NAME`` (or ``-vNAME``) into a variable a read-only
+    command may set (:func:`env_assignment_ok`: not ``GIT_EXTERNAL_DIFF``, which an
+    ``export`` would then hand to git)."""
+    first = args[0] if args else Word("")
+    if first.option_like or (not first.static and first.text.startswith("-")):
         raise Unsafe
-    if args and args[0].text == "-v" and (
-            len(args) < 2 or not (args[1].static and IDENTIFIER.fullmatch(args[1].text))):
-        raise Unsafe
+    if first.text.startswith("-v"):
+        target = first.text[2:] or (args[1].text if len(args) > 1 and args[1].static else "")
+        if not env_assignment_ok(target, None):
+            raise Unsafe
     return READONLY
 
 
@@ -331,7 +268,7 @@ def _read(name: str, args: list[Word], script: Classifier, depth: int, appended:
           ) -> Effect | None:
     parsed = parse_options(_READ_SPEC, args)
     if any(o in ("-a",) for o, _ in parsed.options) or any(
-            not (w.static and IDENTIFIER.fullmatch(w.text)) for w in parsed.operands):
+            not (w.static and env_assignment_ok(w.text, None)) for w in parsed.operands):
         raise Unsafe
     return READONLY
 

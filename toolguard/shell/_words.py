@@ -141,7 +141,8 @@ def parse_options(spec: Spec, words: Sequence[Word], *, stop_at_operand: bool = 
         text = word.text
         i += 1
         if not word.static:
-            if word.option_like and not spec.closed:
+            # `-o"$f"`, `--expression="$x"`: an option whose value is only known when it runs
+            if (word.option_like or text.startswith("-")) and not spec.closed:
                 raise Unsafe
             operands.append(word)
             if stop_at_operand:
