@@ -20,7 +20,7 @@ HEAVY = ("pydantic", "pydantic_settings", "jsonschema", "jsonschema_rs", "refere
          "typer", "rich", "asyncio", "tomllib")
 
 
-def _module_name(path: Path) -> str:
+def module_name(path: Path) -> str:
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -33,11 +33,20 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+def import_target(package: str, node: ast.ImportFrom) -> str:
+    """The module ``from ... import`` reads from, in a module of ``package`` (relative
+    imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
 def _imports(path: Path, modules: set[str], *, type_checking: bool = False) -> set[str]:
     """The package modules ``path`` imports at run time: at module level or inside a function
     (a deferred import is still an edge of a circle); under ``if TYPE_CHECKING:`` too when
     ``type_checking`` is true (``tests/project/test_layout.py``)."""
-    name = _module_name(path)
+    name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
@@ -47,11 +56,7 @@ def _imports(path: Path, modules: set[str], *, type_checking: bool = False) -> s
                 visit(other)
             return
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
+            target = import_target(package, node)
             submodules = {f"{target}.{alias.name}" for alias in node.names} & modules
             if len(submodules) < len(node.names) and target in modules:
                 found.add(target)  # a name defined in the module itself
@@ -71,8 +76,8 @@ def import_graph(*, type_checking: bool = False) -> dict[str, set[str]]:
     also runs its package's ``__init__``, which is not counted: every module would otherwise
     sit on a circle through ``toolguard/__init__.py``."""
     paths = sorted(PACKAGE.rglob("*.py"))
-    modules = {_module_name(p) for p in paths}
-    return {_module_name(p): _imports(p, modules, type_checking=type_checking) for p in paths}
+    modules = {module_name(p) for p in paths}
+    return {module_name(p): _imports(p, modules, type_checking=type_checking) for p in paths}
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -71,15 +71,15 @@ def test_a_run_that_breaks_its_worker_is_that_runs_error(
 
     monkeypatch.setattr(_Replayer, "replay", breaking)
     monkeypatch.setattr(_parallel, "BATCH_CALLS", 300)
-    task_call = "toolguard.engine._task.Task._replay_call"
+    task_call = "toolguard.engine._task.TaskBase._replay_call"
     with monkeypatch.context() as patch:
         def only_run_3(self: Any, *args: Any, **kwargs: Any) -> Any:
             if self.task_id.endswith(":run-3"):
                 return raising()
             return original(self, *args, **kwargs)
 
-        from toolguard.engine._task import Task
-        original = Task._replay_call
+        from toolguard.engine._task import TaskBase
+        original = TaskBase._replay_call
         patch.setattr(task_call, only_run_3)
         got = _report(path, jobs=2)
     assert [r.id for r in got.runs] == [r.id for r in expected.runs]

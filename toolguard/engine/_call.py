@@ -1,9 +1,10 @@
 """The records one call carries along the call path: the registered tool's precomputed
 :class:`_Entry`, the guard's :class:`_Config` snapshot, the :class:`_Prepared` call, the
 tool's :class:`_Outcome`, ``CallRecord`` (``task.history``), and what the stages see of the
-task and its guard (:class:`TaskState`, :class:`GuardState`: protocols, so that no stage
-imports ``Task`` or ``Guard``). Data only: every stage module reads them, none imports
-another stage."""
+task, its guard and a call admitted to run (:class:`TaskState`, :class:`GuardState`,
+:class:`CallingTask`, :class:`Started`: protocols, so that no stage imports ``Task``,
+``Guard`` or the call path). Data only: every stage module reads them, and this module
+imports no stage."""
 
 from __future__ import annotations
 
@@ -248,3 +249,27 @@ class TaskState(Protocol):
     def _digests(self) -> dict[str, tuple[ResultNormalizer, str, str]]: ...
     @property
     def _last_digest(self) -> OrderedDict[str, str]: ...
+
+
+class CallingTask(TaskState, Protocol):
+    """A task as the helpers that run whole calls see it (the agent-loop helpers,
+    :mod:`toolguard.engine._loops`): its state and its public ``call`` / ``acall``."""
+
+    def call(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None
+             ) -> ToolResult: ...
+    async def acall(self, tool: str, args: Mapping[str, Any] | str | bytes | None = None
+                    ) -> ToolResult: ...
+    def _runnable(self, tool: str, *, sync: bool) -> None: ...
+
+
+class Started(Protocol):
+    """A call admitted to run, as the execute stage sees it
+    (:class:`toolguard.engine._path.Begun`): the configuration it was decided under, the
+    prepared call and the arguments to run the tool with."""
+
+    @property
+    def cfg(self) -> _Config: ...
+    @property
+    def p(self) -> _Prepared: ...
+    @property
+    def args(self) -> dict[str, Any]: ...

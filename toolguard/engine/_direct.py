@@ -1,7 +1,8 @@
 """Direct calls of decorated tools: ``refund(...)`` inside ``with guard.task(id):`` goes
-through that task's pipeline (``Task._direct_call``, reached by the decorators through
-:data:`toolguard.tools._context.CURRENT_TASK`); a task whose guard does not have the tool runs it
-plainly."""
+through that task's call path (:func:`toolguard.engine._path.call_sync` /
+:func:`~toolguard.engine._path.call_async`, reached by the decorators through
+:data:`toolguard.tools._context.CURRENT_TASK` and ``Task._direct_call``); a task whose guard
+does not have the tool runs it plainly."""
 
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ from toolguard._types import ALLOW, CACHED, WARN
 from toolguard.tools._context import CURRENT_KEY
 from toolguard.tools._frameworks import wrapped_arguments
 
+from . import _path
+
 if TYPE_CHECKING:
     from toolguard._results import ToolResult
     from toolguard.tools._decorators import ToolSpec
 
-    from ._call import _Entry
-    from ._engine import Task
+    from ._call import TaskState, _Entry
 
 __all__ = ["direct_call", "direct_call_async"]
 
-def _bind(task: Task, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
+def _bind(task: TaskState, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, Any]
           ) -> tuple[_Entry | None, dict[str, Any]]:
     entry = task.guard._config.entries.get(spec.name)
     if entry is None or entry.signature is None:
@@ -43,7 +45,7 @@ def _bind(task: Task, spec: ToolSpec, args: tuple[Any, ...], kwargs: dict[str, A
     return entry, bound
 
 
-def _executing(task: Task, spec: ToolSpec) -> bool:
+def _executing(task: TaskState, spec: ToolSpec) -> bool:
     """The guard is executing this very tool (its ``run=`` or a framework object invoking
     the decorated function it wraps): the inner direct call is that execution, not a
     second call to count."""
@@ -61,7 +63,7 @@ def _direct_result(result: ToolResult, exc: BaseException | None) -> Any:
     raise ToolBlocked(result)
 
 
-def direct_call(task: Task, spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
+def direct_call(task: TaskState, spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
                 kwargs: dict[str, Any]) -> Any:
     """Run a decorated sync tool called directly inside ``task``'s ``with`` block: guarded
     when the task's guard has it registered, plain otherwise. Returns the tool's value (also
@@ -79,11 +81,11 @@ def direct_call(task: Task, spec: ToolSpec, func: Callable[..., Any], args: tupl
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
         return func(*args, **kwargs)
-    result, exc = task._run_sync(entry.spec.name, bound, lambda _: func(*args, **kwargs))
+    result, exc = _path.call_sync(task, entry.spec.name, bound, lambda _: func(*args, **kwargs))
     return _direct_result(result, exc)
 
 
-async def direct_call_async(task: Task, spec: ToolSpec, func: Callable[..., Awaitable[Any]],
+async def direct_call_async(task: TaskState, spec: ToolSpec, func: Callable[..., Awaitable[Any]],
                             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """:func:`direct_call` for ``async def`` tools."""
     if _executing(task, spec):
@@ -91,6 +93,6 @@ async def direct_call_async(task: Task, spec: ToolSpec, func: Callable[..., Awai
     entry, bound = _bind(task, spec, args, kwargs)
     if entry is None:
         return await func(*args, **kwargs)
-    result, exc = await task._run_async(entry.spec.name, bound,
-                                        lambda _: func(*args, **kwargs))
+    result, exc = await _path.call_async(task, entry.spec.name, bound,
+                                         lambda _: func(*args, **kwargs))
     return _direct_result(result, exc)

@@ -1,8 +1,9 @@
 """The enforcer, as the call path reads: the modules of :mod:`toolguard.engine` below, in
 the order a call meets them.
 
-* ``_guard`` — :class:`Guard`: tools + policy + store; ``_task`` — :class:`Task`: one agent
-  task, its public methods;
+* ``_guard`` — :class:`Guard`: tools + policy + store, and :class:`Task`, which names its
+  type; ``_guard_args`` — the guard's arguments, checked; ``_task`` —
+  :class:`~toolguard.engine._task.TaskBase`: one agent task, its state and public methods;
 * ``_path`` — the one call path every call takes (any store, enforce / observe / off, audit
   sinks, the failure budget, sync and async): ``call_sync`` / ``call_async`` run ``admit``
   (prepare, begin, decide), execute, ``record``, straight; a call that needs I/O before it
@@ -20,8 +21,10 @@ the order a call meets them.
   declared ``inline``), time it, the error envelope;
 * ``_record`` — ``store.finish`` and the result the model reads;
 * ``_events`` — history and the audit events;
-* ``_call`` — the records a call carries and the protocols the stages see the task and guard
-  through (:class:`~toolguard.engine._call.TaskState`: no stage imports ``Task``);
+* ``_call`` — the records a call carries and the protocols the stages see the task, the
+  guard and a begun call through (:class:`~toolguard.engine._call.TaskState`,
+  ``GuardState``, ``CallingTask``, ``Started``: no stage imports ``Task``, ``Guard`` or the
+  call path);
   ``_batch`` — parallel calls of one message; :mod:`toolguard.tools._entries` — checks when
   a tool is registered.
 
@@ -31,7 +34,7 @@ This module keeps the public names where they always were.
 from __future__ import annotations
 
 from ._call import CallRecord
-from ._guard import Guard
-from ._task import Task, current_idempotency_key
+from ._guard import Guard, Task
+from ._task import current_idempotency_key
 
 __all__ = ["CallRecord", "Guard", "Task", "current_idempotency_key"]

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from inspect import isawaitable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolguard._outcomes import is_unknown_outcome
 from toolguard._types import ALLOW
@@ -20,21 +20,19 @@ from toolguard.stores._base import Snapshot
 from toolguard.tools._context import CURRENT_KEY as _CURRENT_KEY
 
 from . import _approve, _events, _record, _wait
+from ._call import Executor, Started, TaskState, _Config, _Outcome, _Prepared, _RecordedError
 from ._content import safe_str as _safe_str
 from ._threads import Handoff
 
 if TYPE_CHECKING:
     import asyncio
 
-    from ._call import TaskState
-    from ._path import Begun
-
-from ._call import Executor, _Config, _Outcome, _Prepared, _RecordedError
-
 log = logging.getLogger("toolguard")
-Record = Callable[["TaskState", "Begun", Any, "_Outcome | None", float], Any]
+B = TypeVar("B", bound=Started)
+"""The begun call (:class:`toolguard.engine._path.Begun`), seen through :class:`Started`."""
+Record = Callable[[TaskState, B, Any, _Outcome | None, float], Any]
 """:func:`toolguard.engine._path.record`, passed in (the path imports this module)."""
-Interrupted = Callable[["TaskState", "Begun", BaseException], None]
+Interrupted = Callable[[TaskState, B, BaseException], None]
 """:func:`toolguard.engine._path.interrupted`, passed in."""
 
 
@@ -59,8 +57,8 @@ def close_awaitable(value: Awaitable[Any], p: _Prepared) -> Any:
     raise TypeError(f"{p.entry.spec.name} is async: call it with task.acall()")
 
 
-async def run_async(task: TaskState, b: Begun, executor: Executor | None,
-                    record: Record, interrupted: Interrupted
+async def run_async(task: TaskState, b: B, executor: Executor | None,
+                    record: Record[B], interrupted: Interrupted[B]
                     ) -> tuple[Any, _Outcome | None, float]:
     """Run the tool of the begun call ``b`` under ``acall``: ``(value, None, seconds)`` when
     it returned, ``(None, outcome, seconds)`` when it raised (its error envelope). An
@@ -94,7 +92,7 @@ async def run_async(task: TaskState, b: Begun, executor: Executor | None,
     return value, None, perf_counter() - start
 
 
-async def in_thread(task: TaskState, b: Begun, record: Record, interrupted: Interrupted
+async def in_thread(task: TaskState, b: B, record: Record[B], interrupted: Interrupted[B]
                     ) -> tuple[Any, _Outcome | None, float]:
     """A sync tool under ``acall``, in a worker thread: a plain function would block the
     event loop, and concurrent identical acalls would then run one after another and count
@@ -126,7 +124,7 @@ async def in_thread(task: TaskState, b: Begun, record: Record, interrupted: Inte
     return value, None, handoff.duration_s
 
 
-def _record_later(task: TaskState, b: Begun, record: Record, interrupted: Interrupted,
+def _record_later(task: TaskState, b: B, record: Record[B], interrupted: Interrupted[B],
                   value: Any, exc: BaseException | None, took: float) -> None:
     """Record what the tool of a cancelled ``acall`` did, once it ended (in its worker
     thread). Nobody awaits this: a failure is logged."""

@@ -1,7 +1,11 @@
 """The enforcer: :class:`Guard` holds the registered tools, the policy and the state store,
-and hands out :class:`~toolguard.engine._task.Task` handles. Building a tool's entry (its schema,
-defaults, effect and settings) happens here once per tool; the call path is in the stage
-modules named in ``toolguard.engine._engine``."""
+and hands out :class:`Task` handles. Building a tool's entry (its schema, defaults, effect and
+settings) happens here once per tool; its arguments are checked in ``_guard_args``; the
+call path is in the stage modules named in ``toolguard.engine._engine``.
+
+``Task`` is here, beside the class it names as its guard's type, and adds nothing else: its
+state and public methods are :class:`~toolguard.engine._task.TaskBase`'s, which sees the
+guard through a protocol, so ``_task`` never imports this module."""
 
 from __future__ import annotations
 
@@ -44,105 +48,16 @@ from ._approval import (
 from ._audit import AuditEvent, AuditSink
 from ._call import _Config, _Entry
 from ._cost import Price, check_prices
+from ._guard_args import as_policy, audit_sinks, check_approver, store_kind
 from ._inflight import InFlight
-from ._task import Task
+from ._task import TaskBase
 
 if TYPE_CHECKING:
     from toolguard.policy._model import Policy
 
-__all__ = ["Guard"]
+__all__ = ["Guard", "Task"]
 
 log = logging.getLogger("toolguard")
-
-
-def _as_policy(policy: object, where: str) -> Policy:
-    """``policy`` as :class:`Guard` and :meth:`Guard.reload_policy` take it: a Policy as is,
-    a path (``str``/``os.PathLike``) loaded with :func:`toolguard.load_policy`.
-
-    Raises:
-        TypeError: anything else, naming what ``where`` takes.
-        PolicyError: the file is invalid.
-    """
-    from toolguard.policy._model import Policy
-
-    if isinstance(policy, Policy):
-        return policy
-    if isinstance(policy, str | os.PathLike):
-        from toolguard.policy._loader import load_policy
-
-        return load_policy(policy)
-    hint = (": for a mapping, pass toolguard.load_policy_dict(...)"
-            if isinstance(policy, Mapping) else "")
-    raise TypeError(f"{where} takes a toolguard.Policy or a policy file's path (str or "
-                    f"os.PathLike), got {type(policy).__name__}{hint}")
-
-
-_APPROVER = ("a callable taking an ApprovalRequest and returning an ApprovalDecision or an "
-             "awaitable of one (e.g. toolguard.ConsoleApprover())")
-_SINK = ("a callable taking an AuditEvent (e.g. toolguard.MemorySink(), "
-         "toolguard.JsonlSink(path), toolguard.LoggingSink())")
-
-
-def _check_one_argument(value: object, where: str, expected: str) -> None:
-    """Refuse, at construction, what cannot be called with one argument (a call would
-    otherwise fail on every event or approval, far from the mistake).
-
-    Raises:
-        TypeError: ``value`` is not callable, or its signature cannot take one positional
-            argument; the message names ``where`` and what is ``expected``.
-    """
-    if not callable(value):
-        raise TypeError(f"{where} must be {expected}, got {type(value).__name__} {value!r}")
-    try:
-        signature = inspect.signature(value)
-    except (TypeError, ValueError):  # a builtin without a signature: it may well be fine
-        return
-    try:
-        signature.bind(None)
-    except TypeError as error:
-        raise TypeError(f"{where} must be {expected}; {value!r} cannot be called with one "
-                        f"argument ({error})") from None
-
-
-def _sinks(audit: object) -> tuple[AuditSink, ...]:
-    """``Guard(audit=)`` as a tuple of sinks, each checked (see :func:`_check_one_argument`).
-
-    Raises:
-        TypeError: ``audit`` is not an iterable of sinks (a single sink: wrap it in a list).
-    """
-    if not isinstance(audit, Iterable) or isinstance(audit, str | bytes | Mapping):
-        single = " (a single sink: pass audit=[sink])" if callable(audit) else ""
-        raise TypeError(f"Guard(audit=) takes an iterable of sinks, each {_SINK}; got "
-                        f"{type(audit).__name__}{single}")
-    sinks = tuple(audit)
-    for index, sink in enumerate(sinks):
-        _check_one_argument(sink, f"Guard(audit=)[{index}]", _SINK)
-    return sinks
-
-
-def _store_kind(policy: Policy) -> str:
-    """The back-end the policy's ``[store]`` asks for: its ``backend`` when one is named
-    (it must agree with the URL's scheme), else the URL's scheme (``sqlite:`` or Redis),
-    else ``memory``.
-
-    Raises:
-        PolicyError: a URL that the named back-end cannot use.
-    """
-    url = policy.store.url
-    scheme = ("sqlite" if url.startswith("sqlite:") else "redis") if url else None
-    backend = policy.store.backend
-    if policy.source_of("store.backend") == "built-in":
-        return scheme or backend
-    if scheme is not None and scheme != backend:
-        named = {"sqlite": "a SQLite URL", "redis": "a Redis URL"}[scheme]
-        fix = ("drop the URL" if backend == "memory" else
-               f"give a {'sqlite:' if backend == 'sqlite' else 'redis://'} URL")
-        raise PolicyError([PolicyProblem(
-            policy.source_of("store.url"), "store.url",
-            f"{named} is set, but store.backend = \"{backend}\" "
-            f"({policy.source_of('store.backend')}): set store.backend = \"{scheme}\" "
-            f"(TOOLGUARD_STORE__BACKEND={scheme}) or {fix}")])
-    return backend
 
 
 class Guard:
@@ -213,16 +128,16 @@ class Guard:
         self._strict = strict_tools
         self._require_task = require_task
         if approver is not None:
-            _check_one_argument(approver, "Guard(approver=)", _APPROVER)
+            check_approver(approver)
         self._approver: Approver = approver or deny_all
-        self._sinks: tuple[AuditSink, ...] = _sinks(audit)
+        self._sinks: tuple[AuditSink, ...] = audit_sinks(audit)
         self._lock = YieldingLock()  # held for microseconds; waiters never convoy
         self._warned_off = False
         if policy is None:
             from toolguard.policy._model import Policy  # pydantic loads with the first guard
 
             policy = Policy()
-        policy = _as_policy(policy, "Guard(policy=)")
+        policy = as_policy(policy, "Guard(policy=)")
         self._config = self._build(policy)
         self._own_store = store is None  # built from the policy's [store] section
         self._store: Store = store if store is not None else self._default_store(policy)
@@ -259,7 +174,7 @@ class Guard:
 
     def _default_store(self, policy: Policy) -> Store:
         store = policy.store
-        kind = _store_kind(policy)
+        kind = store_kind(policy)
         if kind == "redis":
             from toolguard.stores.redis import RedisStore
 
@@ -372,7 +287,7 @@ class Guard:
         if policy is None:  # load_policy(None) would read the environment: say so instead
             raise TypeError("reload_policy takes a Policy or a policy file's path; to reload "
                             "from the environment, pass toolguard.policy_from_env()")
-        policy = _as_policy(policy, "reload_policy")
+        policy = as_policy(policy, "reload_policy")
         current = self._config.policy
         if self._own_store and (
                 policy.store != current.store
@@ -500,3 +415,16 @@ class Guard:
         if not self._warned_off:
             self._warned_off = True
             log.warning("toolguard: policy mode is 'off': tool calls are not guarded")
+
+
+class Task(TaskBase):
+    """One agent task: the unit that counts, remembers and halts. From :meth:`Guard.task`.
+
+    Thread-safe and asyncio-safe: several threads or coroutines may call through one task
+    (parallel tool calls); state changes are atomic in the store. ``history`` is per process.
+    """
+
+    guard: Guard
+
+    def __init__(self, guard: Guard, task_id: str) -> None:
+        super().__init__(guard, task_id)

@@ -39,7 +39,7 @@ from ._content import as_text, with_notice
 if TYPE_CHECKING:
     from toolguard._results import ToolResult
 
-    from ._engine import Task
+    from ._call import CallingTask
 
 __all__ = ["OnHalt", "arun_tool_calls", "run_tool_calls", "usage_tokens"]
 
@@ -158,8 +158,8 @@ def _halted(exc: Halt) -> str:
 
 
 def _finish(shape: Shape, calls: list[_Call], order: list[tuple[int, bool]],
-            outcomes: Sequence[ToolResult | BaseException | None], task: Task,
-            on_halt: OnHalt) -> list[dict[str, Any]]:
+            outcomes: Sequence[ToolResult | BaseException | None], on_halt: OnHalt
+            ) -> list[dict[str, Any]]:
     """Messages for every call (copies for batch duplicates); raise the first halt, or
     another error, once all are answered."""
     texts: list[tuple[str, bool]] = []
@@ -193,7 +193,7 @@ def _check(on_halt: str) -> None:
         raise ValueError(f"on_halt must be 'raise' or 'return', got {on_halt!r}")
 
 
-def run_tool_calls(task: Task, message: Any, on_halt: OnHalt) -> list[dict[str, Any]]:
+def run_tool_calls(task: CallingTask, message: Any, on_halt: OnHalt) -> list[dict[str, Any]]:
     """See :meth:`Task.run_tool_calls`."""
     _check(on_halt)
     shape, calls = parse_message(message)
@@ -209,10 +209,11 @@ def run_tool_calls(task: Task, message: Any, on_halt: OnHalt) -> list[dict[str, 
             outcomes.append(task.call(tool, args))
         except Halt as exc:
             outcomes.append(exc)
-    return _finish(shape, calls, order, outcomes, task, on_halt)
+    return _finish(shape, calls, order, outcomes, on_halt)
 
 
-async def arun_tool_calls(task: Task, message: Any, on_halt: OnHalt) -> list[dict[str, Any]]:
+async def arun_tool_calls(task: CallingTask, message: Any, on_halt: OnHalt
+                          ) -> list[dict[str, Any]]:
     """See :meth:`Task.arun_tool_calls`: distinct calls run concurrently."""
     import asyncio  # loaded already under a running loop; not by ``import toolguard``
 
@@ -221,7 +222,7 @@ async def arun_tool_calls(task: Task, message: Any, on_halt: OnHalt) -> list[dic
     order, unique = _batch.dedupe(task, [(c.tool, c.args) for c in calls])
     outcomes = await asyncio.gather(*(task.acall(t, a) for t, a in unique),
                                     return_exceptions=True)
-    return _finish(shape, calls, order, outcomes, task, on_halt)
+    return _finish(shape, calls, order, outcomes, on_halt)
 
 
 def _int(value: Any) -> int:

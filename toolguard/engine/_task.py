@@ -1,8 +1,12 @@
-"""One agent task: :class:`Task`, the unit that counts, remembers and halts. Its public
-methods (``call``, ``acall``, ``begin``, batches, usage, approvals, ``resume``) are here;
-a call goes from :meth:`Task.call` to :func:`toolguard.engine._path.call_sync`, the one call path,
-which reads the task through :class:`toolguard.engine._call.TaskState` (see
-``toolguard.engine._engine``)."""
+"""One agent task: :class:`TaskBase`, the unit that counts, remembers and halts, with the
+public methods of :class:`~toolguard.Task` (``call``, ``acall``, ``begin``, batches, usage,
+approvals, ``resume``). A call goes from :meth:`TaskBase.call` to
+:func:`toolguard.engine._path.call_sync`, the one call path, which reads the task through
+:class:`toolguard.engine._call.TaskState` (see ``toolguard.engine._engine``).
+
+The task knows its guard through :class:`~toolguard.engine._call.GuardState` only:
+``Task`` itself, which adds the guard's type, lives beside ``Guard`` in
+``toolguard.engine._guard``, so that neither module imports the other."""
 
 from __future__ import annotations
 
@@ -24,24 +28,25 @@ from toolguard.stores._base import (
 )
 from toolguard.tools._context import CURRENT_KEY as _CURRENT_KEY
 from toolguard.tools._context import CURRENT_TASK as _CURRENT_TASK
+from toolguard.tools._context import ActiveTask
 from toolguard.tools._decorators import ToolSpec, is_recorded
 from toolguard.tools._integration import sync_runner
 
 from . import _approve, _batch, _events, _path, _usage
 from . import _pending as _pending_stage
 from ._approval import Approver
-from ._call import CallRecord, Executor, _RecordedError
+from ._call import CallRecord, GuardState, _RecordedError
 from ._cost import to_usd
 from ._direct import direct_call, direct_call_async
 from ._loops import OnHalt, arun_tool_calls, run_tool_calls
 from ._pending import PendingCall
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from toolguard.hashing._normalize import ResultNormalizer
 
-    from ._guard import Guard
-
-__all__ = ["Task", "current_idempotency_key"]
+__all__ = ["TaskBase", "current_idempotency_key"]
 
 
 def current_idempotency_key() -> str | None:
@@ -54,14 +59,15 @@ def current_idempotency_key() -> str | None:
     return None if current is None else forwarded_key(*current)
 
 
-class Task:
-    """One agent task: the unit that counts, remembers and halts. From :meth:`Guard.task`.
+class TaskBase:
+    """One agent task: what :class:`~toolguard.Task` is, but for the guard's type (see the
+    module's docstring).
 
     Thread-safe and asyncio-safe: several threads or coroutines may call through one task
     (parallel tool calls); state changes are atomic in the store. ``history`` is per process.
     """
 
-    def __init__(self, guard: Guard, task_id: str) -> None:
+    def __init__(self, guard: GuardState, task_id: str) -> None:
         self.guard = guard
         self.task_id = task_id
         self._limit = guard._config.policy.idempotency.max_entries
@@ -73,14 +79,14 @@ class Task:
         self._id_suffix = f"@{os.urandom(4).hex()}"  # what secrets.token_hex(4) does
         # signature -> last result, for read-only blocks; oldest first, bounded
         self._last_content: OrderedDict[str, Any] = OrderedDict()
-        self._tokens: list[contextvars.Token[Task | None]] = []
+        self._tokens: list[contextvars.Token[ActiveTask | None]] = []
         # short text result -> (its normalizer, digest, kind); bounded (_record._digest)
         self._digests: dict[str, tuple[ResultNormalizer, str, str]] = {}
         # signature -> digest of its last successful result here (_record.progress_of)
         self._last_digest: OrderedDict[str, str] = OrderedDict()
 
     # -- context management -------------------------------------------------------------
-    def __enter__(self) -> Task:
+    def __enter__(self) -> Self:
         self._tokens.append(_CURRENT_TASK.set(self))
         return self
 
@@ -96,7 +102,7 @@ class Task:
                         HALT if failed else ALLOW,
                         "the turn ended in a halt" if failed else "", extra=usage)
 
-    async def __aenter__(self) -> Task:
+    async def __aenter__(self) -> Self:
         return self.__enter__()
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
@@ -314,19 +320,6 @@ class Task:
         on I/O is called from a worker thread; report with ``pending.afinish(value)``,
         ``afail(exc)`` or ``aunknown()``."""
         return await _pending_stage.abegin(self, tool, args, approver, resumed)
-
-    def _run_sync(self, tool: str, raw: Any, executor: Executor | None,
-                  approver: Approver | None = None, resumed: bool = False
-                  ) -> tuple[ToolResult, BaseException | None]:
-        """The call path (:func:`toolguard.engine._path.call_sync`): ``(result, the exception the
-        tool raised)``, for callers that re-raise the tool's own exception (direct calls)."""
-        return _path.call_sync(self, tool, raw, executor, approver, resumed)
-
-    async def _run_async(self, tool: str, raw: Any, executor: Executor | None,
-                         approver: Approver | None = None, resumed: bool = False
-                         ) -> tuple[ToolResult, BaseException | None]:
-        """:meth:`_run_sync` under asyncio (:func:`toolguard.engine._path.call_async`)."""
-        return await _path.call_async(self, tool, raw, executor, approver, resumed)
 
     def _runnable(self, tool: str, *, sync: bool) -> None:
         """Refuse, before anything is counted, a call the host got wrong: a tool known by

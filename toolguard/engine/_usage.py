@@ -16,13 +16,12 @@ from ._cost import genai_price, model_of, to_nusd, to_usd
 from ._loops import usage_tokens
 
 if TYPE_CHECKING:
-    from ._engine import Task
-    from ._guard import Guard
+    from ._call import GuardState, TaskState
 
 __all__ = ["record_usage"]
 
 
-def record_usage(task: Task, input_tokens: int | Any, output_tokens: int, model: str | None,
+def record_usage(task: TaskState, input_tokens: int | Any, output_tokens: int, model: str | None,
                  tool: str | None) -> None:
     """``Task.record_usage``: add the tokens and their price to the task's counters, then
     halt it if a budget is exceeded (see that method for the arguments and errors)."""
@@ -70,7 +69,7 @@ def record_usage(task: Task, input_tokens: int | Any, output_tokens: int, model:
                          f"{to_usd(used):.6f})", limit_usd, to_usd(used), tool)
 
 
-def _price(guard: Guard, model: str | None, input_tokens: int, output_tokens: int
+def _price(guard: GuardState, model: str | None, input_tokens: int, output_tokens: int
            ) -> int | None:
     """Nano-dollars of the tokens by the guard's price function; None if unknown."""
     if model is None:
@@ -80,7 +79,7 @@ def _price(guard: Guard, model: str | None, input_tokens: int, output_tokens: in
     return None if usd is None else to_nusd(usd)
 
 
-def _usage_tool(task: Task) -> str:
+def _usage_tool(task: TaskState) -> str:
     """The guarded tool of ``task`` running in this context (its idempotency key is
     ``task:tool:hash``), or ``""``."""
     running = CURRENT_KEY.get()
@@ -90,7 +89,7 @@ def _usage_tool(task: Task) -> str:
     return running[0][len(prefix):].rpartition(":")[0]
 
 
-def _halt_budget(task: Task, budget: str, reason: str, limit: float, used: float, tool: str
+def _halt_budget(task: TaskState, budget: str, reason: str, limit: float, used: float, tool: str
                  ) -> NoReturn:
     """Halt the task on a budget (``max_tokens``, ``max_cost_usd``) that reported usage,
     not a call, exceeded."""

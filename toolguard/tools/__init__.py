@@ -8,7 +8,7 @@ registered by name and the ``run=`` executor (``_integration``), a tool's effect
 the schemas exported for the model (``_exports``), and the task of the active ``with`` block
 (``_context``), through which a decorated tool called directly reaches its task.
 
-May import: the root vocabulary, :mod:`toolguard.policy` and :mod:`toolguard.hashing`; the
-engine only for its types (``if TYPE_CHECKING:``: ``Task`` in ``_context``), which a protocol
-is to replace.
+May import: the root vocabulary, :mod:`toolguard.policy` and :mod:`toolguard.hashing`; never
+the engine, not even for a type: the decorators see the active task through a protocol
+(``_context.ActiveTask``).
 """

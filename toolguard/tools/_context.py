@@ -2,26 +2,36 @@
 calls of decorated tools go through it) and the idempotency key of the call whose tool is
 running (:func:`toolguard.current_idempotency_key`); and the guards that refuse a direct
 call outside any task (``require_task``). A leaf module: the decorators read it without
-importing the engine, which sets it.
+importing the engine, which sets it; they see the task through :class:`ActiveTask`.
 """
 
 from __future__ import annotations
 
 import contextvars
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from toolguard._errors import ToolGuardError
 
 if TYPE_CHECKING:
-    from toolguard.engine._engine import Task
-
     from ._spec import ToolSpec
 
-__all__ = ["CURRENT_KEY", "CURRENT_TASK", "REQUIRING", "refuse_outside_task"]
+__all__ = ["CURRENT_KEY", "CURRENT_TASK", "REQUIRING", "ActiveTask", "refuse_outside_task"]
 
-CURRENT_TASK: contextvars.ContextVar[Task | None] = contextvars.ContextVar(
+
+class ActiveTask(Protocol):
+    """What a decorated tool called directly sees of the task whose ``with`` block is active
+    (a :class:`~toolguard.Task`; a protocol, so that the tools never import the engine)."""
+
+    def _direct_call(self, spec: ToolSpec, func: Callable[..., Any], args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any: ...
+
+    async def _direct_call_async(self, spec: ToolSpec, func: Callable[..., Awaitable[Any]],
+                                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+
+CURRENT_TASK: contextvars.ContextVar[ActiveTask | None] = contextvars.ContextVar(
     "toolguard_task", default=None
 )
 # the running call's idempotency key and the id of the execution it belongs to
