@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
-"""Runs a call in place of the registered function: is passed the validated arguments
-(replay's recorded result, a direct call's own arguments, ``run=``)."""
 
 
 _WAIT_POLL_S: Final = (0.001, 0.05)  # first and longest sleep while waiting on another call
