@@ -32,8 +32,9 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,18 +124,47 @@ def build_guard(host: Host, given: str | None, env: Mapping[str, str]) -> Guard:
 
 
 _GUARDS: dict[tuple[Any, ...], Guard] = {}
+_CWD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def working_directory(cwd: str | None) -> Iterator[None]:
+    """Run the body in ``cwd`` (None: where the process is), so that a relative
+    ``--policy``, ``TOOLGUARD_POLICY``, ``TOOLGUARD_POLICY_DIR``, ``TOOLGUARD_STATE_DIR`` or
+    ``sqlite:///`` URL resolves as in the hook command itself. The working directory is the
+    whole process's: the hook server's threads take turns here, and answer the rest of an
+    event with the absolute paths resolved in it.
+
+    Raises:
+        HookError: ``cwd`` cannot be entered.
+    """
+    if cwd is None:
+        yield
+        return
+    with _CWD_LOCK:
+        before = Path.cwd()
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            raise HookError(f"cannot enter the hook command's working directory {cwd}: "
+                            f"{exc.strerror or exc}") from None
+        try:
+            yield
+        finally:
+            os.chdir(before)
 
 
 def cached_guard(host: Host, given: str | None, env: Mapping[str, str]) -> Guard:
     """:func:`build_guard`, kept for the life of the process (the hook server's) under the
-    policy file, its modification time and the ``TOOLGUARD_*`` variables: a changed file is
-    read again."""
+    working directory, the policy file, its modification time and the ``TOOLGUARD_*``
+    variables: a changed file is read again, and the same relative names in another
+    directory are other files."""
     path = policy_path(host, given, env)
     try:
         mtime = path.stat().st_mtime_ns
     except OSError:
         mtime = None  # build_guard says why it cannot be read
-    key = (host.name, str(path.absolute()), mtime, str(state_dir(env)),
+    key = (host.name, str(Path.cwd()), str(path.absolute()), mtime, str(state_dir(env)),
            tuple(sorted((k, v) for k, v in env.items() if k.startswith("TOOLGUARD_"))))
     guard = _GUARDS.get(key)
     if guard is None:
@@ -371,8 +401,10 @@ def _text(value: Any) -> str:
 
 # -- the command -----------------------------------------------------------------------------
 def main(argv: list[str], stdin: Any = None, stdout: Any = None, stderr: Any = None,
-         env: Mapping[str, str] | None = None) -> int:
-    """``toolguard hook HOST [--policy FILE]``: answer one event; returns the exit code."""
+         env: Mapping[str, str] | None = None, cwd: str | None = None) -> int:
+    """``toolguard hook HOST [--policy FILE]``: answer one event; returns the exit code.
+    ``cwd``: the hook command's working directory, when another process answers for it
+    (the hook server; None: this process's own)."""
     from ._hosts import HOSTS
 
     stdin = stdin or sys.stdin.buffer
@@ -394,8 +426,10 @@ def main(argv: list[str], stdin: Any = None, stdout: Any = None, stderr: Any = N
     event: Event | None = None
     try:
         event = host.parse(stdin.read())
-        guard = cached_guard(host, given, environ)
-        answer = handle(Session(guard, host, event, state_dir(environ)), event)
+        with working_directory(cwd):
+            guard = cached_guard(host, given, environ)
+            root = state_dir(environ).absolute()
+        answer = handle(Session(guard, host, event, root), event)
     except HookError as exc:
         return _failed(host, event, str(exc), exc.closed, stderr)
     except Exception as exc:  # noqa: BLE001 - a bug or a store failure: one line, no traceback
