@@ -441,11 +441,10 @@ def test_threads_share_one_file(tmp_path: Path, clock: FakeClock) -> None:
 def _open_on(path: Path) -> int:
     """How many of this process's descriptors are open on ``path`` (its WAL and index
     included)."""
-    fds = Path("/proc/self/fd")
     names = []
-    for fd in fds.iterdir():
-        with contextlib.suppress(OSError):
-            names.append(os.readlink(fd))
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # the directory's own descriptor is gone by now
+            names.append(str(fd.readlink()))
     return sum(name.startswith(str(path)) for name in names)
 
 
