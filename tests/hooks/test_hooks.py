@@ -507,3 +507,131 @@ def test_resume_lifts_a_halted_task_in_the_store_a_policy_names(tmp_path: Path) 
     assert not guard.task("job-7").halted
     again = subprocess.run(run, env=environ, capture_output=True, text=True, check=True)
     assert again.stdout.strip() == "task job-7 is not halted"
+
+
+# -- approval where the host has no "ask" ----------------------------------------------------
+def _reason(answer: dict[str, Any]) -> str:
+    """The text a denial gives the model, in Codex CLI's (Claude Code's) or Gemini CLI's
+    shape."""
+    if "hookSpecificOutput" in answer:
+        return str(answer["hookSpecificOutput"]["permissionDecisionReason"])
+    return str(answer["reason"])
+
+
+def _approve_at_a_terminal(command: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in a shell whose stdin is a terminal where a human typed ``y``."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    os.write(controller, b"y\n")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGUARD_")}
+    environ.update(XDG_CONFIG_HOME=str(home), PYTHONPATH=str(Path(__file__).parents[2]),
+                   PATH=os.pathsep.join([str(Path(sys.executable).parent), environ["PATH"]]))
+    try:
+        return subprocess.run(["sh", "-c", command], stdin=terminal, env=environ,
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+
+
+@pytest.mark.parametrize("host", ["codex", "gemini"])
+def test_a_call_that_needs_approval_is_denied_with_the_command_that_approves_it(
+        env: dict[str, str], host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Codex CLI and Gemini CLI have no ``ask``: the call is denied (never run unapproved),
+    the denial names the shell command that approves it in the hook's own store, and once a
+    human ran it the model's identical retry runs, once."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the approval secret
+    policy = tmp_path / "policy.toml"
+    policy.write_text("strict_tools = false\n[tools.deploy]\nrequires_approval = true\n")
+    args = {"to": "prod"}
+    pre = (_codex("PreToolUse", "d1", tool_name="deploy", tool_input=args) if host == "codex"
+           else _gemini("BeforeTool", "deploy", args))
+    post = ({**pre, "hook_event_name": "PostToolUse", "tool_response": "deployed"}
+            if host == "codex" else {**pre, "hook_event_name": "AfterTool",
+                                     "tool_response": {"llmContent": "deployed"}})
+    code, answer, _ = _event(env, pre, host, "--policy", str(policy))
+    assert code == 0 and answer is not None
+    reason = _reason(answer)
+    assert "waiting for a human decision" in reason
+    command = reason.rpartition("A human approves it at a terminal with: ")[2]
+    store = Path(env["TOOLGUARD_STATE_DIR"]).absolute() / "state.db"
+    assert command.startswith(f"TOOLGUARD_STORE__URL=sqlite:///{store} toolguard approve "
+                              f"{host}:")
+    assert answer["systemMessage"].endswith(command)  # the user sees it too
+    assert _reason(_event(env, pre, host, "--policy", str(policy))[1]).endswith(command)
+    done = _approve_at_a_terminal(command, tmp_path / "config")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("approved ")
+    assert _event(env, pre, host, "--policy", str(policy)) == (0, None, "")  # it runs
+    assert _event(env, post, host, "--policy", str(policy))[0] == 0
+    _, again, _ = _event(env, pre, host, "--policy", str(policy))  # done: not run twice
+    assert again is not None and "NOT executed again" in _reason(again)
+
+
+def test_claude_code_keeps_its_own_permission_prompt(env: dict[str, str], tmp_path: Path
+                                                     ) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("strict_tools = false\n[tools.deploy]\nrequires_approval = true\n")
+    _, answer, _ = _event(env, _pre("deploy", {"to": "prod"}, "d1"), "claude-code",
+                          "--policy", str(policy))
+    assert _decision(answer) == "ask"
+    assert "toolguard approve" not in json.dumps(answer)
+
+
+# -- how a call ended ------------------------------------------------------------------------
+@pytest.mark.parametrize("report", [
+    {"hook_event_name": "PostToolUse",
+     "tool_response": {"stdout": "", "stderr": "", "interrupted": True, "isImage": False}},
+    {"hook_event_name": "PostToolUseFailure", "error": "Interrupted", "is_interrupt": True},
+])
+def test_an_interrupted_claude_code_command_has_an_unknown_outcome(
+        env: dict[str, str], report: dict[str, Any]) -> None:
+    """Stopped part way, a write may or may not have happened: its identical retry goes to
+    the user's prompt, neither answered as done nor run blind."""
+    bash = {"command": "cp build/app /srv/app"}
+    assert _event(env, _pre("Bash", bash, "b1")) == (0, None, "")
+    assert _event(env, {**_pre("Bash", bash, "b1"), **report})[0] == 0
+    _, answer, _ = _event(env, _pre("Bash", bash, "b2"))
+    assert _decision(answer) == "ask"
+    assert "without a known outcome" in answer["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+def _gemini_shell(env: dict[str, str], text: str) -> dict[str, Any] | None:
+    """A mutating ``run_shell_command`` that ended with ``text``, then the same command
+    again: the second answer."""
+    shell = {"command": "cp build/app /srv/app"}
+    assert _event(env, _gemini("BeforeTool", "run_shell_command", shell), "gemini")[1] is None
+    after = _gemini("AfterTool", "run_shell_command", shell,
+                    tool_response={"llmContent": text, "returnDisplay": ""})
+    assert _event(env, after, "gemini")[0] == 0
+    code, answer, _ = _event(env, _gemini("BeforeTool", "run_shell_command", shell), "gemini")
+    assert code == 0
+    return answer  # type: ignore[no-any-return]
+
+
+def test_a_gemini_command_that_exits_non_zero_failed(env: dict[str, str]) -> None:
+    """Gemini CLI's shell tool says how a command ended in its text only: ``Exit Code: N``
+    is a failure (an identical retry runs), no such line a success (answered as done)."""
+    assert _gemini_shell(env, "Output: cp: cannot stat\nExit Code: 1\n"
+                              "Process Group PGID: 4242") is None
+    done = _gemini_shell({"TOOLGUARD_STATE_DIR": env["TOOLGUARD_STATE_DIR"] + "-ok"},
+                         "Output: (empty)\nProcess Group PGID: 4242")
+    assert done is not None and "NOT executed again" in done["reason"]
+
+
+@pytest.mark.parametrize("text", [
+    "Command was cancelled by user before it could complete. There was no output before it "
+    "was cancelled.",
+    "Command was automatically cancelled because it exceeded the timeout of 5.0 minutes "
+    "without output.",
+    "Output: (empty)\nSignal: 9\nProcess Group PGID: 4242",
+])
+def test_a_cancelled_gemini_command_has_an_unknown_outcome(env: dict[str, str], text: str
+                                                           ) -> None:
+    answer = _gemini_shell(env, text)
+    assert answer is not None and answer["decision"] == "deny"
+    assert "without a known outcome" in answer["reason"]
+    assert "toolguard approve" in answer["reason"]
+
