@@ -635,3 +635,30 @@ def test_a_cancelled_gemini_command_has_an_unknown_outcome(env: dict[str, str], 
     assert "without a known outcome" in answer["reason"]
     assert "toolguard approve" in answer["reason"]
 
+
+# -- status and resume from a shell ------------------------------------------------------------
+def test_status_and_resume_fail_in_one_line(env: dict[str, str]) -> None:
+    state = Path(env["TOOLGUARD_STATE_DIR"])
+    (state / "halted").mkdir(parents=True)
+    (state / "halted" / "x.json").write_text('{"host": "codex"}')
+    (state / "state.db").write_bytes(b"not a database at all, not even close" * 4)
+    environ = {**os.environ, **env, "PYTHONPATH": str(Path(__file__).parents[2])}
+    run = [sys.executable, "-m", "toolguard"]
+    for args, code, said in [
+            (["resume", "s1"], 2, f"{state / 'state.db'}"),
+            (["resume", "codex:"], 2, "no session id"),
+            (["status"], 0, "skipped"),
+    ]:
+        done = subprocess.run([*run, *args], env=environ, capture_output=True, text=True,
+                              check=False)
+        assert done.returncode == code, done.stderr
+        assert done.stderr.count("\n") == 1 and said in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_approve_says_which_stores_it_decides_in() -> None:
+    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-m", "toolguard", "approve", "--help"],
+                          env=environ, capture_output=True, text=True, check=True)
+    assert "SQLite" in done.stdout and "sqlite:///" in done.stdout
+    assert "(Redis) store" not in done.stdout
