@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 import toolguard as tg
+from tests.mcp_support import approve_at_a_terminal
 from tests.redis_support import REDIS_URL
 from toolguard.hooks import _hook as _hooks
 from toolguard.hooks._cli import install_hooks, uninstall_hooks
@@ -518,23 +520,6 @@ def _reason(answer: dict[str, Any]) -> str:
     return str(answer["reason"])
 
 
-def _approve_at_a_terminal(command: str, home: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` in a shell whose stdin is a terminal where a human typed ``y``."""
-    import pty
-
-    controller, terminal = pty.openpty()
-    os.write(controller, b"y\n")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGUARD_")}
-    environ.update(XDG_CONFIG_HOME=str(home), PYTHONPATH=str(Path(__file__).parents[2]),
-                   PATH=os.pathsep.join([str(Path(sys.executable).parent), environ["PATH"]]))
-    try:
-        return subprocess.run(["sh", "-c", command], stdin=terminal, env=environ,
-                              capture_output=True, text=True, timeout=120, check=False)
-    finally:
-        os.close(controller)
-        os.close(terminal)
-
-
 @pytest.mark.parametrize("host", ["codex", "gemini"])
 def test_a_call_that_needs_approval_is_denied_with_the_command_that_approves_it(
         env: dict[str, str], host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -561,9 +546,12 @@ def test_a_call_that_needs_approval_is_denied_with_the_command_that_approves_it(
                               f"{host}:")
     assert answer["systemMessage"].endswith(command)  # the user sees it too
     assert _reason(_event(env, pre, host, "--policy", str(policy))[1]).endswith(command)
-    done = _approve_at_a_terminal(command, tmp_path / "config")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("approved ")
+    variable, program, verb, key = shlex.split(command)  # what a human types in a shell
+    assert (program, verb) == ("toolguard", "approve")
+    name, _, url = variable.partition("=")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGUARD_")}
+    code, out = approve_at_a_terminal(key, "y", {**environ, name: url})
+    assert code == 0 and f"approved {key}" in out, out
     assert _event(env, pre, host, "--policy", str(policy)) == (0, None, "")  # it runs
     assert _event(env, post, host, "--policy", str(policy))[0] == 0
     _, again, _ = _event(env, pre, host, "--policy", str(policy))  # done: not run twice
