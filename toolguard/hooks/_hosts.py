@@ -176,7 +176,7 @@ class Host:
         result: Any = None
         if kind == "post":
             kind, result = self.outcome(tool, payload.get("tool_response"))
-        elif payload.get("is_interrupt") is True:  # Claude Code: stopped part way
+        elif kind == "failed" and payload.get("is_interrupt") is True:  # stopped part way
             kind, result = "unknown", _INTERRUPTED
         elif kind == "failed":
             result = next((payload[f] for f in self.failure_fields if payload.get(f)),
