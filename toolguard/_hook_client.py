@@ -63,6 +63,21 @@ def _ask_server(path: str, request: bytes) -> "bytes | None":
         client.close()
 
 
+def request(argv: "list[str]", data: bytes, env: "dict[str, str] | os._Environ[str]",
+            cwd: str) -> bytes:
+    """What the server is sent for one event: the command's arguments, the variables that
+    select the policy, the state and the store, its working directory (where relative names
+    among them resolve), and the event."""
+    import json
+
+    return json.dumps({
+        "argv": argv,
+        "env": {k: v for k, v in env.items() if k.startswith(ENV_PREFIXES)},
+        "cwd": cwd,
+        "stdin": data.decode("utf-8", "surrogateescape"),
+    }).encode("utf-8", "surrogateescape")
+
+
 def _start_server() -> None:
     """Start the hook server in the background, detached from this process and the host."""
     import subprocess
@@ -103,14 +118,8 @@ def main() -> int:
     env = os.environ
     use_server = env.get("TOOLGUARD_HOOK_SERVER", "1") != "0"
     if use_server:
-        request = json.dumps({
-            "argv": argv,
-            "env": {k: v for k, v in env.items() if k.startswith(ENV_PREFIXES)},
-            "cwd": os.getcwd(),
-            "stdin": data.decode("utf-8", "surrogateescape"),
-        }).encode("utf-8", "surrogateescape")
         try:
-            reply = _ask_server(socket_path(env), request)
+            reply = _ask_server(socket_path(env), request(argv, data, env, os.getcwd()))
         except OSError as exc:
             return _lost(data, f"the hook server took the event and failed ({exc})")
         if reply is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 import toolguard as tg
+from tests.mcp_support import approve_at_a_terminal
 from tests.redis_support import REDIS_URL
 from toolguard.hooks import _hook as _hooks
 from toolguard.hooks._cli import install_hooks, uninstall_hooks
@@ -507,3 +509,144 @@ def test_resume_lifts_a_halted_task_in_the_store_a_policy_names(tmp_path: Path) 
     assert not guard.task("job-7").halted
     again = subprocess.run(run, env=environ, capture_output=True, text=True, check=True)
     assert again.stdout.strip() == "task job-7 is not halted"
+
+
+# -- approval where the host has no "ask" ----------------------------------------------------
+def _reason(answer: dict[str, Any]) -> str:
+    """The text a denial gives the model, in Codex CLI's (Claude Code's) or Gemini CLI's
+    shape."""
+    if "hookSpecificOutput" in answer:
+        return str(answer["hookSpecificOutput"]["permissionDecisionReason"])
+    return str(answer["reason"])
+
+
+@pytest.mark.parametrize("host", ["codex", "gemini"])
+def test_a_call_that_needs_approval_is_denied_with_the_command_that_approves_it(
+        env: dict[str, str], host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Codex CLI and Gemini CLI have no ``ask``: the call is denied (never run unapproved),
+    the denial names the shell command that approves it in the hook's own store, and once a
+    human ran it the model's identical retry runs, once."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the approval secret
+    policy = tmp_path / "policy.toml"
+    policy.write_text("strict_tools = false\n[tools.deploy]\nrequires_approval = true\n")
+    args = {"to": "prod"}
+    pre = (_codex("PreToolUse", "d1", tool_name="deploy", tool_input=args) if host == "codex"
+           else _gemini("BeforeTool", "deploy", args))
+    post = ({**pre, "hook_event_name": "PostToolUse", "tool_response": "deployed"}
+            if host == "codex" else {**pre, "hook_event_name": "AfterTool",
+                                     "tool_response": {"llmContent": "deployed"}})
+    code, answer, _ = _event(env, pre, host, "--policy", str(policy))
+    assert code == 0 and answer is not None
+    reason = _reason(answer)
+    assert "waiting for a human decision" in reason
+    command = reason.rpartition("A human approves it at a terminal with: ")[2]
+    store = Path(env["TOOLGUARD_STATE_DIR"]).absolute() / "state.db"
+    assert command.startswith(f"TOOLGUARD_STORE__URL=sqlite:///{store} toolguard approve "
+                              f"{host}:")
+    assert answer["systemMessage"].endswith(command)  # the user sees it too
+    assert _reason(_event(env, pre, host, "--policy", str(policy))[1]).endswith(command)
+    variable, program, verb, key = shlex.split(command)  # what a human types in a shell
+    assert (program, verb) == ("toolguard", "approve")
+    name, _, url = variable.partition("=")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TOOLGUARD_")}
+    code, out = approve_at_a_terminal(key, "y", {**environ, name: url})
+    assert code == 0 and f"approved {key}" in out, out
+    assert _event(env, pre, host, "--policy", str(policy)) == (0, None, "")  # it runs
+    assert _event(env, post, host, "--policy", str(policy))[0] == 0
+    _, again, _ = _event(env, pre, host, "--policy", str(policy))  # done: not run twice
+    assert again is not None and "NOT executed again" in _reason(again)
+
+
+def test_claude_code_keeps_its_own_permission_prompt(env: dict[str, str], tmp_path: Path
+                                                     ) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("strict_tools = false\n[tools.deploy]\nrequires_approval = true\n")
+    _, answer, _ = _event(env, _pre("deploy", {"to": "prod"}, "d1"), "claude-code",
+                          "--policy", str(policy))
+    assert _decision(answer) == "ask"
+    assert "toolguard approve" not in json.dumps(answer)
+
+
+# -- how a call ended ------------------------------------------------------------------------
+@pytest.mark.parametrize("report", [
+    {"hook_event_name": "PostToolUse",
+     "tool_response": {"stdout": "", "stderr": "", "interrupted": True, "isImage": False}},
+    {"hook_event_name": "PostToolUseFailure", "error": "Interrupted", "is_interrupt": True},
+])
+def test_an_interrupted_claude_code_command_has_an_unknown_outcome(
+        env: dict[str, str], report: dict[str, Any]) -> None:
+    """Stopped part way, a write may or may not have happened: its identical retry goes to
+    the user's prompt, neither answered as done nor run blind."""
+    bash = {"command": "cp build/app /srv/app"}
+    assert _event(env, _pre("Bash", bash, "b1")) == (0, None, "")
+    assert _event(env, {**_pre("Bash", bash, "b1"), **report})[0] == 0
+    _, answer, _ = _event(env, _pre("Bash", bash, "b2"))
+    assert _decision(answer) == "ask"
+    assert "without a known outcome" in answer["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+def _gemini_shell(env: dict[str, str], text: str) -> dict[str, Any] | None:
+    """A mutating ``run_shell_command`` that ended with ``text``, then the same command
+    again: the second answer."""
+    shell = {"command": "cp build/app /srv/app"}
+    assert _event(env, _gemini("BeforeTool", "run_shell_command", shell), "gemini")[1] is None
+    after = _gemini("AfterTool", "run_shell_command", shell,
+                    tool_response={"llmContent": text, "returnDisplay": ""})
+    assert _event(env, after, "gemini")[0] == 0
+    code, answer, _ = _event(env, _gemini("BeforeTool", "run_shell_command", shell), "gemini")
+    assert code == 0
+    return answer  # type: ignore[no-any-return]
+
+
+def test_a_gemini_command_that_exits_non_zero_failed(env: dict[str, str]) -> None:
+    """Gemini CLI's shell tool says how a command ended in its text only: ``Exit Code: N``
+    is a failure (an identical retry runs), no such line a success (answered as done)."""
+    assert _gemini_shell(env, "Output: cp: cannot stat\nExit Code: 1\n"
+                              "Process Group PGID: 4242") is None
+    done = _gemini_shell({"TOOLGUARD_STATE_DIR": env["TOOLGUARD_STATE_DIR"] + "-ok"},
+                         "Output: (empty)\nProcess Group PGID: 4242")
+    assert done is not None and "NOT executed again" in done["reason"]
+
+
+@pytest.mark.parametrize("text", [
+    "Command was cancelled by user before it could complete. There was no output before it "
+    "was cancelled.",
+    "Command was automatically cancelled because it exceeded the timeout of 5.0 minutes "
+    "without output.",
+    "Output: (empty)\nSignal: 9\nProcess Group PGID: 4242",
+])
+def test_a_cancelled_gemini_command_has_an_unknown_outcome(env: dict[str, str], text: str
+                                                           ) -> None:
+    answer = _gemini_shell(env, text)
+    assert answer is not None and answer["decision"] == "deny"
+    assert "without a known outcome" in answer["reason"]
+    assert "toolguard approve" in answer["reason"]
+
+
+# -- status and resume from a shell ------------------------------------------------------------
+def test_status_and_resume_fail_in_one_line(env: dict[str, str]) -> None:
+    state = Path(env["TOOLGUARD_STATE_DIR"])
+    (state / "halted").mkdir(parents=True)
+    (state / "halted" / "x.json").write_text('{"host": "codex"}')
+    (state / "state.db").write_bytes(b"not a database at all, not even close" * 4)
+    environ = {**os.environ, **env, "PYTHONPATH": str(Path(__file__).parents[2])}
+    run = [sys.executable, "-m", "toolguard"]
+    for args, code, said in [
+            (["resume", "s1"], 2, f"{state / 'state.db'}"),
+            (["resume", "codex:"], 2, "no session id"),
+            (["status"], 0, "skipped"),
+    ]:
+        done = subprocess.run([*run, *args], env=environ, capture_output=True, text=True,
+                              check=False)
+        assert done.returncode == code, done.stderr
+        assert done.stderr.count("\n") == 1 and said in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_approve_says_which_stores_it_decides_in() -> None:
+    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-m", "toolguard", "approve", "--help"],
+                          env=environ, capture_output=True, text=True, check=True)
+    assert "SQLite" in done.stdout and "sqlite:///" in done.stdout
+    assert "(Redis) store" not in done.stdout

@@ -438,6 +438,32 @@ def test_threads_share_one_file(tmp_path: Path, clock: FakeClock) -> None:
     store.close()
 
 
+def _open_on(path: Path) -> int:
+    """How many of this process's descriptors are open on ``path`` (its WAL and index
+    included)."""
+    names = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # the directory's own descriptor is gone by now
+            names.append(str(fd.readlink()))
+    return sum(name.startswith(str(path)) for name in names)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+def test_threads_that_come_and_go_leave_no_connection_behind(tmp_path: Path) -> None:
+    """A long-lived process that runs each request in a new thread (the hook server) keeps
+    a few connections, however many threads it ran (before: one per thread, never closed)."""
+    db = tmp_path / "state.db"
+    store = SQLiteStore(db)
+    for i in range(40):
+        thread = threading.Thread(target=store.new_turn, args=(f"task-{i}",))
+        thread.start()
+        thread.join()
+    assert 0 < _open_on(db) <= 6  # a connection holds the file, its WAL and its index
+    assert store.usage("task-39").epoch == 1
+    store.close()
+    assert _open_on(db) == 0
+
+
 @pytest.mark.redis
 def test_the_benchmark_runs(tmp_path: Path) -> None:
     # benchmarks/sqlite_store.py, wall clock only, one short round: every figure and ratio

@@ -82,8 +82,8 @@ def shared_store_guard(file: Path | None, env: str | None) -> Guard:
     guard = Guard(load_cli_policy(file, env), strict_tools=False)
     if isinstance(guard.store, MemoryStore):
         fail("no shared store is configured, so no other process would see this: set "
-             "TOOLGUARD_STORE__URL=redis://... (the store your agents use) or [store] in "
-             "--policy")
+             "TOOLGUARD_STORE__URL=redis://... or sqlite:///PATH (the store your agents "
+             "use) or [store] in --policy")
     return guard
 
 

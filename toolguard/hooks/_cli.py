@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
+from toolguard._errors import StoreError
 from toolguard.commands._common import fail
 
 from ._hook import state_dir
@@ -287,22 +288,27 @@ def register(app: typer.Typer) -> None:
         for note in notes:
             try:
                 data = json.loads(note.read_text("utf-8"))
-            except (OSError, ValueError):
+                line = f"halted  {data['host']}  session {data['session']}  ({data['cwd']})"
+                reason = str(data["reason"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) else "not a note the hook wrote"
+                typer.echo(f"toolguard: skipped {note}: {why}", err=True)
                 continue
-            typer.echo(f"halted  {data['host']}  session {data['session']}  ({data['cwd']})")
-            typer.echo(f"        {data['reason']}")
+            typer.echo(line)
+            typer.echo(f"        {reason}")
         pending = root / "pending"
-        begun = sorted(pending.glob("*/*.json")) if pending.is_dir() else []
-        for path in begun:
+        shown = 0
+        for path in sorted(pending.glob("*/*.json")) if pending.is_dir() else []:
             try:
                 state = json.loads(path.read_text("utf-8"))
                 tool, age = str(state["tool"]), time.time() - float(state["began_at"])
             except (OSError, ValueError, KeyError, TypeError):
-                continue
+                continue  # reported meanwhile (the file went), or not the hook's
             task = str(state.get("task", path.parent.name))
             typer.echo(f"begun   {tool}  session {task}  "
                        f"{_age(age)} ago, not reported yet")
-        if begun:
+            shown += 1
+        if shown:
             typer.echo("        a call the host never reports counts as an unknown outcome "
                        "(never as not run) at the session's next tool call after "
                        "idempotency.in_progress_ttl_s, or when the session ends")
@@ -322,36 +328,59 @@ def register(app: typer.Typer) -> None:
         the hook's state (with --host, HOST:SESSION, or when no shared store is configured),
         else the task in the shared store the policy and environment select (Redis or
         SQLite, as `toolguard approve`)."""
-        import os
-
-        from ._hook import Event, HookError, Session, build_guard
-
         session = task_id
         if ":" in session and session.split(":", 1)[0] in HOSTS:
             host, session = session.split(":", 1)
-        if host is None and (env is not None or _shared_store_named(policy, env)):
-            from toolguard.commands._common import shared_store_guard
-
-            task = shared_store_guard(policy, env).task(task_id)
-            if not task.halted:
-                typer.echo(f"task {task_id} is not halted")
-                return
-            task.resume()
-            typer.echo(f"task {task_id} resumed")
-            return
-        chosen = _host(host or "claude-code")
+        if not session.strip():
+            fail(f"no session id in {task_id!r}: give the session's id (toolguard status "
+                 "lists the halted ones)")
         try:
-            guard = build_guard(chosen, str(policy) if policy else None, os.environ)
-        except HookError as exc:
-            fail(str(exc))
-        state = Session(guard, chosen, Event("prompt", session), state_dir())
-        if not state.task.halted:
-            state.clear_halt()
-            typer.echo(f"session {session} is not halted")
-            return
-        state.task.resume()
+            if host is None and (env is not None or _shared_store_named(policy, env)):
+                _resume_shared(task_id, policy, env)
+            else:
+                _resume_session(_host(host or "claude-code"), session, policy)
+        except (StoreError, OSError, ValueError) as exc:
+            fail(f"cannot resume {task_id}: {exc}")
+
+
+def _resume_shared(task_id: str, policy: Path | None, env: str | None) -> None:
+    """Lift the halt of a task in the shared store the policy and environment select.
+
+    Raises:
+        StoreError: the store cannot be read or written.
+    """
+    from toolguard.commands._common import shared_store_guard
+
+    task = shared_store_guard(policy, env).task(task_id)
+    if not task.halted:
+        typer.echo(f"task {task_id} is not halted")
+        return
+    task.resume()
+    typer.echo(f"task {task_id} resumed")
+
+
+def _resume_session(host: Host, session: str, policy: Path | None) -> None:
+    """Lift the halt of a coding agent's session in the hook's state.
+
+    Raises:
+        StoreError: the store cannot be read or written.
+    """
+    import os
+
+    from ._hook import Event, HookError, Session, build_guard
+
+    try:
+        guard = build_guard(host, str(policy) if policy else None, os.environ)
+    except HookError as exc:
+        fail(str(exc))
+    state = Session(guard, host, Event("prompt", session), state_dir())
+    if not state.task.halted:
         state.clear_halt()
-        typer.echo(f"session {session} resumed")
+        typer.echo(f"session {session} is not halted")
+        return
+    state.task.resume()
+    state.clear_halt()
+    typer.echo(f"session {session} resumed")
 
 
 def _shared_store_named(policy: Path | None, env: str | None) -> bool:

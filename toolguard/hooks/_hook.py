@@ -9,12 +9,16 @@ SQLite file; the policy's ``[store]`` may name another).
 
 - before a tool call: :meth:`Task.begin`. A call that must not run is denied with the
   guard's text as the reason the model reads; a warn runs with the notice as context for the
-  model; a call that needs approval is handed to the host's own permission prompt (``ask``);
-  a halt stops the agent, with the reason on stderr for the user. The begun call is kept as
+  model; a call that needs approval is handed to the host's own permission prompt (``ask``),
+  or, where the host has none (Codex CLI, Gemini CLI), denied with the ``toolguard approve``
+  command that approves it in this store; a halt stops the agent, with the reason on stderr
+  for the user. The begun call is kept as
   JSON in the state directory (``pending/``), found again by the session and the host's tool
   call id.
-- after it: the real result (or failure) is recorded on that pending call, so progress,
-  stagnation and the idempotency record follow what actually happened.
+- after it: the real result, a failure, or an unknown outcome (a command interrupted part
+  way: :meth:`Host.outcome <toolguard.hooks._hosts.Host.outcome>`) is recorded on that
+  pending call, so progress, stagnation and the idempotency record follow what actually
+  happened.
 - a user prompt or a session start: a new turn; a user prompt also resumes a halted session
   (the user's message is what lifts a halt). The end of the session records every call still
   pending as an unknown outcome.
@@ -32,8 +36,9 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,18 +128,47 @@ def build_guard(host: Host, given: str | None, env: Mapping[str, str]) -> Guard:
 
 
 _GUARDS: dict[tuple[Any, ...], Guard] = {}
+_CWD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def working_directory(cwd: str | None) -> Iterator[None]:
+    """Run the body in ``cwd`` (None: where the process is), so that a relative
+    ``--policy``, ``TOOLGUARD_POLICY``, ``TOOLGUARD_POLICY_DIR``, ``TOOLGUARD_STATE_DIR`` or
+    ``sqlite:///`` URL resolves as in the hook command itself. The working directory is the
+    whole process's: the hook server's threads take turns here, and answer the rest of an
+    event with the absolute paths resolved in it.
+
+    Raises:
+        HookError: ``cwd`` cannot be entered.
+    """
+    if cwd is None:
+        yield
+        return
+    with _CWD_LOCK:
+        before = Path.cwd()
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            raise HookError(f"cannot enter the hook command's working directory {cwd}: "
+                            f"{exc.strerror or exc}") from None
+        try:
+            yield
+        finally:
+            os.chdir(before)
 
 
 def cached_guard(host: Host, given: str | None, env: Mapping[str, str]) -> Guard:
     """:func:`build_guard`, kept for the life of the process (the hook server's) under the
-    policy file, its modification time and the ``TOOLGUARD_*`` variables: a changed file is
-    read again."""
+    working directory, the policy file, its modification time and the ``TOOLGUARD_*``
+    variables: a changed file is read again, and the same relative names in another
+    directory are other files."""
     path = policy_path(host, given, env)
     try:
         mtime = path.stat().st_mtime_ns
     except OSError:
         mtime = None  # build_guard says why it cannot be read
-    key = (host.name, str(path.absolute()), mtime, str(state_dir(env)),
+    key = (host.name, str(Path.cwd()), str(path.absolute()), mtime, str(state_dir(env)),
            tuple(sorted((k, v) for k, v in env.items() if k.startswith("TOOLGUARD_"))))
     guard = _GUARDS.get(key)
     if guard is None:
@@ -281,7 +315,7 @@ def handle(session: Session, event: Event) -> Answer:
     try:
         if event.kind == "pre":
             return _before(session, event)
-        if event.kind in ("post", "failed"):
+        if event.kind in ("post", "failed", "unknown"):
             return _after(session, event)
         if event.kind in ("prompt", "start"):
             return _turn(session, event)
@@ -311,7 +345,8 @@ def halt_reason(halt: Any, first: Mapping[str, Any] | None = None) -> str:
 
 
 def _before(session: Session, event: Event) -> Answer:
-    from toolguard.engine._approval import approve
+    from toolguard._types import REVIEW
+    from toolguard.engine._approval import approve, defer
 
     task = session.task
     ttl = session.guard._config.policy.idempotency.in_progress_ttl_s
@@ -319,12 +354,20 @@ def _before(session: Session, event: Event) -> Answer:
     asked: list[str] = []
 
     def host_prompt(request: Any) -> Any:
-        # the host's own permission prompt asks the user: the call runs only if they agree
         asked.append(request.reason)
-        return approve()
+        if session.host.asks:
+            # the host's own permission prompt asks the user: the call runs only if they agree
+            return approve()
+        # no prompt to hand it to: the call waits in the store for `toolguard approve`
+        return defer("")
 
     pending: PendingCall = task.begin(event.tool, event.args, approver=host_prompt)
     result = pending.result
+    if result is not None and result.decision is REVIEW and not session.host.asks:
+        command = approve_command(session, result.idempotency_key)
+        return Answer(deny=f"{_text(result.content)} A human approves it at a terminal with: "
+                           f"{command}", note=f"toolguard: {result.tool} waits for your "
+                                              f"approval: {command}")
     if result is not None:
         return Answer(deny=_text(result.content))
     session.keep(event, pending)
@@ -335,12 +378,35 @@ def _before(session: Session, event: Event) -> Answer:
     return Answer(context=context)
 
 
+def approve_command(session: Session, key: str) -> str:
+    """The shell command that approves the call waiting under ``key``, in the store the
+    hook uses: a SQLite file named by its URL (``TOOLGUARD_STORE__URL``, as
+    ``toolguard approve`` reads it); any other store through the hook's policy file (never
+    its URL, which may hold a password)."""
+    import shlex
+
+    from toolguard.stores.sqlite import SQLiteStore
+
+    store = session.guard.store
+    if isinstance(store, SQLiteStore):
+        url = f"sqlite:///{store.path}"  # an absolute path: sqlite:////...
+        return f"TOOLGUARD_STORE__URL={shlex.quote(url)} toolguard approve {shlex.quote(key)}"
+    policy = session.guard._config.policy
+    words = ["toolguard", "approve", *(["--policy", str(policy.sources[-1])]
+                                       if policy.sources else []), key]
+    where = policy.source_of("store.url")
+    return shlex.join(words) + (f" (with the agent's {where[4:]})"
+                                if where.startswith("env ") else "")
+
+
 def _after(session: Session, event: Event) -> Answer:
     pending = session.take(event)
     if pending is None:
         return Answer()
     if event.kind == "failed":
         result = pending.fail(ToolFailed(_text(event.result)))
+    elif event.kind == "unknown":
+        result = pending.unknown(_text(event.result))
     else:
         result = pending.finish(event.result)
     if result.notice and (result.notice != pending.notice  # earned by this result
@@ -371,8 +437,10 @@ def _text(value: Any) -> str:
 
 # -- the command -----------------------------------------------------------------------------
 def main(argv: list[str], stdin: Any = None, stdout: Any = None, stderr: Any = None,
-         env: Mapping[str, str] | None = None) -> int:
-    """``toolguard hook HOST [--policy FILE]``: answer one event; returns the exit code."""
+         env: Mapping[str, str] | None = None, cwd: str | None = None) -> int:
+    """``toolguard hook HOST [--policy FILE]``: answer one event; returns the exit code.
+    ``cwd``: the hook command's working directory, when another process answers for it
+    (the hook server; None: this process's own)."""
     from ._hosts import HOSTS
 
     stdin = stdin or sys.stdin.buffer
@@ -394,8 +462,10 @@ def main(argv: list[str], stdin: Any = None, stdout: Any = None, stderr: Any = N
     event: Event | None = None
     try:
         event = host.parse(stdin.read())
-        guard = cached_guard(host, given, environ)
-        answer = handle(Session(guard, host, event, state_dir(environ)), event)
+        with working_directory(cwd):
+            guard = cached_guard(host, given, environ)
+            root = state_dir(environ).absolute()
+        answer = handle(Session(guard, host, event, root), event)
     except HookError as exc:
         return _failed(host, event, str(exc), exc.closed, stderr)
     except Exception as exc:  # noqa: BLE001 - a bug or a store failure: one line, no traceback

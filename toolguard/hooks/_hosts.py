@@ -27,6 +27,7 @@ where ``toolguard install`` writes its configuration.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,15 @@ class Event:
 
     Attributes:
         kind: ``pre`` (a tool call is about to run), ``post`` (it ran), ``failed`` (it ran
-            and failed), ``prompt`` (a user message), ``start`` (a session starts),
+            and failed), ``unknown`` (it started and was interrupted: whether it did its
+            work is unknown), ``prompt`` (a user message), ``start`` (a session starts),
             ``stop`` (the agent finished its turn), ``end`` (the session ends).
         session: the host's session id (the task id).
         cwd: the working directory of the session.
         tool: the tool name (tool events). args: its arguments. call_id: the host's id of
             the tool call ("" when the host gives none: the arguments' hash stands in).
-        result: what the tool returned (``post``), or its error text (``failed``).
+        result: what the tool returned (``post``), its error text (``failed``), or why
+            its outcome is unknown (``unknown``).
         name: the host's own name of the event, for messages.
     """
 
@@ -117,8 +120,12 @@ class Host:
             refuses counts as failed, and the call runs: there a halt is a denial with the
             reason, and a ``systemMessage`` (which it takes, as the hook run's warning);
             every later call of the halted session is denied too.
-        asks: ``permissionDecision: "ask"`` exists (else the host's own approval policy
-            decides a call that needs approval).
+        asks: ``permissionDecision: "ask"`` exists. Codex CLI and Gemini CLI have no
+            such answer: a call that needs approval is denied with the command that
+            approves it (``toolguard approve``), and runs when the model sends it again
+            after that.
+        shell_tools: tools whose result text says how the command ended
+            (:meth:`outcome`).
     """
 
     name: str
@@ -135,6 +142,7 @@ class Host:
     context_before: bool = True  # a notice can go to the model before the tool runs
     stops: bool = True  # ``continue: false`` stops the agent from a tool event
     asks: bool = True  # ``permissionDecision: "ask"`` hands the call to the user
+    shell_tools: frozenset[str] = frozenset()  # whose result text says how they ended
 
     def parse(self, data: bytes | str) -> Event:
         """The event in ``data`` (the JSON on stdin).
@@ -167,23 +175,54 @@ class Host:
         call_id = payload.get("tool_use_id") or payload.get("tool_call_id") or ""
         result: Any = None
         if kind == "post":
-            result = payload.get("tool_response")
-            if isinstance(result, dict) and self.deny_style == "gemini":
-                error = result.get("error")
-                if error:
-                    kind, result = "failed", error
+            kind, result = self.outcome(tool, payload.get("tool_response"))
+        elif kind == "failed" and payload.get("is_interrupt") is True:  # stopped part way
+            kind, result = "unknown", _INTERRUPTED
         elif kind == "failed":
             result = next((payload[f] for f in self.failure_fields if payload.get(f)),
                           "the tool failed")
         return Event(kind, session, cwd if isinstance(cwd, str) else "", tool,
                      args if args is not None else {}, str(call_id), result, str(name))
 
+    def outcome(self, tool: str, response: Any) -> tuple[str, Any]:
+        """How a tool that ran ended, from the ``tool_response`` the host reports: ``post``
+        and the response, ``failed`` and the error, or ``unknown`` and why.
+
+        - A response with ``interrupted: true`` (Claude Code's Bash, stopped by the user or
+          a timeout) ran part way: unknown (so is a ``PostToolUseFailure`` with
+          ``is_interrupt: true``).
+        - Gemini CLI: ``error`` is a failure. Its shell tools put the rest in the text the
+          model reads (``run_shell_command``, ``packages/core/src/tools/shell.ts``): a
+          command cancelled by the user or by the inactivity timeout, or ended by a
+          signal, is unknown; an ``Exit Code: N`` line (only there when N is not 0) is a
+          failure.
+        - Codex CLI reports its shell's output only, without the exit code: a command that
+          failed is recorded as a success (its output still counts for progress).
+        """
+        if isinstance(response, dict) and response.get("interrupted") is True:
+            return "unknown", _INTERRUPTED
+        if self.deny_style != "gemini" or not isinstance(response, dict):
+            return "post", response
+        if response.get("error"):
+            return "failed", response["error"]
+        if tool not in self.shell_tools:
+            return "post", response
+        text = _text_of(response.get("llmContent"))
+        if text.startswith(_CANCELLED):
+            return "unknown", text.partition("\n")[0]
+        status = _shell_status(text)
+        if "Signal" in status:
+            return "unknown", f"the command was ended by signal {status['Signal']}"
+        if status.get("Exit Code", "0") != "0":
+            return "failed", text
+        return "post", response
+
     def render(self, event: Event | None, answer: Answer) -> dict[str, Any] | None:
         """The JSON to print for ``answer`` to ``event`` (None: print nothing)."""
         name = event.name if event is not None else ""
         out: dict[str, Any] = {}
         specific: dict[str, Any] = {}
-        tool_event = event is not None and event.kind in ("pre", "post", "failed")
+        tool_event = event is not None and event.kind in ("pre", "post", "failed", "unknown")
         if answer.halt:
             if self.stops or not tool_event:
                 out.update({"continue": False, "stopReason": answer.halt,
@@ -205,8 +244,9 @@ class Host:
                     answer.deny if answer.deny is not None else answer.ask)
         if answer.context:
             specific["additionalContext"] = answer.context
-        if answer.note and not answer.halt and (self.stops or not tool_event):
-            out["systemMessage"] = answer.note
+        if answer.note and not answer.halt and (
+                self.stops or not tool_event or (event is not None and event.kind == "pre")):
+            out["systemMessage"] = answer.note  # Codex CLI takes it from PreToolUse too
         if specific:
             out["hookSpecificOutput"] = {"hookEventName": name, **specific}
         return out or None
@@ -215,6 +255,33 @@ class Host:
         """The settings file ``toolguard install`` edits for ``scope`` (``user`` or
         ``project``)."""
         return (home if scope == "user" else project) / self.settings
+
+
+_INTERRUPTED = "the tool was interrupted before it finished"
+_CANCELLED = ("Command was cancelled", "Command was automatically cancelled")
+_STATUS_LINE = re.compile(r"(Error|Exit Code|Signal|Background PIDs|Process Group PGID): (.*)")
+
+
+def _text_of(content: Any) -> str:
+    """The text of Gemini CLI's ``llmContent``: a string, or parts with ``text``."""
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else [content]
+    return "\n".join(str(p["text"]) for p in parts if isinstance(p, dict) and "text" in p)
+
+
+def _shell_status(text: str) -> dict[str, str]:
+    """The status lines Gemini CLI's shell tool writes after a command's output (``Output:
+    ...`` first, then ``Error``, ``Exit Code``, ``Signal``, ``Background PIDs``, ``Process
+    Group PGID``, each only when it has something to say): read from the end, so the
+    command's own output cannot stand in for them unless it ends with one."""
+    status: dict[str, str] = {}
+    for line in reversed(text.splitlines()):
+        found = _STATUS_LINE.fullmatch(line)
+        if found is None or found[1] in status:
+            break
+        status[found[1]] = found[2]
+    return status
 
 
 _CLAUDE_EVENTS = {
@@ -240,5 +307,5 @@ HOSTS: dict[str, Host] = {
          "SessionStart": "start", "AfterAgent": "stop", "SessionEnd": "end"},
         frozenset({"BeforeTool", "AfterTool"}), ".gemini/settings.json",
         deny_style="gemini", matcher=".*", timeout=60_000, context_before=False,
-        asks=False),
+        asks=False, shell_tools=frozenset({"run_shell_command"})),
 }

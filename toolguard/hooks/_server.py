@@ -3,12 +3,14 @@ host session on this machine, so that an event costs a socket round trip instead
 the guard (``python -m toolguard.hooks._server``; :mod:`toolguard._hook_client` starts it).
 
 It listens on ``hook.sock`` in the per-user state directory (created ``0700``; its process id
-in ``hook.pid``), answers each
-connection in a thread with :func:`toolguard.hooks._hook.main` (the guards it builds are kept
-under the policy file and its modification time: an edited policy is read again), and exits
+in ``hook.pid``), answers each connection in a thread with
+:func:`toolguard.hooks._hook.main`, in the hook command's own working directory (a relative
+policy, state directory or ``sqlite:///`` URL resolves as it would in the command), and exits
 after ``TOOLGUARD_HOOK_SERVER_IDLE_S`` seconds without an event (default 1800). All state is
 in the store and the state directory, as for an event answered in process: the server keeps
-nothing a restart would lose.
+nothing a restart would lose. The guards it builds are kept under the working directory,
+the policy file and its modification time (an edited policy is read again), and their
+SQLite connections in a small pool (a few descriptors, however many events).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             code = answer(list(request["argv"]),
                           io.BytesIO(request["stdin"].encode("utf-8", "surrogateescape")),
-                          stdout, stderr, dict(request["env"]))
+                          stdout, stderr, dict(request["env"]), str(request["cwd"]))
         except BaseException as exc:  # noqa: BLE001 - answered, never a dead connection
             stderr.write(f"toolguard: internal error in the hook server: "
                          f"{type(exc).__name__}: {exc}\n")

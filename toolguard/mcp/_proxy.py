@@ -391,15 +391,20 @@ def approve(
     policy: PolicyOption = None,
     env: EnvOption = None,
 ) -> None:
-    """Approve (or --reject) a call waiting in review in a shared (Redis) store, at a terminal.
+    """Approve (or --reject) a call waiting in review in a shared store (Redis, or a SQLite
+    file), at a terminal.
 
     A human runs it in a terminal: it shows the waiting call (its tool and arguments in full)
     and asks y/N there; with stdin not a terminal (an agent's shell) it refuses. Only a call
-    the proxy asked about can be decided, never one in advance. An approval is signed with
+    the guard asked about can be decided, never one in advance. An approval is signed with
     the approval secret (~/.config/toolguard/approval.key, or under XDG_CONFIG_HOME; made on
-    first use, readable by its owner only), which the proxy checks: run it as the user who
-    runs the proxy. The store is the one the policy and environment select
-    (TOOLGUARD_STORE__URL), the same as the proxy's; the key is in the proxy's log."""
+    first use, readable by its owner only), which the guard checks: run it as the user who
+    runs the agent or the proxy. The store is the one the policy and environment select
+    (TOOLGUARD_STORE__URL=redis://... or sqlite:///PATH), the same as the guard's. The key
+    is where the guard reports the review: the MCP proxy's log, or the denial of a Codex CLI
+    or Gemini CLI hook, which names the whole command (TOOLGUARD_STORE__URL=sqlite:///...
+    toolguard approve KEY, the hook's state file); Claude Code's hook asks in Claude Code's
+    own permission prompt instead."""
     # the docstring is the command's --help, printed as plain text: no reST markup in it
     from toolguard._errors import StoreError
     from toolguard.commands._common import shared_store_guard
@@ -415,8 +420,7 @@ def approve(
     if policy is not None and env is not None:
         _fail("give --policy FILE or --env, not both")
     if not task_id or not rest:
-        _fail(f"{key!r} is not an idempotency key (TASK:TOOL:HASH, as the proxy's log names "
-              "it)")
+        _fail(f"{key!r} is not an idempotency key (TASK:TOOL:HASH, as the review names it)")
     task = shared_store_guard(policy, env).task(task_id)
     try:
         waiting = _waiting(task, key, revoke=refuse)

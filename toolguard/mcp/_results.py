@@ -105,7 +105,7 @@ def review_hint(tool: str, key: str) -> str:
     """What a human reads of a call waiting for approval: the proxy's log (its stderr, the
     client's server log), never the tool result the model reads."""
     return (f"toolguard: {tool} waits for a human's approval; approve it at a terminal with "
-            f"`toolguard approve {key}` (needs a shared Redis store)")
+            f"`toolguard approve {key}` (needs a shared store: Redis or a SQLite file)")
 
 
 class HaltError(Exception):

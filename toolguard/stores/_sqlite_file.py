@@ -1,7 +1,7 @@
 """The file under :class:`~toolguard.stores.SQLiteStore`: where it is (the per-user default,
 ``sqlite:`` URLs), opening it (mode 0600, WAL, our tables or an error, never a takeover),
-transactions, reading and writing a task's rows and its records, the size bounds and the
-sweep, and what a failure tells the user.
+the pool of its open connections, transactions, reading and writing a task's rows and its
+records, the size bounds and the sweep, and what a failure tells the user.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -22,7 +23,7 @@ from toolguard._types import RecordState
 
 from ._base import IdempotencyRecord
 
-__all__ = ["STATE_DIR_VARIABLE", "default_path", "path_from_url"]
+__all__ = ["STATE_DIR_VARIABLE", "Pool", "default_path", "path_from_url"]
 
 STATE_DIR_VARIABLE: Final = "TOOLGUARD_STATE_DIR"
 _FILE_NAME: Final = "state.db"
@@ -150,6 +151,70 @@ def open_database(path: Path, timeout_s: float) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+class Pool:
+    """The open connections to one file, each lent to one operation at a time and then
+    kept for the next, so that a long-lived process whose threads come and go (the hook
+    server answers each event in a thread of its own) holds a few descriptors, not one
+    connection per thread it ever ran.
+
+    Args:
+        path: the database file. timeout_s: the busy timeout of each connection.
+        keep: idle connections kept at most; one more lent at once is closed when it
+            comes back.
+
+    Thread-safe. A forked child opens its own connections: SQLite's must not be used
+    across a fork, so the parent's are neither used nor closed in the child.
+    """
+
+    def __init__(self, path: Path, timeout_s: float, keep: int = 4) -> None:
+        self.path = path
+        self._timeout_s = timeout_s
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        self._inherited: list[sqlite3.Connection] = []  # the parent's, left alone
+
+    @contextlib.contextmanager
+    def lend(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one operation (opened, and the tables checked, when none is
+        idle), taken back afterwards; one whose operation raised is closed instead.
+
+        Raises:
+            sqlite3.Error, OSError: as :func:`open_database`.
+        """
+        with self._lock:
+            if self._pid != os.getpid():
+                self._inherited += self._idle
+                self._idle, self._pid = [], os.getpid()
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = open_database(self.path, self._timeout_s)
+        try:
+            yield conn
+        except BaseException:
+            _close(conn)
+            raise
+        with self._lock:
+            if self._pid == os.getpid() and len(self._idle) < self._keep:
+                self._idle.append(conn)
+                return
+        _close(conn)
+
+    def close(self) -> None:
+        """Close the idle connections (one lent now is closed when it comes back only if
+        the pool is full; a later operation opens a new one)."""
+        with self._lock:
+            conns, self._idle = (self._idle, []) if self._pid == os.getpid() else ([], [])
+        for conn in conns:
+            _close(conn)
+
+
+def _close(conn: sqlite3.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error):
+        conn.close()
 
 
 def _wal(conn: sqlite3.Connection, timeout_s: float) -> None:

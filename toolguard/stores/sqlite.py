@@ -52,17 +52,16 @@ another schema is never replaced by a fresh state; a lock held past the busy tim
 failure, not a wait forever. The file is created with mode 0600 (its directory 0700):
 approvals hold the arguments of the calls they approve.
 
-Threads and processes: each thread has a connection of its own; a forked child opens its
+Threads and processes: each operation borrows a connection from a small pool (at most four
+kept open, however many threads come and go) and gives it back; a forked child opens its
 own. Thread-safe and process-safe.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -87,6 +86,7 @@ from ._sqlite_file import (
     PUT_RECORD,
     STATE_DIR_VARIABLE,
     SWEEP_ONE_IN,
+    Pool,
     add_seen,
     bound,
     default_path,
@@ -96,7 +96,6 @@ from ._sqlite_file import (
     load_record,
     load_task,
     load_tool,
-    open_database,
     path_from_url,
     put_task,
     put_tool,
@@ -175,9 +174,7 @@ class SQLiteStore:
         self._max_bytes = max_bytes
         self._state_ttl_s = state_ttl_s
         self._clock = clock or time.time
-        self._local = threading.local()
-        self._lock = threading.Lock()  # the list of connections only
-        self._conns: list[sqlite3.Connection] = []
+        self._pool = Pool(self.path, timeout_s)
         self._random = random.Random()  # noqa: S311 - when to sweep, not a secret
 
     @classmethod
@@ -199,33 +196,14 @@ class SQLiteStore:
         return f"SQLiteStore({str(self.path)!r})"
 
     def close(self) -> None:
-        """Close every thread's connection (a later operation opens a new one)."""
-        with self._lock:
-            conns, self._conns = self._conns, []
-        self._local = threading.local()
-        for conn in conns:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+        """Close the store's idle connections (a later operation opens a new one)."""
+        self._pool.close()
 
     # -- plumbing ------------------------------------------------------------------------
-    def _conn(self) -> sqlite3.Connection:
-        """This thread's connection (opened, and the tables checked, on first use; again in
-        a forked child)."""
-        local = self._local
-        conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is not None and local.pid == os.getpid():
-            return conn
-        conn = open_database(self.path, self._timeout_s)
-        local.conn, local.pid = conn, os.getpid()
-        with self._lock:
-            self._conns.append(conn)
-        return conn
-
     def _run(self, op: str, task_id: str, body: Callable[[sqlite3.Connection], T]) -> T:
         """``body`` in one write transaction; an SQLite error becomes a StoreError."""
         try:
-            conn = self._conn()
-            with transaction(conn):
+            with self._pool.lend() as conn, transaction(conn):
                 value = body(conn)
                 if self._random.randrange(SWEEP_ONE_IN) == 0:
                     sweep(conn, self._clock(), self._state_ttl_s, self._max_tasks)
