@@ -525,8 +525,9 @@ def test_a_call_that_needs_approval_is_denied_with_the_command_that_approves_it(
         env: dict[str, str], host: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         ) -> None:
     """Codex CLI and Gemini CLI have no ``ask``: the call is denied (never run unapproved),
-    the denial names the shell command that approves it in the hook's own store, and once a
-    human ran it the model's identical retry runs, once."""
+    the user is shown (``systemMessage``) the shell command that approves it in the hook's own
+    store, the model's reason names neither the command nor the key, and once a human ran it
+    the model's identical retry runs, once."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the approval secret
     policy = tmp_path / "policy.toml"
     policy.write_text("strict_tools = false\n[tools.deploy]\nrequires_approval = true\n")
@@ -540,12 +541,15 @@ def test_a_call_that_needs_approval_is_denied_with_the_command_that_approves_it(
     assert code == 0 and answer is not None
     reason = _reason(answer)
     assert "waiting for a human decision" in reason
-    command = reason.rpartition("A human approves it at a terminal with: ")[2]
+    command = answer["systemMessage"].rpartition("At a terminal, run: ")[2]  # the user's
     store = Path(env["TOOLGUARD_STATE_DIR"]).absolute() / "state.db"
     assert command.startswith(f"TOOLGUARD_STORE__URL=sqlite:///{store} toolguard approve "
                               f"{host}:")
-    assert answer["systemMessage"].endswith(command)  # the user sees it too
-    assert _reason(_event(env, pre, host, "--policy", str(policy))[1]).endswith(command)
+    key = shlex.split(command)[-1]
+    assert "toolguard approve" not in reason and key not in reason  # nothing the model reads
+    again = _event(env, pre, host, "--policy", str(policy))[1]
+    assert again is not None and again["systemMessage"].endswith(command)
+    assert key not in _reason(again)
     variable, program, verb, key = shlex.split(command)  # what a human types in a shell
     assert (program, verb) == ("toolguard", "approve")
     name, _, url = variable.partition("=")
@@ -621,7 +625,8 @@ def test_a_cancelled_gemini_command_has_an_unknown_outcome(env: dict[str, str], 
     answer = _gemini_shell(env, text)
     assert answer is not None and answer["decision"] == "deny"
     assert "without a known outcome" in answer["reason"]
-    assert "toolguard approve" in answer["reason"]
+    assert "toolguard approve" not in answer["reason"]  # the model is not told how
+    assert "toolguard approve" in answer["systemMessage"]  # the user is
 
 
 # -- status and resume from a shell ------------------------------------------------------------

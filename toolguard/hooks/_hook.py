@@ -10,9 +10,9 @@ SQLite file; the policy's ``[store]`` may name another).
 - before a tool call: :meth:`Task.begin`. A call that must not run is denied with the
   guard's text as the reason the model reads; a warn runs with the notice as context for the
   model; a call that needs approval is handed to the host's own permission prompt (``ask``),
-  or, where the host has none (Codex CLI, Gemini CLI), denied with the ``toolguard approve``
-  command that approves it in this store; a halt stops the agent, with the reason on stderr
-  for the user. The begun call is kept as
+  or, where the host has none (Codex CLI, Gemini CLI), denied, with the ``toolguard approve``
+  command that approves it in this store shown to the user alone (``systemMessage``); a
+  halt stops the agent, with the reason on stderr for the user. The begun call is kept as
   JSON in the state directory (``pending/``), found again by the session and the host's tool
   call id.
 - after it: the real result, a failure, or an unknown outcome (a command interrupted part
@@ -364,10 +364,13 @@ def _before(session: Session, event: Event) -> Answer:
     pending: PendingCall = task.begin(event.tool, event.args, approver=host_prompt)
     result = pending.result
     if result is not None and result.decision is REVIEW and not session.host.asks:
+        # the command goes to the user alone: a model whose shell can give a command a
+        # terminal (Codex's exec_command with tty) could otherwise answer its prompt
         command = approve_command(session, result.idempotency_key)
-        return Answer(deny=f"{_text(result.content)} A human approves it at a terminal with: "
-                           f"{command}", note=f"toolguard: {result.tool} waits for your "
-                                              f"approval: {command}")
+        return Answer(deny=f"{_text(result.content)} The user has been shown how to approve "
+                           "it; ask them, or go on without it.",
+                      note=f"toolguard: {result.tool} waits for your approval. At a terminal, "
+                           f"run: {command}")
     if result is not None:
         return Answer(deny=_text(result.content))
     session.keep(event, pending)
