@@ -40,7 +40,7 @@ import tenacity
 import xxhash
 from _args import args_for, distinct, json_bytes, sized
 from _harness import Runner, Variant
-from _sketches import BookkeepingSketch, MinimalSketch
+from _sketches import BookkeepingSketch, FeatureSketch, MinimalSketch
 
 import toolguard
 import toolguard.tools._schema as schema_module
@@ -317,14 +317,16 @@ SKETCH_PATHS: Final = ("allow", "cached", "block")
 
 
 def sketch_variants(size: str) -> list[Variant]:
-    """The minimal and the bookkeeping sketch (``_sketches.py``) on the allow, cached and
-    block paths, with the same tool, arguments and schema as the guard variants; the allow
-    path also from the model's JSON text."""
+    """The minimal, bookkeeping and feature-complete sketches (``_sketches.py``) on the allow,
+    cached and block paths, with the same tool, arguments and schema as the guard variants;
+    the allow path also from the model's JSON text."""
     sz = sized(size)
     args = args_for(size)
     schema = schema_module.schema_from_signature(sz.tool)
     out: list[Variant] = []
-    for kind, cls in (("min", MinimalSketch), ("book", BookkeepingSketch)):
+    kinds: tuple[tuple[str, type[MinimalSketch | FeatureSketch]], ...] = (
+        ("min", MinimalSketch), ("book", BookkeepingSketch), ("full", FeatureSketch))
+    for kind, cls in kinds:
         for path in SKETCH_PATHS:
             sketch = cls(sz.tool.__name__, sz.tool, schema, mutating=path == "cached",
                          warn_at=2 if path == "block" else BIG,

@@ -33,7 +33,7 @@ def _baseline(by_name: dict[str, Variant], v: Variant, what: str) -> Variant | N
         name = names.get(what)
     elif what in ("floor", "orjson"):
         name = f"sync/{t.get('size')}/{what}"
-    elif what in ("sketch_min", "sketch_book"):
+    elif what in ("sketch_min", "sketch_book", "sketch_full"):
         if t.get("mode") != "sync" or t.get("kind") != "guard":
             return None
         path = t.get("path", "")
@@ -77,7 +77,8 @@ def summarise(variants: Sequence[Variant]) -> list[Row]:
             base = _baseline(by_name, v, "bare_json")
             if base is not None:
                 row["x_bare_json"] = _r(_per_round(v, base, lambda x, y: x / y), 2)
-        for what in ("orjson", "floor", "memory", "sketch_min", "sketch_book", "warm"):
+        for what in ("orjson", "floor", "memory", "sketch_min", "sketch_book", "sketch_full",
+                     "warm"):
             base = _baseline(by_name, v, what)
             if base is not None and base is not v and v.tags.get("kind") == "guard":
                 row[f"x_{what}"] = _r(_per_round(v, base, lambda x, y: x / y), 2)
@@ -93,6 +94,7 @@ _TARGETS: list[tuple[str, str, float]] = [
     ("memory/sync/small/cached/rs", "x_sketch_book", 2.0),
     ("memory/sync/small/block/rs", "x_sketch_book", 2.0),
     ("memory/sync/medium/allow/rs", "x_sketch_book", 1.5),
+    ("memory/sync/small/allow/rs", "x_sketch_full", 1.5),
     ("memory/sync/large/allow/rs", "x_floor", 1.3),
     ("memory/sync/small/first/rs", "x_warm", 2.0),
 ]
@@ -220,7 +222,7 @@ def _baseline_table(rows: Sequence[Row]) -> str:
 
 
 def _sketch_table(rows: Sequence[Row]) -> str:
-    """The guard beside the two sketches, per size and path (sync, schema rs)."""
+    """The guard beside the three sketches, per size and path (sync, schema rs)."""
     body = []
     for size in ("small", "medium", "large"):
         for path in ("allow", "cached", "block"):
@@ -228,15 +230,18 @@ def _sketch_table(rows: Sequence[Row]) -> str:
                 suffix = "/json" if inp == "json_text" else ""
                 lo = _find(rows, name=f"sync/{size}/sketch_min/{path}{suffix}")
                 book = _find(rows, name=f"sync/{size}/sketch_book/{path}{suffix}")
+                full = _find(rows, name=f"sync/{size}/sketch_full/{path}{suffix}")
                 guard = _find(rows, suite="memory", kind="guard", mode="sync", size=size,
                               path=path, schema="rs", input=inp)
-                if lo is None or book is None or guard is None:
+                if lo is None or book is None or full is None or guard is None:
                     continue
                 body.append([size, path + (" (JSON text)" if suffix else ""),
-                             lo["median_us"], book["median_us"], guard["median_us"],
-                             guard.get("x_sketch_min"), guard.get("x_sketch_book")])
+                             lo["median_us"], book["median_us"], full["median_us"],
+                             guard["median_us"], guard.get("x_sketch_min"),
+                             guard.get("x_sketch_book"), guard.get("x_sketch_full")])
     return _table(["size", "path", "minimal sketch µs", "bookkeeping sketch µs",
-                   "toolguard µs", "x minimal", "x bookkeeping"], body)
+                   "feature sketch µs", "toolguard µs", "x minimal", "x bookkeeping",
+                   "x feature"], body)
 
 
 def _target_table(targets: Sequence[Row]) -> str:

@@ -17,7 +17,9 @@ set-up cancelled out. Variants:
   the benchmark's ladder, and no call or time budget, so that repeats stay allowed),
   ``.../jsonl``: a ``JsonlSink`` writing to a temporary file, ``.../observe``: ``mode =
   "observe"``, ``.../sub``: a ``MemoryStore`` subclass as the store;
-* ``book/<size>/<path>``, ``min/<size>/<path>``: the sketches of ``_sketches.py``;
+* ``book/<size>/<path>``, ``min/<size>/<path>``, ``full/<size>/<path>``: the bookkeeping,
+  minimal and feature-complete sketches of ``_sketches.py`` (``x_sketch_full``: the guard
+  over the feature-complete sketch, same size and path);
 * ``dump/<size>``: ``orjson.dumps(args, option=OPT_SORT_KEYS)`` (the large target's floor).
 
 Run::
@@ -51,11 +53,13 @@ DEFAULT = (
     "guard/small/executed", "guard/small/allow/async", "guard/medium/allow",
     "guard/medium/cached", "guard/large/allow", "book/small/allow", "book/small/cached",
     "book/small/block", "book/medium/allow", "book/medium/cached", "min/small/allow",
+    "full/small/allow", "full/small/cached", "full/small/block", "full/medium/allow",
     "dump/large", "guard/small/invalid", "guard/large/invalid",
 )
 # (guard variant, its reference, target ratio)
 TARGETS = (
     ("guard/small/allow", "book/small/allow", 2.0),
+    ("guard/small/allow", "full/small/allow", 1.5),
     ("guard/small/cached", "book/small/cached", 2.0),
     ("guard/small/block", "book/small/block", 2.0),
     ("guard/medium/allow", "book/medium/allow", 1.5),
@@ -89,14 +93,14 @@ def _runner(name: str) -> Callable[[int], None]:
 
         return dump
     path = parts[2]
-    if kind in ("book", "min"):
+    if kind in ("book", "min", "full"):
         from _cases import BIG
-        from _sketches import BookkeepingSketch, MinimalSketch
+        from _sketches import BookkeepingSketch, FeatureSketch, MinimalSketch
 
         from toolguard.tools._schema import schema_from_signature
 
         sz = sized(size)
-        cls = BookkeepingSketch if kind == "book" else MinimalSketch
+        cls = {"book": BookkeepingSketch, "min": MinimalSketch, "full": FeatureSketch}[kind]
         sketch = cls(sz.tool.__name__, sz.tool, schema_from_signature(sz.tool),
                      mutating=path == "cached", warn_at=2 if path == "block" else BIG,
                      block_at=2 if path == "block" else BIG)
@@ -226,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
             ratio = per_call[guard] / per_call[ref]
             verdict = "PASS" if ratio <= target else "MISS"
             print(f"{guard} / {ref}: {ratio:.2f}x (target <= {target}x) {verdict}")
+    for name in names:
+        guard = "guard/" + name.removeprefix("full/")
+        if name.startswith("full/") and guard in per_call:
+            print(f"x_sketch_full {guard}: {per_call[guard] / per_call[name]:.2f}x")
     if ns.json:
         ns.json.write_text(json.dumps(per_call, indent=2) + "\n")
     return 0

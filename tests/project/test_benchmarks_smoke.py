@@ -38,10 +38,11 @@ def test_benchmark_smoke_run_writes_every_section(tmp_path: Path) -> None:
     sketches = {(r["size"], r["sketch"], r["path"]) for r in report["per_call"]
                 if r.get("kind") == "sketch"}
     assert sketches == {(size, sketch, path) for size in ("small", "medium", "large")
-                        for sketch in ("min", "book") for path in ("allow", "cached", "block")}
+                        for sketch in ("min", "book", "full")
+                        for path in ("allow", "cached", "block")}
     assert all(r["median_us"] and r["median_us"] > 0 for r in report["per_call"])
     assert {r["metric"] for r in report["targets"]} >= {
-        "x_sketch_book", "x_floor", "x_warm", "x python -c pass", "#1000 / #10"}
+        "x_sketch_book", "x_sketch_full", "x_floor", "x_warm", "x python -c pass", "#1000 / #10"}
     assert {c["name"] for c in report["imports"]["cases"]} == {"import toolguard",
                                                               "toolguard --help"}
     assert all(r["status"] in ("PASS", "MISS") for r in report["targets"])

@@ -132,6 +132,30 @@ def test_a_hand_built_tool_spec_is_checked_when_the_guard_is_built() -> None:
         tg.Guard(tools=[tg.ToolSpec(name="s", func=_sync, max_calls=0)])
 
 
+def test_a_hand_built_tool_spec_takes_the_policy_files_spelling_of_an_effect() -> None:
+    runs: list[int] = []
+
+    def write(x: int) -> int:
+        runs.append(x)
+        return x
+
+    spec = tg.ToolSpec(name="write", func=write, effect="mutating",  # type: ignore[arg-type]
+                       idempotency_scope="task")  # type: ignore[arg-type]
+    assert spec.effect is tg.Effect.MUTATING
+    assert spec.idempotency_scope is tg.IdempotencyScope.TASK
+    task = tg.Guard(tools=[spec]).task("t")
+    # a mutating call repeated is answered from its record, not run again
+    assert [task.call("write", {"x": 1}).decision for _ in range(2)] == [
+        tg.Decision.ALLOW, tg.Decision.CACHED]
+    assert runs == [1]
+
+
+def test_a_hand_built_tool_spec_refuses_an_effect_it_does_not_know() -> None:
+    with pytest.raises(ValueError, match=r"ToolSpec 's': effect must be one of 'readonly', "
+                                         r"'mutating', 'poll', got 'writes'"):
+        tg.ToolSpec(name="s", func=_sync, effect="writes")  # type: ignore[arg-type]
+
+
 def _policy_accepts(key: str, value: Any) -> bool:
     try:
         load_policy_dict({"tools": {"t": {key: value}}})

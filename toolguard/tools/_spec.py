@@ -38,9 +38,12 @@ class ToolSpec:
     Attributes:
         name: the tool name the model uses (default: the function's ``__name__``).
         func: the undecorated function (sync or ``async def``).
-        effect: readonly / mutating / poll, or NOT_GIVEN for an undecorated function.
+        effect: readonly / mutating / poll, or NOT_GIVEN for an undecorated function. A
+            string (``"readonly"``) is converted to the :class:`~toolguard.Effect` member;
+            any other string raises ValueError.
         requires_approval: True for ``@requires_approval``.
-        idempotency_scope: until_change / task / off, or NOT_GIVEN.
+        idempotency_scope: until_change / task / off, or NOT_GIVEN; a string is converted
+            like ``effect``.
         idempotency_ttl_s: seconds a completed call is remembered, or NOT_GIVEN.
         forwards_idempotency_key: the tool passes ``current_idempotency_key()`` on to its
             backend (e.g. an ``Idempotency-Key`` header), so a retry after an unknown outcome
@@ -68,6 +71,19 @@ class ToolSpec:
     description: str = ""
     external: bool | NotGiven = NOT_GIVEN
     inline: bool | NotGiven = NOT_GIVEN
+
+    def __post_init__(self) -> None:
+        # A string is the policy file's spelling ("readonly"); the engine compares enum
+        # members by identity, so a string left here would silently read as no effect.
+        for key, kind in (("effect", Effect), ("idempotency_scope", IdempotencyScope)):
+            value = getattr(self, key)
+            if isinstance(value, str) and not isinstance(value, kind):
+                try:
+                    object.__setattr__(self, key, kind(value))
+                except ValueError:
+                    known = ", ".join(repr(m.value) for m in kind)
+                    raise ValueError(f"ToolSpec {self.name!r}: {key} must be one of {known}, "
+                                     f"got {value!r}") from None
 
     @property
     def is_async(self) -> bool:
