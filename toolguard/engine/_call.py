@@ -73,6 +73,8 @@ class _Entry:
     # arguments the tool requires (its schema's, and parameters without a default): a null
     # for one of them is the value it receives; a null for any other is dropped (:meth:`given`)
     required: frozenset[str] = frozenset()
+    # task.call refuses it before counting: ``async def``, or known by name only (no run=)
+    not_sync: bool = False
 
     def given(self, args: dict[str, Any]) -> dict[str, Any]:
         """``args`` without the top-level nulls of the arguments the tool does not require

@@ -229,7 +229,7 @@ class Guard:
             validator = (tool_validator(spec.name, spec.args_schema, "Guard")
                          if spec.args_schema is not None else None)
             return _Entry(spec, settings, None, {}, validator, schema, True, spec.func,
-                          required=_required(schema, None, frozenset()))
+                          required=_required(schema, None, frozenset()), not_sync=True)
         try:
             signature: inspect.Signature | None = inspect.signature(spec.func)
         except (TypeError, ValueError):
@@ -252,7 +252,7 @@ class Guard:
                       # a sync tool runs in a worker thread under acall unless declared inline
                       maybe_async, call, not spec.is_async and not settings.inline, False,
                       ints, injected,
-                      _required(schema, signature, injected))
+                      _required(schema, signature, injected), spec.is_async)
 
     @property
     def policy(self) -> Policy:

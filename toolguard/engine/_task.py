@@ -253,7 +253,7 @@ class TaskBase:
         """
         if run is None:
             entry = self.guard._config.entries.get(tool) if isinstance(tool, str) else None
-            if entry is not None and (entry.spec.is_async or is_recorded(entry.spec)):
+            if entry is not None and entry.not_sync:  # fixed when the tool was registered
                 self._runnable(tool, sync=True)  # raises
             return _path.call_sync(self, tool, args, None, approver, resumed)[0]
         return _path.call_sync(self, tool, args, sync_runner(tool, run), approver, resumed)[0]
