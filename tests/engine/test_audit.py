@@ -186,6 +186,7 @@ def test_jsonl_lines_splice_the_arguments_serialized_once_per_call(
     and spliced into each line: the lines are byte for byte what serializing each event
     with a plain dict writes."""
     from toolguard.engine._audit import _jsonl
+    from toolguard.hashing._redact import Redacted
 
     memory = tg.MemorySink()
     rows = [{"id": k, "name": f"row {k}", "password": SECRET, "tags": ["a", "b"]}
@@ -195,8 +196,9 @@ def test_jsonl_lines_splice_the_arguments_serialized_once_per_call(
         task.call("lookup", {"path": "a", "options": {"rows": rows}})
         task.call("lookup", {"path": "b", "options": {"bad": "\ud800", "token": SECRET}})
     first, final = memory.events[:2]
-    assert first.args is final.args
-    assert first.args.json() is not None and first.args.json() is final.args.json()
+    shared = first.args
+    assert shared is final.args and isinstance(shared, Redacted)
+    assert shared.json() is not None and shared.json() is shared.json()
     lines = (tmp_path / "audit.jsonl").read_bytes().splitlines(keepends=True)
     assert lines == [_jsonl(dataclasses.replace(e, args=dict(e.args))) for e in memory.events]
     assert SECRET.encode() not in b"".join(lines)
