@@ -180,6 +180,31 @@ def test_jsonl_sink_writes_one_flushed_line_per_event(clock: FakeClock, tmp_path
     assert SECRET not in path.read_text(encoding="utf-8")
 
 
+def test_jsonl_lines_splice_the_arguments_serialized_once_per_call(
+        clock: FakeClock, tmp_path: Path) -> None:
+    """Every event of a call holds the same redacted arguments, whose JSON text is made once
+    and spliced into each line: the lines are byte for byte what serializing each event
+    with a plain dict writes."""
+    from toolguard.engine._audit import _jsonl
+    from toolguard.hashing._redact import Redacted
+
+    memory = tg.MemorySink()
+    rows = [{"id": k, "name": f"row {k}", "password": SECRET, "tags": ["a", "b"]}
+            for k in range(30)]
+    with tg.JsonlSink(tmp_path / "audit.jsonl") as sink:
+        task = make_guard(clock, memory, sink).task("t")
+        task.call("lookup", {"path": "a", "options": {"rows": rows}})
+        task.call("lookup", {"path": "b", "options": {"bad": "\ud800", "token": SECRET}})
+    first, final = memory.events[:2]
+    shared = first.args
+    assert shared is final.args and isinstance(shared, Redacted)
+    assert shared.json() is not None and shared.json() is shared.json()
+    lines = (tmp_path / "audit.jsonl").read_bytes().splitlines(keepends=True)
+    assert lines == [_jsonl(dataclasses.replace(e, args=dict(e.args))) for e in memory.events]
+    assert SECRET.encode() not in b"".join(lines)
+    assert json.loads(lines[1])["args"]["options"]["rows"][0]["password"] == REDACTED
+
+
 def test_jsonl_sink_appends(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     path.write_text('{"earlier": true}\n', encoding="utf-8")

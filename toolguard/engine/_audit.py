@@ -3,8 +3,9 @@
 Every state transition of a call is one :class:`AuditEvent`. The finite-state machine is
 DESIGN.md §2's: ``planning`` → ``validating`` → ``executing`` → ``planning``; ``validating``
 → ``needs_review`` (approval needed) or ``failed`` (halt); ``planning`` → ``completed``
-when the task ends. Arguments are redacted (:func:`redact`) before an event is built, so no
-sink ever sees a secret.
+when the task ends. Arguments are redacted (:func:`redact`) once per call, before its first
+event is built, so no sink ever sees a secret; every event of the call holds that one redacted
+copy, whose JSON text :class:`JsonlSink` makes once and writes into each line.
 
 Sinks are callables taking one event. Built in: :class:`LoggingSink` (stdlib ``logging``),
 :class:`JsonlSink` (append-only file, flushed per event, safe across threads),
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 from toolguard.hashing._redact import (
     REDACTED,
     KeyPattern,
+    Redacted,
+    _safe_repr,
     _secret_key,
     redact,
     redact_text,
@@ -106,13 +109,6 @@ def scrub(message: str, path: Sequence[str | int] | None, quoted: Any,
     return redact_text(message)
 
 
-def _safe_repr(value: Any) -> str:
-    try:
-        return repr(value)
-    except Exception:  # noqa: BLE001 - a foreign __repr__ failed (or recursed)
-        return f"<{type(value).__qualname__}>"
-
-
 class MemorySink:
     """Keeps events in ``self.events`` (a list). Thread-safe appends (list.append is atomic)."""
 
@@ -146,8 +142,19 @@ class LoggingSink:
 def _jsonl(event: AuditEvent) -> bytes:
     """One JSON line of ``event``; strings that are not valid Unicode (a lone surrogate, which
     UTF-8 cannot hold) written with the surrogate as ``\\udXXX`` text, and ``args`` and
-    ``extra`` replaced by a note when even that cannot be serialized."""
-    try:  # orjson writes the dataclass itself: no dict is built, nothing copied
+    ``extra`` replaced by a note when even that cannot be serialized.
+
+    The arguments of the engine's events are :class:`~toolguard.hashing._redact.Redacted`:
+    their JSON text is made once per call and spliced into each line as it is
+    (``orjson.Fragment``), the same bytes orjson would write of the dict."""
+    args = event.args
+    text = args.json() if type(args) is Redacted else None
+    try:
+        if text is not None:  # the fields in the dataclass's order, as orjson writes it
+            record = {name: getattr(event, name) for name in _EVENT_FIELDS}
+            record["args"] = orjson.Fragment(text)
+            return orjson.dumps(record, default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
+        # orjson writes the dataclass itself: no dict is built, nothing copied
         return orjson.dumps(event, default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
     except (TypeError, orjson.JSONEncodeError):
         pass

@@ -44,6 +44,7 @@ __all__ = [
     "MAX_DEPTH",
     "REDACTED",
     "KeyPattern",
+    "Redacted",
     "fold_key",
     "key_pattern",
     "key_patterns",
@@ -210,17 +211,20 @@ def key_pattern(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{p})" for p in key_patterns(patterns)), re.IGNORECASE)
 
 
-_KEYS_SEEN: dict[tuple[KeyPattern, str], bool] = {}  # argument names repeat: cached
+_KEYS_SEEN: dict[KeyPattern, dict[str, bool]] = {}  # argument names repeat: cached
 
 
 def _secret_key(key: str, pattern: KeyPattern | None) -> bool:
     if pattern is None:
         return False
-    known = _KEYS_SEEN.get((pattern, key))
+    seen = _KEYS_SEEN.get(pattern)
+    if seen is None:
+        seen = _KEYS_SEEN.setdefault(pattern, {})
+    known = seen.get(key)
     if known is None:
         known = bool(pattern.search(key) or pattern.search(fold_key(key)))
-        if len(_KEYS_SEEN) < 4096 and len(key) <= 64:  # bounded: names come from the model
-            _KEYS_SEEN[(pattern, key)] = known
+        if len(seen) < 4096 and len(key) <= 64:  # bounded: names come from the model
+            seen[key] = known
     return known
 
 
@@ -255,23 +259,72 @@ def _keeping(shape: _Shape) -> Callable[[tuple[str | None, ...]], str]:
     return replace
 
 
+class Redacted(dict[str, Any]):
+    """Arguments as :func:`redact` returns them: a plain dict to every reader, which also
+    keeps its own JSON text once made (:meth:`json`), so that every audit event of a call
+    writes the same bytes without serializing the arguments again. Like the events that
+    hold it, it must not be changed once made."""
+
+    __slots__ = ("_json",)
+    _json: bytes | None
+
+    def json(self) -> bytes | None:
+        """The arguments as compact JSON (what ``orjson.dumps`` writes of the dict, values
+        JSON cannot hold as their ``repr``), made on the first call; None when not worth
+        keeping (flat arguments, which :func:`redact` cuts to a few hundred characters) or
+        when orjson cannot write them (a lone surrogate, an integer beyond 64 bits): the
+        caller serializes the dict its own way."""
+        try:
+            return self._json
+        except AttributeError:
+            pass
+        try:
+            text: bytes | None = orjson.dumps(self, default=_safe_repr)
+        except (TypeError, orjson.JSONEncodeError):
+            text = None
+        self._json = text  # a race writes the same bytes twice
+        return text
+
+
+def _safe_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a foreign __repr__ failed (or recursed)
+        return f"<{type(value).__qualname__}>"
+
+
 def redact(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int
-           ) -> dict[str, Any]:
+           ) -> Redacted:
     """A copy of ``args`` safe to show: values of keys matching ``pattern`` (see
     :func:`key_pattern`) replaced by ``"[REDACTED]"`` at any depth, credentials of a known
     shape inside strings replaced, JSON-text strings redacted inside, strings longer than
     ``max_chars`` characters truncated with a note of the original length, and containers
-    deeper than :data:`MAX_DEPTH` cut. Never raises for any value."""
-    return {str(k): _value(str(k), v, pattern, max_chars, 1) for k, v in args.items()}
+    deeper than :data:`MAX_DEPTH` cut. Never raises for any value.
+
+    Nested arguments are first serialized and searched once (:func:`_plain_strings`): when
+    no string in them could hold a credential's shape or JSON text, the walk does not look
+    inside the strings, which on 100 KB of records is most of its time."""
+    shapes = not _plain_strings(args)
+    out = Redacted({str(k): _value(str(k), v, pattern, max_chars, 1, shapes)
+                    for k, v in args.items()})
+    for value in out.values():
+        if type(value) in (dict, list):
+            break
+    else:  # flat: each value at most max_chars long, cheaper written inside the event
+        out._json = None
+    return out
 
 
 def _value(key: str, value: Any, pattern: KeyPattern | None, max_chars: int,
-           depth: int) -> Any:
+           depth: int, shapes: bool = True) -> Any:
     if key and _secret_key(key, pattern):
         return REDACTED
     if isinstance(value, str):
-        text = _json_text(value, pattern, depth)
-        text = redact_text(text) if text is value else text
+        if shapes:
+            text = _json_text(value, pattern, depth)
+            text = redact_text(text) if text is value else text
+        else:
+            text = value
         if len(text) > max_chars:
             return f"{text[:max_chars]}…[{len(value)} chars]"
         return text
@@ -279,22 +332,98 @@ def _value(key: str, value: Any, pattern: KeyPattern | None, max_chars: int,
         return value
     if depth > MAX_DEPTH:
         return DEEP
+    if type(value) is dict:  # the usual container: values kept as they are, inline
+        out: dict[str, Any] = {}
+        seen = _KEYS_SEEN.get(pattern, {}) if pattern is not None else None
+        for given, v in value.items():
+            k = str(given)
+            t = type(v)
+            if (t in _KEPT or (t is str and not shapes and len(v) <= max_chars)) and (
+                    seen is None or seen.get(k) is False or not _secret_key(k, pattern)):
+                out[k] = v
+            else:
+                out[k] = _value(k, v, pattern, max_chars, depth + 1, shapes)
+        return out
     if isinstance(value, Mapping):
-        return {str(k): _value(str(k), v, pattern, max_chars, depth + 1)
+        return {str(k): _value(str(k), v, pattern, max_chars, depth + 1, shapes)
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_value("", v, pattern, max_chars, depth + 1) for v in value]
+        return [v if type(v) is str and not shapes and len(v) <= max_chars
+                else _value("", v, pattern, max_chars, depth + 1, shapes) for v in value]
     structured = fields_of(value)
     if structured is not None:  # a dataclass or pydantic model: its repr would show every field
         return {"$type": type(value).__qualname__,
                 **{k: _value(k, v, pattern, max_chars, depth + 1)
                    for k, v in structured[1].items()}}
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a foreign __repr__ failed (or recursed)
-        text = f"<{type(value).__qualname__}>"
-    text = redact_text(text)
+    text = redact_text(_safe_repr(value))  # a repr was never searched: always its shapes
     return text if len(text) <= max_chars else f"{text[:max_chars]}…"
+
+
+_KEPT: Final = frozenset({int, float, bool, type(None)})  # values _value returns as they are
+_SCREEN_OPTIONS: Final = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+                          | orjson.OPT_PASSTHROUGH_SUBCLASS)
+_LOWER_TO_ASCII: Final = "\u0130\u212a"  # the only non-ASCII characters str.lower() maps to ASCII
+
+
+def _refuse(_: Any) -> Any:
+    raise TypeError
+
+
+@cache
+def _screen() -> Any:
+    """One RE2 program, anchored at the start of the JSON text of arguments, that finds a
+    string value (a string token not followed by ``:``, so not a key: keys are never searched
+    for shapes) holding what may make :func:`redact_text` change it: a needle of a shape
+    (ASCII case-insensitive, as ``str.lower`` finds it, plus the two non-ASCII characters it
+    lowers to ASCII) or a run of 40 characters of the context-free shape; or a string starting
+    with ``{`` or ``[`` after white space, which :func:`_json_text` parses (escapes and any
+    non-ASCII character count as white space). Tokens are read from the start, so a quote
+    inside a string is never taken for the end of one. None without ``google-re2``."""
+    from ._regex import _options, _re2
+
+    binding = _re2()
+    if binding is None:  # pragma: no cover - google-re2 is a dependency with wheels here
+        return None
+    needles = sorted({n for shape in _SHAPES_SPEC for n in shape.needles})
+    unit = r'(?:[^"\\]|\\.)'  # one character of a string token, or one escape
+    trigger = ("(?i:" + "|".join(re.escape(n) for n in needles) + ")"
+               + "".join(f"|\\x{{{ord(c):x}}}" for c in _LOWER_TO_ASCII)
+               + f"|[A-Za-z0-9/+=]{{{_ALWAYS_FROM}}}")
+    space = r"(?:[ ]|\\[tnrfb]|\\u00[0-9a-fA-F]{2}|[^\x00-\x7f])"
+    pattern = (rf'\A(?:[^"]|"{unit}*")*?"'
+               rf'(?:{unit}*?(?:{trigger}){unit}*"(?:[^:]|\z)|{space}*[\[{{])')
+    regexp = binding.RE2(pattern.encode(), _options())
+    if not regexp.ok():  # pragma: no cover - a fixed pattern
+        raise ValueError(str(regexp.error()))
+    return regexp
+
+
+def _plain_strings(args: Mapping[str, Any]) -> bool:
+    """Whether no string inside the nested values of ``args`` can be changed by a shape or
+    as JSON text, read from one serialization of them (a string's characters appear in its
+    JSON as written, but for the escapes, which the screen allows for). False, so that every
+    string is searched, for flat arguments (nothing to gain) and for anything orjson would
+    not write as the walk reads it (a dataclass, a subclass of a built-in type, a date)."""
+    for value in args.values():
+        if type(value) in (dict, list, tuple):
+            break
+    else:
+        return False
+    screen = _screen()
+    if screen is None:  # pragma: no cover - google-re2 is a dependency with wheels here
+        return False
+    try:
+        data = orjson.dumps(args, default=_refuse, option=_SCREEN_OPTIONS)
+    except (TypeError, orjson.JSONEncodeError):
+        return False
+    return bool(screen.Match(_re2_anchored(), data, 0, len(data))[0][0] < 0)
+
+
+@cache
+def _re2_anchored() -> Any:
+    from ._regex import _re2
+
+    return _re2().RE2.Anchor.ANCHOR_START
 
 
 def redact_json_text(text: str, pattern: KeyPattern | None) -> str:
