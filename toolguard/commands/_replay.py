@@ -297,6 +297,7 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
     notes go to stderr as soon as its runs are replayed, and into ``output``, reading
     problems before replay ones. ``details``: keep each step's details (the HTML report)."""
     from toolguard.replay import UniqueIds, iter_files, open_file, replay_stream
+    from toolguard.replay._portions import Portion, split
 
     files = list(iter_files(paths, output.problems,
                             notes=output.notes if allow_empty else None))
@@ -306,10 +307,11 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
         _note(note)
     unique = UniqueIds()
 
-    def items() -> Iterator[Run | _FileEnd]:
+    def items() -> Iterator[Run | Portion | _FileEnd]:
         for path in files:
             opened = open_file(path, input_format=input_format, allow_empty=allow_empty)
-            yield from unique(opened.runs)
+            # a big trace file with workers: each reads the portions it replays
+            yield from split(opened, allow_empty, unique) if jobs > 1 else unique(opened.runs)
             yield _FileEnd(path, opened)
 
     held: list[ReplayInputError] = []  # the replay problems of the file being replayed

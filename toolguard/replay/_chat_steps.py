@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from typing import Any, Final, TypeAlias
 
 from ._model import (
     Malformed,
-    RecordedCall,
     Run,
     Source,
     Step,
@@ -77,17 +75,19 @@ def chat_steps(messages: list[Any], line: int | None, *,
     Raises:
         Malformed: a message is malformed (the whole run is skipped).
     """
-    steps: list[Step] = []
-    # call id -> positions in steps of calls without a result; ids are strings, the legacy
-    # API's are ("function_call", name) pairs, so no string id can take their results
-    waiting: dict[CallKey, list[int]] = {}
+    # a call stays a list of its fields until the transcript is read: its result is put in
+    # place, and each call is built once, at the end
+    steps: list[Step | list[Any]] = []
+    # call id -> the calls without a result; ids are strings, the legacy API's are
+    # ("function_call", name) pairs, so no string id can take their results
+    waiting: dict[CallKey, list[list[Any]]] = {}
     orphans: list[str] = []  # what the run ignores: results without a call, unknown messages
     fmt: str = "openai"
 
     def deliver(call_id: Any, content: Any, error: bool, i: int) -> None:
         key: CallKey = call_id if isinstance(call_id, tuple) else str(call_id)
-        positions = waiting.get(key)
-        if not positions:
+        calls = waiting.get(key)
+        if not calls:
             # A result without its call: the transcript was cut, or its ids are wrong. Its
             # call cannot be replayed, so the replay covers less than the run: say so.
             named = (f"function {call_id[1]!r}" if isinstance(call_id, tuple)
@@ -95,11 +95,9 @@ def chat_steps(messages: list[Any], line: int | None, *,
             orphans.append(f"message {i}: a tool result for {named}, which no earlier call "
                            "without a result has; result ignored")
             return
-        position = positions.pop(0)
-        call = steps[position]
-        assert isinstance(call, RecordedCall)  # positions index calls only
-        steps[position] = new_call(call.tool, call.args, call.raw_args, content, error,
-                                   call.timeout, call.batch, call.elapsed_s, call.line)
+        call = calls.pop(0)
+        call[_RESULT] = content
+        call[_IS_ERROR] = error
 
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
@@ -133,8 +131,10 @@ def chat_steps(messages: list[Any], line: int | None, *,
             if anthropic:
                 fmt = "anthropic"
             for call_id, call in calls:
-                waiting.setdefault(call_id, []).append(len(steps))
-                steps.append(replace(call, batch=f"message {i}") if len(calls) > 1 else call)
+                waiting.setdefault(call_id, []).append(call)
+                if len(calls) > 1:
+                    call[_BATCH] = f"message {i}"
+                steps.append(call)
             if isinstance(content, list) and any(
                     isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
                 orphans.append(f"message {i}: a tool_result block in an assistant message "
@@ -144,19 +144,29 @@ def chat_steps(messages: list[Any], line: int | None, *,
         elif role not in _QUIET_ROLES:
             orphans.append(f"message {i}: role {short(role)} is not one of user, assistant, "
                            "tool, function, system or developer; message ignored")
-    return steps, fmt, orphans
+    return [new_call(*s) if isinstance(s, list) else s for s in steps], fmt, orphans
 
 
 CallKey: TypeAlias = "str | tuple[str, str]"
+_RESULT: Final = 3  # positions in a RecordedCall's fields
+_IS_ERROR: Final = 4
+_BATCH: Final = 6
+
+
+def _fields(tool: str, args: Any, line: int | None) -> list[Any]:
+    """A call's fields in order (:class:`RecordedCall`), without a result yet."""
+    arguments_, raw = arguments(args, None)
+    return [tool, arguments_, raw, None, False, False, None, None, line]
 _QUIET_ROLES: Final = ("system", "developer")  # instructions: nothing to replay
 
 
 def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
-                     ) -> tuple[list[tuple[CallKey, RecordedCall]], bool]:
-    """The calls of one assistant message with their ids (OpenAI ``tool_calls``, then
-    Anthropic ``tool_use`` blocks), and whether it held any ``tool_use`` block."""
+                     ) -> tuple[list[tuple[CallKey, list[Any]]], bool]:
+    """The calls of one assistant message (as :func:`_fields`) with their ids (OpenAI
+    ``tool_calls``, then Anthropic ``tool_use`` blocks), and whether it held any
+    ``tool_use`` block."""
     anthropic = False
-    calls: list[tuple[CallKey, RecordedCall]] = []
+    calls: list[tuple[CallKey, list[Any]]] = []
     tool_calls = m.get("tool_calls") or []
     if not isinstance(tool_calls, list):
         raise Malformed(f"message {i}: 'tool_calls' must be a list")
@@ -164,16 +174,15 @@ def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
         function = tc.get("function") if isinstance(tc, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise Malformed(f"message {i}: a tool call without function.name")
-        args, raw = arguments(function.get("arguments"), None)
-        calls.append((str(tc.get("id")), new_call(function["name"], args, raw, line=line)))
+        calls.append((str(tc.get("id")),
+                      _fields(function["name"], function.get("arguments"), line)))
     legacy = m.get("function_call")
     if legacy is not None:  # the deprecated function-calling API: one call, no id; it is
         # answered by the next "function" message with its name
         if not isinstance(legacy, dict) or not isinstance(legacy.get("name"), str):
             raise Malformed(f"message {i}: a function_call without a name")
-        args, raw = arguments(legacy.get("arguments"), None)
         calls.append((("function_call", legacy["name"]),
-                      new_call(legacy["name"], args, raw, line=line)))
+                      _fields(legacy["name"], legacy.get("arguments"), line)))
     content = m.get("content")
     for block in content if isinstance(content, list) else []:
         if not (isinstance(block, dict) and block.get("type") == "tool_use"):
@@ -181,6 +190,5 @@ def _assistant_calls(m: Mapping[str, Any], i: int, line: int | None
         anthropic = True
         if not isinstance(block.get("name"), str):
             raise Malformed(f"message {i}: a tool_use block without a name")
-        args, raw = arguments(block.get("input"), None)
-        calls.append((str(block.get("id")), new_call(block["name"], args, raw, line=line)))
+        calls.append((str(block.get("id")), _fields(block["name"], block.get("input"), line)))
     return calls, anthropic

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._model import (
-    Clock,
-    Pending,
     Reader,
     RecordedCall,
     Run,
@@ -34,6 +32,7 @@ from ._model import (
     usage_counts,
 )
 from ._reading import head_objects, text_field
+from ._timeline import Clock, Pending
 
 __all__ = ["READER"]
 

@@ -23,9 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import Clock, Reader, Run, Source, TokenUsage, UserTurn
+from ._model import Reader, Run, Source, TokenUsage, UserTurn
 from ._reading import head_objects, text_field
 from ._responses import ItemSteps
+from ._timeline import Clock
 
 __all__ = ["READER"]
 

@@ -13,7 +13,7 @@ does not use, which are counted once per kind).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -124,6 +124,14 @@ def _regular(path: Path) -> None:
 
 
 def _read(reader: Reader, source: Source, out: FileRuns, allow_empty: bool) -> Iterator[Run]:
+    fatal = yield from read_counted(reader, source)
+    finish_file(reader, source, out, allow_empty, fatal)
+
+
+def read_counted(reader: Reader, source: Source) -> Generator[Run, None,
+                                                               ReplayInputError | None]:
+    """The runs ``reader`` reads from ``source``, counted in it; returns the problem that
+    stopped the reading, if one did (the runs before it are handed on)."""
     try:
         for run in reader.read(source):
             source.runs += 1
@@ -131,13 +139,21 @@ def _read(reader: Reader, source: Source, out: FileRuns, allow_empty: bool) -> I
             yield run
     except Exception as error:  # noqa: BLE001 - the file is data: a record shaped in a
         # way the reader does not expect must end this file, not the replay
-        out.problems.extend(sorted(source.problems, key=lambda p: p.line or 0))
-        out.fail(error if isinstance(error, ReplayInputError) else ReplayInputError(
+        return error if isinstance(error, ReplayInputError) else ReplayInputError(
             source.file, None, f"cannot be read as {reader.name}: {type(error).__name__}: "
-            f"{error}; runs handed on before it still replay"))
+            f"{error}; runs handed on before it still replay")
+    return None
+
+
+def finish_file(reader: Reader, source: Source, out: FileRuns, allow_empty: bool,
+                fatal: ReplayInputError | None) -> None:
+    """Hand the problems and notes of a file read to its end (or to ``fatal``) to ``out``,
+    and say so when the file held no tool call."""
+    out.problems.extend(sorted(source.problems, key=lambda p: p.line or 0))
+    if fatal is not None:
+        out.fail(fatal)
         out.notes.extend(source.notes)
         return
-    out.problems.extend(sorted(source.problems, key=lambda p: p.line or 0))
     out.notes.extend(source.notes)
     if source.calls or allow_empty or source.problems:  # problems: not silent already
         return
@@ -225,11 +241,14 @@ class UniqueIds:
     def __call__(self, runs: Iterable[Run]) -> Iterator[Run]:
         """``runs`` with ids renamed where taken."""
         for run in runs:
-            n = self._seen.get(run.id, 0) + 1
-            self._seen[run.id] = n
-            if n > 1:
-                run.id = f"{run.id}#{n}"
+            run.id = self.name(run.id)
             yield run
+
+    def name(self, run_id: str) -> str:
+        """The id of the next run whose own id is ``run_id``."""
+        n = self._seen.get(run_id, 0) + 1
+        self._seen[run_id] = n
+        return f"{run_id}#{n}" if n > 1 else run_id
 
 
 def read_file(path: str | Path, *, input_format: str | None = None,

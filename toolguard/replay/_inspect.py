@@ -19,7 +19,6 @@ from typing import Any, Final
 from toolguard.hashing._json_text import load_json
 
 from ._model import (
-    Pending,
     Reader,
     RecordedCall,
     ReplayInputError,
@@ -31,6 +30,7 @@ from ._model import (
     usage_counts,
 )
 from ._reading import field_list
+from ._timeline import Pending
 
 __all__ = ["READER"]
 

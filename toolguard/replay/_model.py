@@ -10,8 +10,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeAlias
 
@@ -287,6 +286,10 @@ class Source:
         self._kinds: Counter[str] = Counter()
         self._first: dict[str, int | None] = {}
         self.runs = 0  # runs handed on so far
+        # a portion of the file (``replay --jobs``): its first byte, size and lines before
+        self.portion: tuple[int, int, int] | None = None
+        self.defaulted: list[int] = []  # in a portion: the runs named by default_id
+        self.bad: dict[str, list[tuple[int, str]]] = {}  # json_lines: kind -> (line, message)
         name = path.name
         for suffix in (".traj.json", ".jsonl", ".json", ".traj", ".eval"):
             if name.endswith(suffix) and len(name) > len(suffix):
@@ -303,6 +306,19 @@ class Source:
         self._kinds[kind] += 1
         self._first.setdefault(kind, line)
 
+    def add(self, part: Source) -> None:
+        """Count in what was met reading a later portion of the same file (``--jobs``)."""
+        self.runs += part.runs
+        self.calls += part.calls
+        self.model_turns += part.model_turns
+        self.uncaptured += part.uncaptured
+        self.problems += part.problems
+        for kind, lines in part.bad.items():
+            self.bad.setdefault(kind, []).extend(lines)
+        self._kinds.update(part._kinds)
+        for kind, line in part._first.items():
+            self._first.setdefault(kind, line)
+
     @property
     def notes(self) -> list[ReplayNote]:
         """One note per kind of record left unused, with its count."""
@@ -312,7 +328,9 @@ class Source:
     def default_id(self) -> str:
         """The file's stem for its first run; ``stem#n`` for a later run without an id of its
         own (``n``: its position in the file)."""
-        return self.stem if not self.runs else f"{self.stem}#{self.runs + 1}"
+        if self.portion is not None:  # the runs before the portion are not known here
+            self.defaulted.append(self.runs)
+        return default_id(self.stem, self.runs)
 
     def read_head(self) -> bytes:
         """The first :data:`HEAD_BYTES` of the file (empty if it cannot be read)."""
@@ -366,10 +384,12 @@ class Source:
         except OSError as exc:
             raise ReplayInputError(self.file, None, f"cannot read: {exc.strerror or exc}"
                                    ) from None
-        bad: dict[str, list[tuple[int, str]]] = {}  # kind -> (line, its message), in order
+        bad = self.bad  # kind -> (line, its message), in order
+        start, size, before = self.portion or (0, None, 0)
         try:
             with handle:
-                for number, raw, exact in _lines(handle):
+                handle.seek(start)
+                for number, raw, exact in _lines(handle, size, before):
                     try:
                         value = _loads(raw, exact)
                     except json.JSONDecodeError as exc:
@@ -386,45 +406,26 @@ class Source:
                         continue
                     yield number, value
         finally:
-            for lines in bad.values():
-                first, message = lines[0]
-                if len(lines) > 1:
-                    message = (f"{message.removesuffix('; line skipped')}, and "
-                               f"{len(lines) - 1} more line(s) like it; {len(lines)} lines "
-                               "skipped (not JSON lines? see --input-format)")
-                self.problem(first, message)
+            if self.portion is None:  # a portion's are merged with the others' first
+                self.report_bad_lines()
+
+    def report_bad_lines(self) -> None:
+        """The lines :meth:`json_lines` skipped as problems: one per kind, at its first line,
+        with the number of the others."""
+        for lines in self.bad.values():
+            first, message = lines[0]
+            if len(lines) > 1:
+                message = (f"{message.removesuffix('; line skipped')}, and "
+                           f"{len(lines) - 1} more line(s) like it; {len(lines)} lines "
+                           "skipped (not JSON lines? see --input-format)")
+            self.problem(first, message)
+        self.bad = {}
 
 
-def timestamp_s(value: Any) -> float | None:
-    """An ISO-8601 timestamp (``2026-01-02T19:18:34.422Z``) as POSIX seconds, or ``None`` if
-    it is absent or unreadable (a run then replays without a timeline)."""
-    if not isinstance(value, str) or not value:
-        return None
-    text = value[:-1] + "+00:00" if value.endswith("Z") else value
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
-
-
-class Clock:
-    """Seconds since a run's first timestamp, for ``elapsed_s`` (never negative: records
-    written slightly out of order keep the clock where it is)."""
-
-    def __init__(self) -> None:
-        self.start: float | None = None
-
-    def elapsed(self, value: Any) -> float | None:
-        """``value`` (ISO-8601) as seconds since the first timestamp seen, or ``None``."""
-        moment = timestamp_s(value)
-        if moment is None:
-            return None
-        if self.start is None:
-            self.start = moment
-        return max(0.0, moment - self.start)
+def default_id(stem: str, runs: int) -> str:
+    """The id of a file's run that has none, after ``runs`` runs (see
+    :meth:`Source.default_id`)."""
+    return stem if not runs else f"{stem}#{runs + 1}"
 
 
 def unrecorded_args(source: Source, line: int | None) -> dict[str, Any]:
@@ -454,30 +455,6 @@ def usage_counts(value: Any, inputs: tuple[str, ...], outputs: tuple[str, ...],
     if spent_in is None and spent_out is None:
         return None
     return TokenUsage(spent_in or 0, spent_out or 0, line, model=model)
-
-
-class Pending:
-    """The calls of one run that wait for their results, by call id: ``add`` appends a call to
-    ``steps``; ``answer`` puts a result into the call with that id (once)."""
-
-    def __init__(self, steps: list[Step]) -> None:
-        self.steps = steps
-        self._waiting: dict[str, int] = {}  # call id -> index in steps
-
-    def add(self, call_id: Any, call: RecordedCall) -> None:
-        """Append ``call``, to be answered by ``call_id``."""
-        self._waiting[str(call_id)] = len(self.steps)
-        self.steps.append(call)
-
-    def answer(self, call_id: Any, result: Any, is_error: bool = False) -> bool:
-        """Record the result of the call with ``call_id``; ``False`` if no call waits for it."""
-        position = self._waiting.pop(str(call_id), None)
-        if position is None:
-            return False
-        call = self.steps[position]
-        assert isinstance(call, RecordedCall)  # only calls are waiting
-        self.steps[position] = replace(call, result=result, is_error=is_error)
-        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,19 +16,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import (
-    Clock,
-    Pending,
-    Reader,
-    RecordedCall,
-    Run,
-    Source,
-    Step,
-    UserTurn,
-    arguments,
-    usage_counts,
-)
+from ._model import Reader, RecordedCall, Run, Source, Step, UserTurn, arguments, usage_counts
 from ._reading import field_list, text_field
+from ._timeline import Clock, Pending
 
 __all__ = ["READER"]
 

@@ -61,14 +61,19 @@ HEAD_BYTES: Final = 64 * 1024
 _BLOCK_BYTES = 1 << 20  # not Final: a test reads with small blocks
 
 
-def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
+def _lines(handle: BinaryIO, size: int | None = None, number: int = 0
+           ) -> Iterator[tuple[int, bytes, bool]]:
     """The non-blank lines of ``handle`` with their 1-based numbers, read about a megabyte of
     whole lines at a time, and whether the line has no run of 19 digits (the only text
     :func:`load_json` hands to the standard library's parser): then orjson alone parses it
     as ``load_json`` would (:func:`_loads`), without ``load_json``'s per-line checks. The
-    runs are looked for once per block (a newline ends every run)."""
-    number = 0
+    runs are looked for once per block (a newline ends every run).
+
+    ``size``: read only the lines of the next ``size`` bytes (they must end at a line's
+    end); ``number``: the lines before the handle's position."""
     while block := handle.readlines(_BLOCK_BYTES):
+        if size is not None:  # a portion of the file: its lines and no more
+            size = _within(block, size)
         digits = b"".join(block).translate(_DIGITS_TO_1)
         at = digits.find(_LONG_RUN)
         long_runs: set[int] = set()  # indices in block of lines with a run
@@ -82,6 +87,21 @@ def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes, bool]]:
             if not raw.isspace():  # bytes.strip() strips the same ASCII whitespace
                 yield number + index + 1, raw, index not in long_runs
         number += len(block)
+        if size == 0:
+            return
+
+
+def _within(block: list[bytes], size: int) -> int:
+    """Drop the lines of ``block`` past the first ``size`` bytes; the bytes left after it."""
+    total = sum(map(len, block))
+    if total < size:
+        return size - total
+    for index, line in enumerate(block):
+        size -= len(line)
+        if size <= 0:
+            del block[index + 1:]
+            return 0
+    return size
 
 
 def _loads(raw: bytes, exact: bool) -> Any:

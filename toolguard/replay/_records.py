@@ -6,8 +6,10 @@ counters a streamed replay keeps instead of its runs (:class:`Totals`). No repla
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Final
 
 from toolguard._results import _fast_constructor
@@ -78,7 +80,7 @@ class StepReport:
     @property
     def executed(self) -> bool:
         """True exactly for ``allow`` and ``warn``: the recorded result was fed back."""
-        return self.decision.executed
+        return self.decision in _EXECUTED
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its fields in order (``--jobs``: every step comes back from a worker;
@@ -89,12 +91,18 @@ class StepReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The step as JSON values (the ``--format json`` step object)."""
+        decision = self.decision  # the names by look-up: str() of an enum is a Python call
         return {
             "index": self.index, "tool": self.tool, "args_hash": self.args_hash,
-            "effect": None if self.effect is None else str(self.effect),
-            "decision": str(self.decision), "reason": self.reason, "count": self.count,
-            "executed": self.executed,
+            "effect": _NAMES[self.effect], "decision": _NAMES[decision],
+            "reason": self.reason, "count": self.count, "executed": decision in _EXECUTED,
         }
+
+
+_NAMES: Final[dict[Decision | Effect | None, str | None]] = {
+    None: None, **{member: str(member) for member in (*Decision, *Effect)}}
+_DECISION_NAMES: Final = {d: str(d) for d in Decision}
+_EXECUTED: Final = frozenset(d for d in Decision if d.executed)
 
 
 new_step: Final[Callable[..., StepReport]] = _fast_constructor(StepReport)
@@ -148,12 +156,17 @@ class RunReport:
 
     def count(self, decision: Decision) -> int:
         """How many steps got ``decision`` (``halt``: 1 if the run halted)."""
-        return sum(1 for s in self.steps if s.decision is decision)
+        return self.decisions()[decision]
+
+    def decisions(self) -> Counter[Decision]:
+        """Steps per decision, in one pass over them."""
+        return Counter(map(_decision, self.steps))
 
     @property
     def executed(self) -> int:
         """Calls that ran (``allow`` and ``warn``)."""
-        return sum(1 for s in self.steps if s.executed)
+        counts = self.decisions()
+        return counts[Decision.ALLOW] + counts[Decision.WARN]
 
     def reached(self, decision: Decision) -> bool:
         """True when some call of the run got ``decision``."""
@@ -161,10 +174,11 @@ class RunReport:
 
     def summary(self) -> dict[str, Any]:
         """The per-run summary (JSON values): counts per decision, the halt, the metadata."""
+        counts = self.decisions()
         out: dict[str, Any] = {"calls": self.calls, "replayed": self.replayed,
                                "not_replayed": self.calls - self.replayed,
-                               "executed": self.executed}
-        out.update({str(d): self.count(d) for d in COUNTED})
+                               "executed": counts[Decision.ALLOW] + counts[Decision.WARN]}
+        out.update({str(d): counts[d] for d in COUNTED})
         out.update({"halt": self.halted, "halted_at": self.halted_at,
                     "halt_reason": self.halt_reason, "error": self.error,
                     "tokens": self.tokens, "cost_usd": self.cost_usd,
@@ -236,19 +250,17 @@ class Totals:
         self.calls += run.calls
         self.replayed += run.replayed
         self.errors += run.error is not None
-        seen: set[str] = set()
-        for step in run.steps:
-            name = str(step.decision)
-            if step.decision is not Decision.HALT:
-                self.decisions[name] += 1
-            self.executed += step.executed
-            seen.add(name)
-            if step.tool is not None:
-                self.tools.add(step.tool)
+        counts = run.decisions()
+        for decision, n in counts.items():
+            name = _DECISION_NAMES[decision]
+            if decision is not Decision.HALT:
+                self.decisions[name] += n
+            if name in self.runs_with:
+                self.runs_with[name] += 1
+        self.executed += counts[Decision.ALLOW] + counts[Decision.WARN]
+        self.tools.update(tool for tool in set(map(_tool, run.steps)) if tool is not None)
         if run.halted:
             self.decisions["halt"] += 1
-        for name in seen & self.runs_with.keys():
-            self.runs_with[name] += 1
 
     def as_dict(self, problems: int) -> dict[str, Any]:
         """The ``totals`` of the JSON report: ``runs``, ``calls``, ``replayed``,
@@ -288,6 +300,10 @@ def excerpt(arguments: Mapping[str, Any] | str, audit: AuditPolicy,
             text = json.dumps(args, default=repr, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_decision: Final[Callable[[StepReport], Decision]] = attrgetter("decision")
+_tool: Final[Callable[[StepReport], str | None]] = attrgetter("tool")
 
 
 Outcome = tuple[RunReport | None, ReplayInputError | None]

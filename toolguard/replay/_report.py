@@ -170,13 +170,13 @@ class TableRows:
 
     def add(self, run: RunReport) -> None:
         """Add ``run``'s row (and its non-allow steps)."""
-        counts = dict.fromkeys(_COUNTS, 0)
-        for step in run.steps:
-            if step.decision in counts:
-                counts[step.decision] += 1
-        self.rows.append((printable(run.id), _meta_text(run), run.calls, run.executed,
-                          tuple(counts.values()), _cost_text(run.cost_usd, run.unpriced_tokens),
-                          _halt_text(run), _flagged(run), run.tokens))
+        counts = run.decisions()
+        flagged = run.error is not None or counts.keys() - {Decision.ALLOW} != set()
+        self.rows.append((printable(run.id), _meta_text(run), run.calls,
+                          counts[Decision.ALLOW] + counts[Decision.WARN],
+                          tuple(counts[d] for d in _COUNTS),
+                          _cost_text(run.cost_usd, run.unpriced_tokens), _halt_text(run),
+                          flagged, run.tokens))
         if not self.verbose:
             return
         for step in run.steps:
@@ -257,12 +257,6 @@ def render_rows(rows: TableRows, totals: dict[str, Any], console: Console, *,
         f"{_plural(totals['not_replayed'], 'call')} not replayed after a halt"))
     if rows.verbose:
         _render_steps(rows, console)
-
-
-def _flagged(run: RunReport) -> bool:
-    """The run got a decision other than ``allow`` somewhere, or stopped on an error."""
-    return run.error is not None or any(step.decision is not Decision.ALLOW
-                                        for step in run.steps)
 
 
 def _render_steps(rows: TableRows, console: Console) -> None:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._model import (
-    Pending,
     Reader,
     RecordedCall,
     Run,
@@ -34,6 +33,7 @@ from ._model import (
     usage_counts,
 )
 from ._reading import field_list, text_field
+from ._timeline import Pending
 
 __all__ = ["READER", "ItemSteps"]
 

@@ -40,6 +40,7 @@ from toolguard.testing import FakeClock, auto_defer
 from toolguard.tools._decorators import ToolSpec
 
 from ._model import RecordedCall, ReplayInputError, Run, Step, TokenUsage, UserTurn
+from ._portions import Portion, replay_portion
 from ._records import (
     Outcome,
     ReplayReport,
@@ -119,14 +120,15 @@ def replay_runs(
 
 
 
-def replay_stream(items: Iterable[Run | T], policy: Policy | None = None, *,
+def replay_stream(items: Iterable[Run | Portion | T], policy: Policy | None = None, *,
                   tools: Sequence[ToolSpec] = (), jobs: int = 1, details: bool = False
                   ) -> Generator[Outcome | T, None, None]:
     """Replay runs one by one as ``items`` yields them, in worker processes when ``jobs`` > 1.
 
     Args:
-        items: the runs, with any other values (say, a marker at the end of each file) that
-            are handed back in their place in the order.
+        items: the runs, portions of big trace files (:mod:`._portions`: with ``jobs`` > 1
+            each is read by the worker that replays it) and any other values (say, a marker
+            at the end of each file) that are handed back in their place in the order.
         policy: the policy; default the built-in defaults.
         tools: tool specs with argument schemas (see :func:`replay_runs`).
         details: keep each step's :attr:`StepReport.details` (see :func:`replay_runs`).
@@ -142,14 +144,19 @@ def replay_stream(items: Iterable[Run | T], policy: Policy | None = None, *,
     numbered = _numbered(items)
     if jobs <= 1:
         for item in numbered:
-            yield replayer.outcome(*item) if isinstance(item, tuple) else item
+            if isinstance(item, tuple):
+                yield replayer.outcome(*item)
+            elif isinstance(item, Portion):  # read here, as a worker would
+                yield from item.split.merge(item, replay_portion(replayer, *item.task))
+            else:
+                yield item
         return
     from ._parallel import pooled
 
     yield from pooled(numbered, replayer, jobs)
 
 
-def _numbered(items: Iterable[Run | T]) -> Iterator[tuple[int, Run] | T]:
+def _numbered(items: Iterable[Run | Portion | T]) -> Iterator[tuple[int, Run] | Portion | T]:
     number = 0
     for item in items:
         if isinstance(item, Run):

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from ._model import Pending, Reader, RecordedCall, Run, Source, Step, arguments, usage_counts
+from ._model import Reader, RecordedCall, Run, Source, Step, arguments, usage_counts
 from ._reading import field_dict, field_list
+from ._timeline import Pending
 
 __all__ = ["READER"]
 

@@ -41,7 +41,7 @@ from ._model import (
 )
 from ._reading import head_objects
 
-__all__ = ["READER", "read_trace", "trace_run"]
+__all__ = ["READER", "read_trace", "starts_run", "trace_run"]
 
 # The arguments of a call: a line with them but no "tool" is a broken call, not a header.
 # (Other call keys, such as "result" or "elapsed_s", are also plausible run metadata.)
@@ -60,19 +60,29 @@ def read_trace(source: Source) -> Iterator[Run]:
     """The runs of a trace JSONL file (a chat transcript per line is read as such)."""
     chunk: list[tuple[int, dict[str, Any]]] = []
     for number, value in source.json_lines():
-        if any(k in value for k in CHAT_KEYS):
+        if "tool" in value and _no_chat_key(value):  # a call: nearly every line
+            chunk.append((number, value))
+        elif not _no_chat_key(value):
             yield from chat_run(source, value, number, f"line {number}")
-        elif "tool" in value or _is_usage_line(value):
+        elif _is_usage_line(value):
             chunk.append((number, value))  # a usage line: tokens of a turn with no call
         elif stray := sorted(_CALL_KEYS & value.keys()):  # a call that lost its tool
             source.problem(number, "a call without 'tool' (it has "
                            f"{', '.join(repr(k) for k in stray)}); line skipped")
-        else:  # a header starts a new run
+        else:  # a header starts a new run (starts_run says which lines these are)
             if chunk:
                 yield from trace_run(source, chunk)
             chunk = [(number, value)]
     if chunk:
         yield from trace_run(source, chunk)
+
+
+def starts_run(value: Mapping[str, Any]) -> bool:
+    """The line ``value`` is a header, which starts a new run in :func:`read_trace`: what
+    comes before it in the file reads the same without what follows (``replay --jobs``
+    reads a big file in portions cut before such lines)."""
+    return not (any(k in value for k in CHAT_KEYS) or "tool" in value
+                or _is_usage_line(value) or value.keys() & _CALL_KEYS)
 
 
 def trace_run(source: Source, chunk: list[tuple[int, dict[str, Any]]]) -> Iterator[Run]:
@@ -106,34 +116,39 @@ def _is_usage_line(value: Mapping[str, Any]) -> bool:
 
 
 _HEADER_KEYS: Final = frozenset({"effects", *RUN_ID_KEYS})
+_no_chat_key: Final = frozenset(CHAT_KEYS).isdisjoint  # no "messages" nor "traj" in a line
 
 
-def _trace_steps(item: Mapping[str, Any], line: int) -> list[Step]:
-    if _is_usage_line(item):
+def _trace_steps(item: Mapping[str, Any], line: int) -> tuple[Step, ...]:
+    if "tool" not in item and _is_usage_line(item):
         spent = usage(item["usage"], line)
-        return [replace(spent, elapsed_s=seconds(item.get("elapsed_s")),
-                        model=spent.model or model_name(item))]
+        return (replace(spent, elapsed_s=seconds(item.get("elapsed_s")),
+                        model=spent.model or model_name(item)),)
+    # once per recorded call: the usual keys' checks inline, the rest only when present
     tool = item.get("tool")
     if not isinstance(tool, str) or not tool:
         raise Malformed("'tool' must be a non-empty string")
     is_error = item.get("is_error", False)
-    if not isinstance(is_error, bool):
+    if is_error is not False and is_error is not True:
         raise Malformed("'is_error' must be true or false")
+    args = item.get("args")
     raw = item.get("raw_args")
-    if raw is not None and not isinstance(raw, str):
-        raise Malformed("'raw_args' must be a string (the model's JSON text)")
-    args, raw = arguments(item.get("args"), raw)
+    if raw is not None or not (args is None or isinstance(args, dict)):
+        if raw is not None and not isinstance(raw, str):
+            raise Malformed("'raw_args' must be a string (the model's JSON text)")
+        args, raw = arguments(args, raw)
     batch = item.get("batch")
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (str, int))):
         raise Malformed("'batch' must be a number or a string")
-    elapsed = seconds(item.get("elapsed_s"))
-    steps: list[Step] = []
-    if "usage" in item:
-        spent = usage(item["usage"], line)
-        steps.append(replace(spent, model=spent.model or model_name(item)))
-    steps.append(new_call(tool, args, raw, item.get("result"), is_error,
-                           item.get("error_type") == "timeout", batch, elapsed, line))
-    return steps
+    elapsed = item.get("elapsed_s")
+    if elapsed is not None:
+        elapsed = seconds(elapsed)
+    call = new_call(tool, args, raw, item.get("result"), is_error,
+                    item.get("error_type") == "timeout", batch, elapsed, line)
+    if "usage" not in item:
+        return (call,)
+    spent = usage(item["usage"], line)
+    return replace(spent, model=spent.model or model_name(item)), call
 
 
 
