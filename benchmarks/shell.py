@@ -6,7 +6,8 @@ cost per recorded command beside a baseline.
   unparsed) must be classified in under 50 ms.
   Results are normalised up to ``MAX_NORMALIZED_CHARS`` (256 KiB; longer ones are compared
   as they are): the normaliser is measured at that size and at a quarter of it.
-* **recorded commands**: the 4,471 bash commands of ``../shared/data/swe-trajectories``,
+* **recorded commands**: the 4,471 bash commands of ``data/swe-trajectories`` in the shared
+  folder (``$TOOLGUARD_SHARED``, else ``../shared`` beside the checkout),
   classified without the cache, by toolguard (tree-sitter's Bash grammar and the program
   allow-list) and by ``_baseline_shell`` (a hand-written lexer, no grammar), interleaved in
   one run: microseconds per command (best of 5 passes) and their ratio; with
@@ -44,8 +45,8 @@ from toolguard.shell._classifier import MAX_CHARS, MAX_PIPES, _classify_text, cl
 TARGET_MS = 50.0
 CALLGRIND_COMMANDS = 300
 MB = 1 << 20
-RECORDED = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / \
-    "swe-trajectories"
+RECORDED = Path(os.environ.get("TOOLGUARD_SHARED", Path(__file__).resolve().parents[2] / "shared")
+                ) / "data" / "swe-trajectories"
 IMPLEMENTATIONS: dict[str, Callable[[str], object]] = {
     "toolguard": lambda command: _classify_text(command, 0),
     "baseline lexer": lambda command: baseline_classify(command, 0),
