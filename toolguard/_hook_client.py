@@ -27,13 +27,14 @@ TIMEOUT_S = 55.0  # below the hosts' own default hook timeout (60 s)
 def socket_path(env: "dict[str, str] | os._Environ[str]") -> str:
     """The server's socket: ``hook.sock`` in the state directory (as
     :func:`toolguard.hooks._hook.state_dir` finds it)."""
+    home = env.get("HOME", "") or os.path.expanduser("~")
     given = env.get("TOOLGUARD_STATE_DIR", "")
     if given:
-        base = os.path.expanduser(given)
+        base = home + given[1:] if given == "~" or given.startswith("~/") \
+            else os.path.expanduser(given)
     else:
         xdg = env.get("XDG_STATE_HOME", "")
-        root = xdg if xdg and os.path.isabs(xdg) else os.path.join(
-            os.path.expanduser("~"), ".local", "state")
+        root = xdg if xdg and os.path.isabs(xdg) else os.path.join(home, ".local", "state")
         base = os.path.join(root, "toolguard")
     return os.path.join(base, "hook.sock")
 

@@ -328,7 +328,9 @@ def test_the_hook_command_answers_through_the_server_and_without_it(
 
 
 @pytest.mark.parametrize("environ", [{"TOOLGUARD_STATE_DIR": "~/x"}, {"XDG_STATE_HOME": "/s"},
-                                     {"XDG_STATE_HOME": "relative"}, {}])
+                                     {"XDG_STATE_HOME": "relative"}, {},
+                                     {"HOME": "/elsewhere", "TOOLGUARD_STATE_DIR": "~/x"},
+                                     {"HOME": "/elsewhere"}])
 def test_the_hook_command_finds_the_state_directory_as_the_store_does(
         environ: dict[str, str]) -> None:
     """The hook command computes the server's socket without importing the library: the

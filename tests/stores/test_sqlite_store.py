@@ -114,6 +114,16 @@ def test_default_path_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "/over/state.db")
 
 
+def test_default_path_reads_home_from_the_environment_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the hook server answers for hook commands whose HOME is not its own
+    monkeypatch.setenv("HOME", str(tmp_path / "server"))
+    client = {"HOME": str(tmp_path / "client")}
+    assert default_path(client) == tmp_path / "client/.local/state/toolguard/state.db"
+    assert default_path({**client, "TOOLGUARD_STATE_DIR": "~/x"}) == tmp_path / "client/x/state.db"
+    assert default_path({"TOOLGUARD_STATE_DIR": "~/x"}) == tmp_path / "server/x/state.db"
+
+
 def test_the_file_is_private_to_its_user(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "new" / "dir" / "state.db")
     store.new_turn(TASK)

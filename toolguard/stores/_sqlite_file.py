@@ -76,7 +76,8 @@ def default_path(env: Mapping[str, str] | None = None) -> Path:
     """The per-user state file for processes of one machine (hook commands, ``toolguard
     approve``, ``toolguard resume``): ``$TOOLGUARD_STATE_DIR/state.db`` if that variable is
     set, else ``$XDG_STATE_HOME/toolguard/state.db`` (an absolute ``XDG_STATE_HOME`` only, as
-    the XDG Base Directory Specification says), else ``~/.local/state/toolguard/state.db``.
+    the XDG Base Directory Specification says), else ``~/.local/state/toolguard/state.db``;
+    ``~`` is the ``HOME`` of ``env``.
 
     Args:
         env: the environment variables; None reads ``os.environ``.
@@ -86,12 +87,23 @@ def default_path(env: Mapping[str, str] | None = None) -> Path:
         each missing directory with mode 0700, on first use).
     """
     environ = os.environ if env is None else env
+    home = environ.get("HOME", "")
     given = environ.get(STATE_DIR_VARIABLE, "")
     if given:
-        return Path(given).expanduser() / _FILE_NAME
+        return _expand_home(given, home) / _FILE_NAME
     xdg = environ.get("XDG_STATE_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
-    return base / "toolguard" / _FILE_NAME
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "toolguard" / _FILE_NAME
+    return (Path(home) if home else Path.home()) / ".local" / "state" / "toolguard" / _FILE_NAME
+
+
+def _expand_home(path: str, home: str) -> Path:
+    """``path`` with a leading ``~`` read as ``home`` (the ``HOME`` of the environment the
+    path came with: the hook server answers for commands of other environments); with no
+    ``home``, or for ``~user``, as :meth:`pathlib.Path.expanduser` reads it."""
+    if home and (path == "~" or path.startswith("~/")):
+        return Path(home + path[1:])
+    return Path(path).expanduser()
 
 
 def path_from_url(url: str) -> Path:
