@@ -201,6 +201,30 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.0f} h"
 
 
+def _waiting_approvals(path: Path) -> None:
+    """Print the calls waiting for approval in the hook's SQLite file ``path`` (if there is
+    one), each with the command that approves it."""
+    if not path.is_file():
+        return
+    from toolguard.stores.sqlite import SQLiteStore
+
+    from ._hook import sqlite_approve_command
+
+    store = SQLiteStore(path)
+    try:
+        waiting = store.waiting_approvals()
+    except StoreError as exc:
+        typer.echo(f"toolguard: cannot list the calls waiting for approval: {exc}", err=True)
+        return
+    finally:
+        store.close()
+    now = time.time()
+    for task, key, record in waiting:
+        typer.echo(f"waiting {record.tool}  session {task}  "
+                   f"{_age(now - record.requested_at)} ago, for your approval")
+        typer.echo(f"        {sqlite_approve_command(path.absolute(), key)}")
+
+
 # The arguments and options `hook`, `install` and `uninstall` share.
 _HostArg = Annotated[str, typer.Argument(help=f"the host: {', '.join(HOSTS)}")]
 _UserOpt = Annotated[bool, typer.Option("--user", help="the user's settings file")]
@@ -279,8 +303,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def status() -> None:
-        """List the coding-agent sessions the guard halted, and calls waiting to be
-        reported."""
+        """List the coding-agent sessions the guard halted, calls waiting for your approval
+        (with the command that approves each), and calls waiting to be reported."""
         root = state_dir()
         notes = sorted((root / "halted").glob("*.json")) if (root / "halted").is_dir() else []
         if not notes:
@@ -296,6 +320,7 @@ def register(app: typer.Typer) -> None:
                 continue
             typer.echo(line)
             typer.echo(f"        {reason}")
+        _waiting_approvals(root / "state.db")
         pending = root / "pending"
         shown = 0
         for path in sorted(pending.glob("*/*.json")) if pending.is_dir() else []:

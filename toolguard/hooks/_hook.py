@@ -392,14 +392,22 @@ def approve_command(session: Session, key: str) -> str:
 
     store = session.guard.store
     if isinstance(store, SQLiteStore):
-        url = f"sqlite:///{store.path}"  # an absolute path: sqlite:////...
-        return f"TOOLGUARD_STORE__URL={shlex.quote(url)} toolguard approve {shlex.quote(key)}"
+        return sqlite_approve_command(store.path, key)
     policy = session.guard._config.policy
     words = ["toolguard", "approve", *(["--policy", str(policy.sources[-1])]
                                        if policy.sources else []), key]
     where = policy.source_of("store.url")
     return shlex.join(words) + (f" (with the agent's {where[4:]})"
                                 if where.startswith("env ") else "")
+
+
+def sqlite_approve_command(path: Path, key: str) -> str:
+    """The shell command that approves the call waiting under ``key`` in the SQLite file
+    ``path`` (absolute), named by its URL as ``toolguard approve`` reads it."""
+    import shlex
+
+    url = f"sqlite:///{path}"  # an absolute path: sqlite:////...
+    return f"TOOLGUARD_STORE__URL={shlex.quote(url)} toolguard approve {shlex.quote(key)}"
 
 
 def _after(session: Session, event: Event) -> Answer:

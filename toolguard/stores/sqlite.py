@@ -522,6 +522,22 @@ class SQLiteStore:
 
         return self._run("approvals", task_id, body)
 
+    def waiting_approvals(self) -> list[tuple[str, str, ApprovalRecord]]:
+        """The pending approval requests of every task in the file, oldest first, as
+        ``(task id, idempotency key, record)``: what ``toolguard status`` lists for the
+        user, who may have missed the message naming the key.
+
+        Raises:
+            StoreError: SQLite failed (see the class doc).
+        """
+        def body(conn: sqlite3.Connection) -> list[tuple[str, str, ApprovalRecord]]:
+            rows = conn.execute("SELECT task, key, record FROM approvals ORDER BY rowid")
+            found = [(task, key, _approval(raw)) for task, key, raw in rows]
+            waiting = [row for row in found if row[2].state == ApprovalState.PENDING]
+            return sorted(waiting, key=lambda row: row[2].requested_at)
+
+        return self._run("waiting_approvals", "", body)
+
     def clear_task(self, task_id: str) -> None:
         """Delete every row of the task, its idempotency records included.
 
