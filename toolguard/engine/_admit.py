@@ -49,7 +49,7 @@ def begin(task: TaskState, cfg: _Config, p: _Prepared, count: bool, now: float) 
                 p.signature,
                 p.key if p.effect is MUTATING or entry.settings.requires_approval else "",
                 p.claim, p.task_scope, count, p.effect is POLL, now,
-                cfg.policy.idempotency.in_progress_ttl_s, p.call_id,
+                cfg.claim_ttl_s, p.call_id,
                 entry.settings.idempotency_ttl_s,  # an expired claim's unknown outcome is kept
                 now if store._clock is guard._clock else None)  # type: ignore[attr-defined]
         else:
@@ -62,7 +62,7 @@ def begin(task: TaskState, cfg: _Config, p: _Prepared, count: bool, now: float) 
                 # other calls skip those look-ups
                 p.key if p.effect is MUTATING or entry.settings.requires_approval else "",
                 p.claim, p.task_scope, count, p.effect is POLL, now,
-                cfg.policy.idempotency.in_progress_ttl_s, p.call_id,
+                cfg.claim_ttl_s, p.call_id,
                 entry.settings.idempotency_ttl_s,  # an expired claim's unknown outcome is kept
             )))
     except Exception as exc:  # noqa: BLE001 - begin_failed re-raises or falls back
@@ -97,10 +97,9 @@ def decided(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
             now: float | None = None) -> Verdict:
     """The pure :func:`toolguard.engine._core.decide` on the call and its snapshot (``now``: the
     time begin read, else the guard's clock now)."""
-    policy = cfg.policy
     entry = p.entry
     return decide(_new(CallContext, (  # every field, in CallContext's order (hot path)
         task.task_id, entry.spec.name, entry.settings, p.effect, p.sig, p.key,
-        p.invalid, policy.budget, policy.approval.timeout_s,
+        p.invalid, cfg.budget, cfg.approval_timeout_s,
         task.guard._clock() if now is None else now, p.denied, p.exact,
     )), snap)

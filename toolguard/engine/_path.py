@@ -125,7 +125,7 @@ def admit(task: TaskState, cfg: _Config, tool: str, raw: Any, virtual: bool,
             return prepared
         p = prepared  # type: ignore[assignment]  # not a ToolResult: tested above
         assert p is not None
-        if cfg.policy.mode is MODE_OFF and not p.unusable:
+        if cfg.mode is MODE_OFF and not p.unusable:
             task.guard._warn_off()
             return Begun(cfg, p, None, None, None)
         count = not (resumed and _admit.waited(task, cfg, p))
@@ -141,8 +141,7 @@ def decided(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
             verdict: Verdict | None, now: float | None = None) -> Step:
     """Decide the begun call (``verdict``: decided already, by an approver's ``defer``) and
     take it as far as it goes without I/O."""
-    policy = cfg.policy
-    enforce = policy.mode is ENFORCE
+    enforce = cfg.mode is ENFORCE
     if verdict is None:
         verdict = _admit.decided(task, cfg, p, snap, now)
         if enforce and (verdict.ask_approval or verdict.wait):
@@ -158,7 +157,7 @@ def decided(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
         result = _record.synthetic(task, p, snap, verdict)
         task.history.append(_new(CallRecord, (p.entry.spec.name, p.raw_args, result)))
         return result
-    elif policy.budget.max_consecutive_failures is not None:
+    elif cfg.budget.max_consecutive_failures is not None:
         verdict = _wait.enter_flight(task, cfg, p, snap, verdict)
         if not verdict.decision.executed:
             return _record.conclude(task, cfg, p, snap, verdict, None, None)

@@ -55,10 +55,10 @@ def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
     dumped = b""  # the hash's serialization of raw, made already by the bounds
     deep: str | None = None
     if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
-        too, deep, dumped = dict_bounds(raw, cfg.policy.max_args_bytes)
+        too, deep, dumped = dict_bounds(raw, cfg.max_args_bytes)
         args = raw.copy()
     else:
-        too = oversized(raw, cfg.policy.max_args_bytes)
+        too = oversized(raw, cfg.max_args_bytes)
     if too is not None:
         # not parsed, and not kept: history holds a note instead of the arguments
         args, invalid = {}, too

@@ -38,7 +38,7 @@ def enter_flight(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, ve
                   ) -> Verdict:
     """Count this call in flight for ``max_consecutive_failures`` (``toolguard.engine._inflight``),
     or block it when the calls already running use up what is left of the budget."""
-    limit = cfg.policy.budget.max_consecutive_failures
+    limit = cfg.budget.max_consecutive_failures
     if limit is None:
         return verdict
     running = task.guard._inflight_calls.enter((task.task_id, p.entry.spec.name),
