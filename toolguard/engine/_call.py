@@ -77,17 +77,15 @@ class _Entry:
     not_sync: bool = False
 
     def given(self, args: dict[str, Any]) -> dict[str, Any]:
-        """``args`` without the top-level nulls of the arguments the tool does not require
-        (``args`` itself when there is none): the tool then gets its default, exactly as for
-        an omitted argument, which is what the canonical hash already takes them for. A null
-        a model sends for ``dry_run: bool | None = True`` (OpenAI strict mode sends one for
-        every optional argument) or for a ``**kwargs`` key never reaches the tool as a
-        ``None`` that an approval or a stored result of the omitted spelling would cover."""
-        for value in args.values():
-            if value is None:  # rare: filter only then
-                required = self.required
-                return {k: v for k, v in args.items() if v is not None or k in required}
-        return args
+        """A copy of ``args`` without the top-level nulls of the arguments the tool does not
+        require (the call path asks only when a null is among them): the tool then gets its
+        default, exactly as for an omitted argument, which is what the canonical hash
+        already takes them for. A null a model sends for ``dry_run: bool | None = True``
+        (OpenAI strict mode sends one for every optional argument) or for a ``**kwargs``
+        key never reaches the tool as a ``None`` that an approval or a stored result of the
+        omitted spelling would cover."""
+        required = self.required
+        return {k: v for k, v in args.items() if v is not None or k in required}
 
     def bound(self, args: Mapping[str, Any]) -> Mapping[str, Any]:
         """``args`` with the tool's defaults filled in: an omitted argument, an explicit null
