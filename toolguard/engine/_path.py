@@ -173,9 +173,9 @@ def decided(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
         task.history.append(_new(CallRecord, (p.entry.spec.name, p.raw_args, result)))
         return result
     elif cfg.budget.max_consecutive_failures is not None:
-        verdict = _wait.enter_flight(task, cfg, p, snap, verdict)
-        if not verdict.decision.executed:
-            return _record.conclude(task, cfg, p, snap, verdict, None, None)
+        flight = _wait.enter_flight(task, cfg, p, snap, verdict)
+        if flight is not verdict:  # blocked: the calls running use up the budget
+            return _record.conclude(task, cfg, p, snap, flight, None, None)
     if sinks or snap.approval is not None:
         try:
             if sinks:
