@@ -463,12 +463,12 @@ async def test_async_tools_and_async_direct_calls(clock: FakeClock) -> None:
 
 def test_internal_bug_surfaces_as_toolguard_error(guard: tg.Guard,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    import toolguard.engine._admit as admit  # the stage that calls the decision core
+    import toolguard.engine._path as path  # the stage that calls the decision core
 
     def broken(*_: Any) -> Any:
         raise KeyError("oops")
 
-    monkeypatch.setattr(admit, "decide", broken)
+    monkeypatch.setattr(path, "decide", broken)
     task = guard.task("t")
     with pytest.raises(tg.ToolGuardError, match="internal error") as info:
         task.call("grep_search", {"pattern": "x"})

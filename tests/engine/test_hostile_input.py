@@ -256,34 +256,46 @@ def test_one_serialization_bounds_and_hashes_as_the_separate_checks_do(
     # the call path measures size and depth with the hash's own serialization: the
     # verdicts and the hash are those of the separate checks, for every argument dict
     from toolguard._errors import CanonicalizationError
-    from toolguard.engine._limits import dict_bounds, oversized, too_deep
-    from toolguard.hashing._canonical import hash_args
+    from toolguard.engine._limits import oversized, too_deep, too_large
+    from toolguard.hashing._canonical import dump_for_hash, hash_args
 
     if depth:
         args = {**args, "deep": _nested_lists(depth)}
-    too, deep, dumped = dict_bounds(args, limit)
+    dumped = dump_for_hash(args, MAX_ARGS_DEPTH)
+    if not dumped:  # too deep, or not JSON: the call path then runs the separate checks
+        assert too_deep(None, args) is not None or orjson_refuses(args)
+        return
+    too = None if limit is None or len(dumped) <= limit else too_large(len(dumped), limit)
     assert too == oversized(args, limit)
-    assert deep == (None if too is not None else too_deep(None, args))
-    if too is None and deep is None:
-        try:
-            expected = hash_args(args)
-        except CanonicalizationError:
-            return
-        assert hash_args(args, None, dumped) == expected
+    assert too_deep(None, args) is None
+    try:
+        expected = hash_args(args)
+    except CanonicalizationError:
+        return
+    assert hash_args(args, None, dumped) == expected
+
+
+def orjson_refuses(args: dict[str, Any]) -> bool:
+    """Whether orjson cannot serialize ``args`` natively (sorted keys, nothing passed to a
+    default)."""
+    try:
+        orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return True
+    return False
 
 
 def test_the_depth_probe_gives_the_same_bytes_while_another_thread_holds_its_arrays() -> None:
     from toolguard.hashing._canonical import _CHAINS, dump_for_hash
 
-    wrap = 254 - MAX_ARGS_DEPTH
     args = {"rows": [{"a": [1, 2]}, {"b": None}], "deep": _nested_lists(MAX_ARGS_DEPTH - 1)}
-    expected = dump_for_hash(args, wrap)
+    expected = dump_for_hash(args, MAX_ARGS_DEPTH)
     assert expected == orjson.dumps(args, option=orjson.OPT_SORT_KEYS)
-    chain = _CHAINS[wrap]
+    chain = _CHAINS[254 - MAX_ARGS_DEPTH]
     with chain.lock:  # as if another thread were serializing in the prebuilt arrays
-        assert dump_for_hash(args, wrap) == expected
-        assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, wrap) == b""
-    assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, wrap) == b""
+        assert dump_for_hash(args, MAX_ARGS_DEPTH) == expected
+        assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, MAX_ARGS_DEPTH) == b""
+    assert dump_for_hash({"deep": _nested_lists(MAX_ARGS_DEPTH + 1)}, MAX_ARGS_DEPTH) == b""
     assert chain.inner[0] is None  # the arguments are not kept
 
 

@@ -1,4 +1,4 @@
-"""The per-task memo of short text results' digests (``_record._digest``) gives what
+"""The per-task memo of short text results' digests (``_record.digest_memo``) gives what
 normalizing every result gives: the same digests and kinds, and so the same verdicts."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_memoized_digests_equal_the_eager_ones(calls: list[tuple[int, Any]]) -> 
     memo: dict[str, tuple[ResultNormalizer, str, str]] = {}
     for index, content in calls:
         normalizer = _NORMALIZERS[index]
-        assert _record._digest(memo, normalizer, content) == _record.digest_of(normalizer,
+        assert _record.digest_memo(memo, normalizer, content) == _record.digest_of(normalizer,
                                                                                content)
         assert len(memo) <= _record.MEMO_ENTRIES
 
@@ -54,11 +54,11 @@ def test_a_repeated_text_is_normalized_once(monkeypatch: pytest.MonkeyPatch) -> 
     memo: dict[str, tuple[ResultNormalizer, str, str]] = {}
     text, other = "Done in 0.31s", normalizer_for(ResultPolicy(strip_volatile=False))
     for _ in range(3):
-        _record._digest(memo, default_normalizer(), text)
+        _record.digest_memo(memo, default_normalizer(), text)
     assert seen == [text]
-    _record._digest(memo, other, text)  # another tool's normalizer: computed again
+    _record.digest_memo(memo, other, text)  # another tool's normalizer: computed again
     assert seen == [text, text]
-    assert _record._digest(memo, other, text) == eager(other, text)
+    assert _record.digest_memo(memo, other, text) == eager(other, text)
     assert len(seen) == 2
 
 

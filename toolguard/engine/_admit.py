@@ -1,7 +1,7 @@
-"""Begin and decide: ``store.begin`` counts the attempt and reads the task's state (budgets,
-ladder count, idempotency record, approval), and the pure :func:`toolguard.engine._core.decide`
-turns it into a verdict: budget -> approval -> idempotency -> ladder. A store that fails
-is handled by :mod:`toolguard.engine._storeops`."""
+"""Begin: ``store.begin`` counts the attempt and reads the task's state (budgets, ladder
+count, idempotency record, approval), which the pure :func:`toolguard.engine._core.decide`
+then turns into a verdict (:func:`toolguard.engine._path.decided`). A store that fails is
+handled by :mod:`toolguard.engine._storeops`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from toolguard.stores._base import new_tuple as _new
 
 from . import _approve, _storeops
 from ._call import _Config, _Prepared
-from ._core import CallContext, Verdict, decide
 from ._limits import UNKNOWN_TOOLS
 
 if TYPE_CHECKING:
@@ -49,7 +48,7 @@ def begin(task: TaskState, cfg: _Config, p: _Prepared, count: bool, now: float) 
                 p.signature,
                 p.key if p.effect is MUTATING or entry.settings.requires_approval else "",
                 p.claim, p.task_scope, count, p.effect is POLL, now,
-                cfg.policy.idempotency.in_progress_ttl_s, p.call_id,
+                cfg.claim_ttl_s, p.call_id,
                 entry.settings.idempotency_ttl_s,  # an expired claim's unknown outcome is kept
                 now if store._clock is guard._clock else None)  # type: ignore[attr-defined]
         else:
@@ -62,7 +61,7 @@ def begin(task: TaskState, cfg: _Config, p: _Prepared, count: bool, now: float) 
                 # other calls skip those look-ups
                 p.key if p.effect is MUTATING or entry.settings.requires_approval else "",
                 p.claim, p.task_scope, count, p.effect is POLL, now,
-                cfg.policy.idempotency.in_progress_ttl_s, p.call_id,
+                cfg.claim_ttl_s, p.call_id,
                 entry.settings.idempotency_ttl_s,  # an expired claim's unknown outcome is kept
             )))
     except Exception as exc:  # noqa: BLE001 - begin_failed re-raises or falls back
@@ -91,16 +90,3 @@ def waited(task: TaskState, cfg: _Config, p: _Prepared) -> bool:
     pending: dict[str, ApprovalRecord] = _storeops.store_op(task,
         cfg, p, lambda: task.guard._store.pending_approvals(task.task_id), fallback=dict)
     return p.key in pending
-
-
-def decided(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
-            now: float | None = None) -> Verdict:
-    """The pure :func:`toolguard.engine._core.decide` on the call and its snapshot (``now``: the
-    time begin read, else the guard's clock now)."""
-    policy = cfg.policy
-    entry = p.entry
-    return decide(_new(CallContext, (  # every field, in CallContext's order (hot path)
-        task.task_id, entry.spec.name, entry.settings, p.effect, p.sig, p.key,
-        p.invalid, policy.budget, policy.approval.timeout_s,
-        task.guard._clock() if now is None else now, p.denied, p.exact,
-    )), snap)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 from toolguard._errors import ApprovalTimedOut, BudgetExceeded, Halt, RepeatedToolCalls
 from toolguard._results import _fast_constructor
@@ -63,11 +63,25 @@ from toolguard._types import (
 from toolguard.stores._base import ApprovalState, Snapshot
 
 if TYPE_CHECKING:
-    from toolguard.policy._model import BudgetPolicy
     from toolguard.tools._resolve import ToolSettings
 
-__all__ = ["CallContext", "Verdict", "decide", "outcome_kind", "stagnation_after",
+__all__ = ["Budgets", "CallContext", "Verdict", "decide", "outcome_kind", "stagnation_after",
            "stagnation_possible"]
+
+
+class Budgets(Protocol):
+    """The budgets :func:`decide` reads (``None``: no limit): a
+    :class:`~toolguard.policy.BudgetPolicy`, or the engine's plain copy of one
+    (``toolguard.engine._call.Budget``, read faster on every call)."""
+
+    @property
+    def max_tool_calls(self) -> int | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def timeout_s(self) -> float | None: ...
+    @property
+    def max_consecutive_failures(self) -> int | None: ...
 
 
 class CallContext(NamedTuple):
@@ -93,7 +107,7 @@ class CallContext(NamedTuple):
     args_hash: str
     idempotency_key: str
     invalid: str | None
-    budget: BudgetPolicy
+    budget: Budgets
     approval_timeout_s: float
     now: float
     denied: bool = False
@@ -205,15 +219,16 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
         # concurrent duplicate, not a sequential loop. Wait and share its result.
         return _verdict(CACHED, reason="an identical call is in progress", wait=True)
 
-    if ctx.effect is POLL:
+    laddered = ctx.effect is not POLL
+    if not laddered:
         if snap.polls > s.max_polls:
             return _budget("max_polls", s.max_polls, snap.polls,
                            f"{ctx.tool} polled that often with the same arguments")
-        ladder = None
+        warn_at = block_at = 0
     else:
-        # s.ladder_for(ctx.effect), inline (hot path)
-        ladder = s.readonly_ladder if ctx.effect is READONLY else s.mutating_ladder
-        if snap.count >= ladder.halt_at:
+        # s.ladder_for(ctx.effect), as plain ints (hot path)
+        warn_at, block_at, halt_at = s.readonly_at if ctx.effect is READONLY else s.mutating_at
+        if snap.count >= halt_at:
             return Verdict(
                 HALT,
                 reason=f"{ctx.tool} was called {_times(snap.count)} with the same arguments "
@@ -272,9 +287,9 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
                    "result of that call. Do not repeat it: read that result and move on.",
         )
 
-    if ladder is not None and not approved:
-        block_at = s.stagnation_block_at
-        if block_at and snap.stagnation + 1 >= block_at:
+    if laddered and not approved:
+        stagnation_at = s.stagnation_block_at
+        if stagnation_at and snap.stagnation + 1 >= stagnation_at:
             what = _stagnated(ctx.tool, snap.stagnation, snap.stagnation_outcome)
             return _verdict(
                 BLOCK,
@@ -282,7 +297,7 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
                 notice=f"Change approach: use another tool, or fix the cause before calling "
                        f"{ctx.tool} again.",
             )
-        if snap.count >= ladder.block_at:
+        if snap.count >= block_at:
             return _verdict(
                 BLOCK,
                 reason=f"{ctx.tool} was called {_times(snap.count)} with the same arguments "
@@ -290,7 +305,7 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
             )
         if snap.transient and s.transient_retries:
             return _transient(ctx.tool, snap.transient, s.transient_retries)
-        if snap.count >= ladder.warn_at:
+        if snap.count >= warn_at:
             return _verdict(
                 WARN,
                 reason=f"repeated {_times(snap.count)} without progress",
@@ -358,7 +373,8 @@ def _stagnated(tool: str, run: int, outcome: str) -> str:
 def _grows(recent: str, signature: str) -> bool:
     """Whether a call with ``signature`` grows a run whose recent signatures are ``recent``
     (newline-separated, oldest first; :func:`~toolguard.stores._base.stagnation_recent`)."""
-    return signature not in recent.split("\n")
+    # the same call again, the common case, read first: a split costs ~4x a comparison
+    return signature != recent and signature not in recent.split("\n")
 
 
 def stagnation_possible(settings: ToolSettings, signature: str, snap: Snapshot) -> bool:

@@ -19,16 +19,16 @@ from typing import Any, Final
 
 import orjson
 
-from toolguard.hashing._canonical import dump_for_hash
+from toolguard.hashing._canonical import ORJSON_DEPTH, SCALARS
 
 __all__ = [
     "MAX_ARGS_DEPTH",
     "MAX_TOOL_NAME_CHARS",
     "UNKNOWN_TOOLS",
-    "dict_bounds",
     "oversized",
     "short_name",
     "too_deep",
+    "too_large",
 ]
 
 MAX_ARGS_DEPTH: Final = 100  # levels of nested arrays and objects
@@ -56,34 +56,13 @@ def oversized(raw: Any, limit: int | None) -> str | None:
             return None  # too deep or not JSON: the canonical hash says so
     else:
         return None
-    return None if size <= limit else _too_large(size, limit)
+    return None if size <= limit else too_large(size, limit)
 
 
-def _too_large(size: int, limit: int) -> str:
+def too_large(size: int, limit: int) -> str:
+    """Why arguments of ``size`` bytes are refused under ``max_args_bytes`` ``limit``."""
     return (f"the arguments are {size:,} bytes, more than max_args_bytes ({limit:,}): send "
             "less (a path or an id instead of the content)")
-
-
-def dict_bounds(args: dict[str, Any], limit: int | None
-                ) -> tuple[str | None, str | None, bytes]:
-    """:func:`oversized` and :func:`too_deep` of a dict of arguments, measured on the
-    canonical hash's first serialization (:func:`toolguard.hashing._canonical.dump_for_hash`),
-    which is returned for the hash to reuse: ``(too large, too deep, dump)``, the first two
-    the reasons or None. Nested arguments are serialized wrapped in one-item arrays, so the
-    one orjson pass also bounds their depth. ``dump`` is ``b""`` when orjson cannot take
-    ``args`` natively (then both are checked one by one, as before)."""
-    wrap = 0  # flat arguments cannot be too deep
-    for value in args.values():
-        if type(value) not in _SCALARS:
-            wrap = _ORJSON_DEPTH - MAX_ARGS_DEPTH
-            break
-    dumped = dump_for_hash(args, wrap) if wrap >= 0 else b""
-    if dumped:
-        return (None if limit is None or len(dumped) <= limit
-                else _too_large(len(dumped), limit)), None, dumped
-    # a value orjson does not take, or nested too deep: measured and walked one by one
-    too = oversized(args, limit)
-    return too, None if too is not None else too_deep(None, args), b""
 
 
 def too_deep(raw: Any, args: Any, limit: int = MAX_ARGS_DEPTH) -> str | None:
@@ -94,15 +73,15 @@ def too_deep(raw: Any, args: Any, limit: int = MAX_ARGS_DEPTH) -> str | None:
                    else raw.count(b"{") + raw.count(b"["))
         if opening <= limit:
             return None
-    elif isinstance(args, Mapping) and all(type(v) in _SCALARS for v in args.values()):
+    elif isinstance(args, Mapping) and all(type(v) in SCALARS for v in args.values()):
         return None  # flat: the usual case, no walk
-    if type(args) is dict and limit < _ORJSON_DEPTH:
+    if type(args) is dict and limit < ORJSON_DEPTH:
         # orjson stops past 254 levels of arrays and objects: wrapped in 254 - limit one-item
         # arrays, JSON-native arguments serialize iff they are at most ``limit`` deep, in C
         # (the walk below took 7 ms on 100 KB of rows). Anything else (a value orjson does
         # not take) is walked.
         probe: Any = args
-        for _ in range(_ORJSON_DEPTH - limit):
+        for _ in range(ORJSON_DEPTH - limit):
             probe = [probe]
         try:
             orjson.dumps(probe, default=_refuse)
@@ -123,8 +102,6 @@ def too_deep(raw: Any, args: Any, limit: int = MAX_ARGS_DEPTH) -> str | None:
     return None
 
 
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
-_ORJSON_DEPTH: Final = 254  # levels of arrays and objects orjson.dumps serializes
 _RECURSION: Final = "Recursion limit"  # orjson's message past them
 
 
@@ -138,7 +115,7 @@ def _flat_size(args: Mapping[Any, Any]) -> int:
     size = 2
     for key, value in args.items():
         kind = type(value)
-        if kind not in _SCALARS:
+        if kind not in SCALARS:
             return 1 << 62
         size += 6 + len(str(key)) * 6 + (
             len(value) * 6 if kind is str else value.bit_length() // 3 + 2 if kind is int

@@ -29,7 +29,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from toolguard._errors import StoreError, ToolGuardError
 from toolguard._outcomes import forwarded_key
 from toolguard._results import ToolResult
-from toolguard._types import ALLOW, ENFORCE, HALT, MODE_OFF, POLL, UNKNOWN, WARN, Decision
+from toolguard._types import (
+    ALLOW,
+    ENFORCE,
+    HALT,
+    MODE_OFF,
+    MUTATING,
+    POLL,
+    UNKNOWN,
+    WARN,
+    Decision,
+)
 from toolguard.stores._base import Snapshot
 from toolguard.stores._base import new_tuple as _new
 from toolguard.tools._context import CURRENT_KEY as _CURRENT_KEY
@@ -38,7 +48,7 @@ from . import _admit, _approve, _events, _execute, _prepare, _record, _wait
 from ._approval import ApprovalDecision, ApprovalRequest, Approver
 from ._call import CallRecord, Executor, _Config, _Outcome, _Prepared
 from ._content import safe_str as _safe_str
-from ._core import Verdict, stagnation_possible
+from ._core import CallContext, Verdict, decide, stagnation_after, stagnation_possible
 
 if TYPE_CHECKING:
     from ._call import TaskState
@@ -125,7 +135,7 @@ def admit(task: TaskState, cfg: _Config, tool: str, raw: Any, virtual: bool,
             return prepared
         p = prepared  # type: ignore[assignment]  # not a ToolResult: tested above
         assert p is not None
-        if cfg.policy.mode is MODE_OFF and not p.unusable:
+        if cfg.mode is MODE_OFF and not p.unusable:
             task.guard._warn_off()
             return Begun(cfg, p, None, None, None)
         count = not (resumed and _admit.waited(task, cfg, p))
@@ -139,12 +149,16 @@ def admit(task: TaskState, cfg: _Config, tool: str, raw: Any, virtual: bool,
 
 def decided(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
             verdict: Verdict | None, now: float | None = None) -> Step:
-    """Decide the begun call (``verdict``: decided already, by an approver's ``defer``) and
-    take it as far as it goes without I/O."""
-    policy = cfg.policy
-    enforce = policy.mode is ENFORCE
+    """Decide the begun call with the pure :func:`toolguard.engine._core.decide` (``now``:
+    the time begin read, else the guard's clock now; ``verdict``: decided already, by an
+    approver's ``defer``) and take it as far as it goes without I/O."""
+    enforce = cfg.mode is ENFORCE
     if verdict is None:
-        verdict = _admit.decided(task, cfg, p, snap, now)
+        entry = p.entry
+        verdict = decide(_new(CallContext, (  # every field, in CallContext's order (hot path)
+            task.task_id, entry.spec.name, entry.settings, p.effect, p.sig, p.key, p.invalid,
+            cfg.budget, cfg.approval_timeout_s, task.guard._clock() if now is None else now,
+            p.denied, p.exact)), snap)
         if enforce and (verdict.ask_approval or verdict.wait):
             return Pause(cfg, p, snap, verdict)
     decision = verdict.decision
@@ -158,10 +172,10 @@ def decided(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
         result = _record.synthetic(task, p, snap, verdict)
         task.history.append(_new(CallRecord, (p.entry.spec.name, p.raw_args, result)))
         return result
-    elif policy.budget.max_consecutive_failures is not None:
-        verdict = _wait.enter_flight(task, cfg, p, snap, verdict)
-        if not verdict.decision.executed:
-            return _record.conclude(task, cfg, p, snap, verdict, None, None)
+    elif cfg.budget.max_consecutive_failures is not None:
+        flight = _wait.enter_flight(task, cfg, p, snap, verdict)
+        if flight is not verdict:  # blocked: the calls running use up the budget
+            return _record.conclude(task, cfg, p, snap, flight, None, None)
     if sinks or snap.approval is not None:
         try:
             if sinks:
@@ -260,14 +274,40 @@ def record(task: TaskState, b: Begun, value: Any, outcome: _Outcome | None,
     try:
         if p.counted:
             leave(task, p)
-        if b.verdict is None:  # mode off: nothing recorded
+        verdict = b.verdict
+        if verdict is None:  # mode off: nothing recorded
             if outcome is None:
                 outcome = _Outcome(value, value, True, False, None, None, duration_s)
             return _record.plain(task, p, outcome), outcome.exc
         if p.claim:
             _wait.notify(task, p)
-        return _record.recorded(task, b.cfg, p, b.snap, b.verdict, b.observed,  # type: ignore[arg-type]
-                                value, outcome, duration_s)
+        snap: Snapshot = b.snap  # type: ignore[assignment]  # recorded: begun in the store
+        guard = task.guard
+        if outcome is not None or not guard._fields:
+            if outcome is None:
+                outcome = _Outcome(value, value, True, False, None, None, duration_s)
+            return _record.conclude(task, b.cfg, p, snap, verdict, outcome, b.observed
+                                    ), outcome.exc
+        # a success on a store that takes fields (Guard._fields): recorded without an
+        # outcome record or a request tuple
+        settings = p.entry.settings
+        effect = p.effect
+        digest, kind = _record.digest_memo(task._digests, settings.result, value)
+        progress = _record.progress_of(task, p.signature, settings.result, value, digest)
+        judged = (kind + digest if effect is not POLL and (
+            settings.stagnation_warn_at or settings.stagnation_block_at) else "")
+        try:
+            guard._store.finish_fields(  # type: ignore[attr-defined]  # finish's fields
+                task.task_id, p.entry.spec.name, p.signature, p.key, True, True, False,
+                effect is MUTATING, digest, p.claim and p.remember, value, snap.claimed,
+                settings.idempotency_ttl_s, guard._clock(), None, p.call_id, judged,
+                settings.max_progress_resets, False, progress)
+        except Exception as exc:  # noqa: BLE001 - finish_failed re-raises or falls back
+            if _record.finish_failed(task, b.cfg, p, exc, True):
+                judged = ""  # not recorded: no stagnation warn either
+        stagnant = stagnation_after(settings, p.signature, snap, judged) if judged else None
+        return _record.executed_result(task, b.cfg, p, snap, verdict, b.observed, stagnant,
+                                       value, value, True, None, duration_s), None
     except BaseException as exc:
         failed(task, b.cfg, p.entry.spec.name, exc, p, b.snap, True)
         raise

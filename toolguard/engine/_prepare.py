@@ -17,7 +17,7 @@ from toolguard._types import (
     SCOPE_OFF,
     SCOPE_TASK,
 )
-from toolguard.hashing._canonical import digest, hash_args
+from toolguard.hashing._canonical import digest, dump_for_hash, hash_args
 from toolguard.hashing._json_text import ArgumentsError, parse_arguments
 from toolguard.shell._classifier import classify_argv
 from toolguard.tools._decorators import ToolSpec, recorded_tool
@@ -27,7 +27,7 @@ from ._approval import exact_hash
 from ._audit import scrub
 from ._call import _Config, _Entry, _Prepared
 from ._content import safe_repr as _safe_repr
-from ._limits import dict_bounds, oversized, short_name, too_deep
+from ._limits import MAX_ARGS_DEPTH, oversized, short_name, too_deep, too_large
 
 if TYPE_CHECKING:
     from ._call import TaskState
@@ -55,10 +55,18 @@ def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
     dumped = b""  # the hash's serialization of raw, made already by the bounds
     deep: str | None = None
     if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
-        too, deep, dumped = dict_bounds(raw, cfg.policy.max_args_bytes)
+        # the hash's first serialization, kept for it, also bounds the size and the depth
+        dumped = dump_for_hash(raw, MAX_ARGS_DEPTH)
+        limit = cfg.max_args_bytes
+        if dumped:
+            too = None if limit is None or len(dumped) <= limit else too_large(len(dumped),
+                                                                                limit)
+        else:  # a value orjson does not take, or nested too deep: measured, walked
+            too = oversized(raw, limit)
+            deep = too_deep(None, raw) if too is None else None
         args = raw.copy()
     else:
-        too = oversized(raw, cfg.policy.max_args_bytes)
+        too = oversized(raw, cfg.max_args_bytes)
     if too is not None:
         # not parsed, and not kept: history holds a note instead of the arguments
         args, invalid = {}, too
@@ -86,9 +94,9 @@ def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
         # A null for an argument the tool does not require is the argument left out: the
         # tool gets its default, so the values it receives are the ones the hash, an
         # approval and an idempotency record stand for.
-        given = entry.given(args)
-        if given is not args:
-            args, dumped = given, b""  # no longer the bytes of these arguments
+        # (rare; a null serializes with an "n": a memchr rules most arguments out)
+        if (not dumped or 110 in dumped) and None in args.values():
+            args, dumped = entry.given(args), b""  # no longer the bytes of these arguments
         # rules see the defaults too: one signature, one effect
         bound = entry.bound(args) if entry.defaults else args
         if settings.rules and (ruled := entry.effect_for(bound)) is not None:
@@ -96,8 +104,10 @@ def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
         elif settings.shell is not None and (
                 parsed := classify_argv(bound.get(settings.shell))) is not None:
             effect, denied = parsed, False  # so does a recognised shell command
-        if dumped and not (bound is args or (len(bound) == len(args)
-                                             and None not in args.values())):
+        # the hash names these very arguments (up to key order) when they serialize as
+        # plain JSON and no default was filled in
+        exact = bound is args or (len(bound) == len(args) and None not in args.values())
+        if not exact:
             dumped = b""  # defaults filled in: not the bytes of these arguments
         try:
             sig, floats, plain = hash_args(bound, settings.args, dumped)
@@ -113,13 +123,9 @@ def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
     else:
         validator = entry.validator
         if validator is not None:
-            # The hash names these very arguments when they serialized as plain JSON and
-            # no default was filled in: valid ones seen before skip validation (85 µs on
-            # 100 KB with jsonschema-rs).
-            known = sig if plain >= validator.memo_bytes and (
-                bound is args or (len(bound) == len(args)
-                                  and None not in args.values())) else ""
-            problems = validator.problems(args, known)
+            # valid arguments seen before skip validation (85 µs on 100 KB with
+            # jsonschema-rs) when the hash names them exactly
+            problems = validator.problems(args, sig if plain and exact else "", plain)
             if problems is not None:
                 pattern = cfg.policy.audit.redact_pattern
                 invalid = describe(problems, partial(scrub, pattern=pattern))

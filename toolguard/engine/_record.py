@@ -62,7 +62,7 @@ def finish(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, outcome:
     result_digest, judged, progress, transient = "", "", "", False
     if outcome is not None and not outcome.unknown:
         # compared without its volatile parts (the model still gets it whole)
-        digest, kind = _digest(task._digests, settings.result, outcome.content)
+        digest, kind = digest_memo(task._digests, settings.result, outcome.content)
         result_digest = digest if success else ""
         if success:
             progress = progress_of(task, p.signature, settings.result, outcome.content, digest)
@@ -97,37 +97,6 @@ def finish(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, outcome:
     return stagnation_after(settings, p.signature, snap, judged) if judged else None
 
 
-def recorded(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict,
-             observed: Decision | None, value: Any, outcome: _Outcome | None,
-             duration_s: float) -> tuple[ToolResult, BaseException | None]:
-    """Record what the tool of a call that ran did (returned ``value``, or ``outcome``: its
-    error or unknown outcome) and build its result: ``(result, the tool's exception)``. A
-    success on a store that takes fields (``Guard._fields``) is recorded without an outcome
-    record or a request tuple."""
-    if outcome is not None or not task.guard._fields:
-        if outcome is None:
-            outcome = _Outcome(value, value, True, False, None, None, duration_s)
-        return conclude(task, cfg, p, snap, verdict, outcome, observed), outcome.exc
-    settings = p.entry.settings
-    effect = p.effect
-    digest, kind = _digest(task._digests, settings.result, value)
-    progress = progress_of(task, p.signature, settings.result, value, digest)
-    judged = (kind + digest if effect is not POLL and (
-        settings.stagnation_warn_at or settings.stagnation_block_at) else "")
-    try:
-        task.guard._store.finish_fields(  # type: ignore[attr-defined]  # finish's fields
-            task.task_id, p.entry.spec.name, p.signature, p.key, True, True, False,
-            effect is MUTATING, digest, p.claim and p.remember, value, snap.claimed,
-            settings.idempotency_ttl_s, task.guard._clock(), None, p.call_id, judged,
-            settings.max_progress_resets, False, progress)
-    except Exception as exc:  # noqa: BLE001 - finish_failed re-raises or falls back
-        if finish_failed(task, cfg, p, exc, True):
-            judged = ""  # not recorded: no stagnation warn either
-    stagnant = stagnation_after(settings, p.signature, snap, judged) if judged else None
-    return executed_result(task, cfg, p, snap, verdict, observed, stagnant, value, value,
-                           True, None, duration_s), None
-
-
 def finish_failed(task: TaskState, cfg: _Config, p: _Prepared, exc: Exception,
                    executed: bool) -> bool:
     """``store.finish`` raised ``exc``. Raises (``fail_closed``, or the tool did not run);
@@ -148,7 +117,7 @@ def finish_failed(task: TaskState, cfg: _Config, p: _Prepared, exc: Exception,
 
 
 MEMO_CHARS: Final = 4096
-"""Text results up to this length are memoized per task (:func:`_digest`)."""
+"""Text results up to this length are memoized per task (:func:`digest_memo`)."""
 MEMO_ENTRIES: Final = 16
 """Distinct texts a task's memo keeps (then it starts again, empty)."""
 
@@ -164,7 +133,7 @@ def digest_of(normalizer: ResultNormalizer, content: Any) -> tuple[str, str]:
 _NONE_DIGEST: Final = (value_digest(None), outcome_kind(True, None))
 
 
-def _digest(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: ResultNormalizer,
+def digest_memo(memo: dict[str, tuple[ResultNormalizer, str, str]], normalizer: ResultNormalizer,
             content: Any) -> tuple[str, str]:
     """:func:`digest_of`, memoized in ``memo`` for plain ``str`` results of at most
     :data:`MEMO_CHARS` characters: normalizing a short text costs ~2k instructions per

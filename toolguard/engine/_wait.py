@@ -36,9 +36,10 @@ def loop_running() -> bool:
 
 def enter_flight(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
                   ) -> Verdict:
-    """Count this call in flight for ``max_consecutive_failures`` (``toolguard.engine._inflight``),
-    or block it when the calls already running use up what is left of the budget."""
-    limit = cfg.policy.budget.max_consecutive_failures
+    """Count this call in flight for ``max_consecutive_failures`` (``toolguard.engine._inflight``)
+    and return ``verdict`` itself, or block it (a new verdict) when the calls already running
+    use up what is left of the budget."""
+    limit = cfg.budget.max_consecutive_failures
     if limit is None:
         return verdict
     running = task.guard._inflight_calls.enter((task.task_id, p.entry.spec.name),

@@ -145,8 +145,11 @@ _LONG_NULL: Final = _LongSearch(_NULL)
 
 
 def _has_null(out: bytes) -> bool:
-    """Whether serialized ``out`` holds ``null`` (a null, or the text in a string)."""
-    return (_NULL.search(out) is not None if len(out) < LONG_OUTPUT else _LONG_NULL(out))
+    """Whether serialized ``out`` holds ``null`` (a null, or the text in a string). Short
+    output without an ``n`` byte has none: an int membership test is a memchr (~0.2k
+    instructions), a regex search ~1.2k, a bytes one ~2.4k (it takes a buffer)."""
+    return ((110 in out and _NULL.search(out) is not None) if len(out) < LONG_OUTPUT
+            else _LONG_NULL(out))
 
 
 class _Unserializable(Exception):
@@ -202,12 +205,27 @@ def hash_args(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None 
     return _hexdigest(out, CANONICAL_VERSION), floats, len(out) if plain else 0
 
 
-def dump_for_hash(args: Mapping[str, Any], wrap: int = 0) -> bytes:
+SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+"""The types of a JSON scalar as parsed: arguments whose values are all of them are flat."""
+ORJSON_DEPTH: Final = 254
+"""Levels of arrays and objects ``orjson.dumps`` serializes."""
+
+
+def dump_for_hash(args: Mapping[str, Any], depth: int | None = None) -> bytes:
     """The first serialization :func:`hash_args` makes of ``args`` (no argument options),
-    or ``b""`` when orjson cannot take it natively (the hash then walks). Serialized
-    inside ``wrap`` one-item arrays: with ``wrap = 254 - n`` it fails past orjson's depth
-    limit, so the bytes also say ``args`` is at most ``n`` levels deep (in C; the wrapping
-    is cut off again)."""
+    or ``b""`` when orjson cannot take it natively (the hash then walks) or, given
+    ``depth``, when ``args`` is nested deeper than ``depth`` levels: nested arguments are
+    serialized inside ``254 - depth`` one-item arrays, so that orjson's own depth limit
+    bounds them (in C; the wrapping is cut off again). Flat arguments (every value a
+    :data:`SCALARS` one) are serialized as they are."""
+    wrap = 0
+    if depth is not None:
+        for value in args.values():
+            if type(value) not in SCALARS:
+                wrap = ORJSON_DEPTH - depth
+                if wrap < 0:
+                    return b""
+                break
     if not wrap:
         try:
             return orjson.dumps(args, default=_refuse, option=_OPTS)
@@ -265,24 +283,31 @@ def _canonical(args: Mapping[str, Any], options: Mapping[str, ArgOptions] | None
         out = dumped or dump_for_hash(args)
     if not out:
         return _walked_bytes(args), True, False
-    if not _has_null(out):
-        # The usual case, decided by one search for each thing to normalize (each search is
-        # ~50 µs on 100 KB, half the dump itself: none is repeated).
-        if _suspect(out):
-            return _walked_bytes(args), True, False
-        return out, bool(options), not options
-    if not _suspect(out):
-        # Nulls and nothing else to normalize: the common case of models that send every
-        # optional argument (OpenAI strict mode sends null for each). Drop the top-level
-        # ones from the JSON-native value orjson just took and serialize again: 4 µs on
-        # 1 KB where the full walk takes 36 µs. A null left (nested, which is a value the
-        # tool receives and is kept; or a NaN, which orjson writes as null and which has
-        # no canonical form) takes the walk, which tells them apart.
-        top = _without_top_nulls(args)
-        if top is not None and top is not args:
-            out = orjson.dumps(top, option=orjson.OPT_SORT_KEYS)
-            if not _has_null(out):
-                return out, bool(options), False
+    # One search for each thing to normalize (each is ~50 µs on 100 KB, half the dump
+    # itself: none is repeated). Something besides nulls takes the walk: an integral float
+    # (1.0, -0.0: a "." before it, 1e+16: an exponent) or an object key starting with "$".
+    # Int membership tests are memchr: 0.03 µs on small output, so they screen the regex
+    # searches (~1.2k instructions each; a bytes membership test costs twice that).
+    short = len(out) < LONG_OUTPUT
+    if ((43 in out and b"e+" in out)
+            or ((46 in out and _INTEGRAL.search(out) is not None) if short
+                else _LONG_INTEGRAL(out))
+            or (36 in out and _dollar_key(out))):
+        return _walked_bytes(args), True, False
+    if not ((110 in out and _NULL.search(out) is not None) if short  # _has_null, inline
+            else _LONG_NULL(out)):
+        return out, bool(options), not options  # the usual case: nothing to normalize
+    # Nulls and nothing else to normalize: the common case of models that send every
+    # optional argument (OpenAI strict mode sends null for each). Drop the top-level
+    # ones from the JSON-native value orjson just took and serialize again: 4 µs on
+    # 1 KB where the full walk takes 36 µs. A null left (nested, which is a value the
+    # tool receives and is kept; or a NaN, which orjson writes as null and which has
+    # no canonical form) takes the walk, which tells them apart.
+    top = _without_top_nulls(args)
+    if top is not None and top is not args:
+        out = orjson.dumps(top, option=orjson.OPT_SORT_KEYS)
+        if not _has_null(out):
+            return out, bool(options), False
     return _walked_bytes(args), True, False
 
 
@@ -313,20 +338,6 @@ def _walked_bytes(args: Mapping[str, Any]) -> bytes:
 
 
 _hexdigest: Final = xxhash.xxh3_128_hexdigest
-
-
-def _suspect(out: bytes) -> bool:
-    """Whether serialized ``out`` holds something besides nulls to normalize: an integral
-    float (``1.0``, ``1e+16``) or an object key starting with ``$``.
-
-    No prefilter before the regex: ``b"." in out`` costs more than the search on small
-    output, and ``b".0" in out`` runs at a third of the regex's speed on 100 KB. An int
-    membership test (43 is ``+``, 36 is ``$``) is a memchr: 0.03 µs on small output.
-    """
-    return ((43 in out and b"e+" in out)
-            or (_INTEGRAL.search(out) is not None if len(out) < LONG_OUTPUT
-                else _LONG_INTEGRAL(out))
-            or (36 in out and _dollar_key(out)))
 
 
 def _dollar_key(out: bytes) -> bool:

@@ -336,7 +336,10 @@ class MemoryStore:
                 elif sig is not None:
                     sig.transient = 0
                 if success and result_digest:
-                    sig = state.sig(signature)
+                    if sig is None:  # forgotten while the tool ran
+                        sig = state.sig(signature)
+                    else:
+                        state.sigs.move_to_end(signature)  # state.sig, inline (hot path)
                     moved = bool(progress) and self._add_seen(state, (signature,
                                                                       "\0" + progress))
                     if mutating and self._add_seen(state, (signature, result_digest)):
@@ -360,7 +363,9 @@ class MemoryStore:
                 run = state.stagnation.get(tool)
                 if run is None or run[0] != state.epoch or run[2] != outcome:
                     state.stagnation[tool] = (state.epoch, 1, outcome, signature)
-                elif signature not in run[3].split("\n"):  # not a cycle's call: grows
+                elif signature != run[3] and signature not in run[3].split("\n"):
+                    # not a cycle's call (nor the same call again, the common case read
+                    # first: a split costs ~4x a comparison): grows
                     state.stagnation[tool] = (state.epoch, run[1] + 1, outcome,
                                               stagnation_recent(run[3], signature))
             if idempotency_key:

@@ -64,6 +64,15 @@ class ToolSettings:
     max_progress_resets: int = 0
     transient_retries: int = 0
     sources: dict[str, str] = field(default_factory=dict)
+    # (warn_at, block_at, halt_at) of each ladder as plain ints, which the decision reads on
+    # every call: a field of a pydantic model costs ~5x a tuple item to read
+    readonly_at: tuple[int, int, int] = field(init=False, repr=False, compare=False)
+    mutating_at: tuple[int, int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name, ladder in (("readonly_at", self.readonly_ladder),
+                             ("mutating_at", self.mutating_ladder)):
+            object.__setattr__(self, name, (ladder.warn_at, ladder.block_at, ladder.halt_at))
 
     def ladder_for(self, effect: Effect) -> LadderThresholds:
         """The thresholds that apply to a call of ``effect`` (poll calls have none)."""

@@ -15,7 +15,7 @@ import inspect
 import sys
 import typing
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import orjson
 import xxhash
@@ -216,6 +216,9 @@ def _unresolvable_ref(exc: BaseException) -> bool:
 
 
 _UNSEEN: Any = object()
+RS_MEMO_BYTES: Final = 512
+"""With jsonschema-rs, arguments of this many serialized bytes or more are memoized by their
+``known`` key (:meth:`ArgsValidator.problems`)."""
 _SMALL_CHARS = 256
 
 
@@ -281,22 +284,15 @@ class ArgsValidator:
             self._validator = cls(self.schema, registry=Registry())
         return self._validator
 
-    @property
-    def memo_bytes(self) -> int:
-        """From what size of serialized arguments (bytes) a ``known`` key pays: always without
-        jsonschema-rs (~40 µs per validation even for small arguments); from 512 B with it,
-        which decides small arguments (~0.1 µs) faster than a memo look-up (~0.4 µs) and
-        100 KB in ~85 µs."""
-        return 1 if self._fast is None else 512
-
-    def validate(self, args: Mapping[str, Any], known: str = "") -> str | None:
+    def validate(self, args: Mapping[str, Any], known: str = "", size: int = 0) -> str | None:
         """Validate ``args``; ``None`` if valid, else a short message listing each failing
         path and what was expected (at most 8 problems), meant for the model: the
         :func:`describe` of :meth:`problems`."""
-        found = self.problems(args, known)
+        found = self.problems(args, known, size)
         return None if found is None else describe(found)
 
-    def problems(self, args: Mapping[str, Any], known: str = "") -> list[Problem] | None:
+    def problems(self, args: Mapping[str, Any], known: str = "", size: int = 0
+                 ) -> list[Problem] | None:
         """Validate ``args``; ``None`` if valid, else each problem found.
 
         Arguments seen valid before skip validation when they come with a memo key: ``known``,
@@ -304,19 +300,30 @@ class ArgsValidator:
         canonical hash of arguments that serialized as plain JSON, nothing dropped or
         rewritten: not the hash of arguments with nulls, which folds them away, while
         ``{"n": null}`` may be invalid where ``{}`` is valid); else, without jsonschema-rs,
-        a hash of the exact arguments (nulls included). With jsonschema-rs and no ``known``
-        key there is no memo: deciding validity is cheaper than computing a key.
+        a hash of the exact arguments (nulls included). With jsonschema-rs the key serves
+        from :data:`RS_MEMO_BYTES` of serialized arguments: it decides smaller ones
+        (~0.1 µs) faster than a memo look-up (~0.4 µs), and 100 KB in ~85 µs; without a
+        ``known`` key there is no memo: deciding validity is cheaper than computing a key.
 
         Args:
-            args: the arguments object. known: the memo key, or ``""``.
+            args: the arguments object. known: the memo key, or ``""``. size: the size in
+                bytes of the serialized arguments ``known`` names.
 
         Returns:
             ``None``, or ``(instance path, message, offending value)`` triples: jsonschema-rs
             finds them where it can judge the arguments (JSON values), jsonschema otherwise;
             the messages are jsonschema's words either way.
         """
+        fast = self._fast
+        if fast is not None and size < RS_MEMO_BYTES:  # no memo: decided at once
+            try:
+                if fast.is_valid(args):
+                    return None
+            except (ValueError, TypeError):
+                pass  # not JSON (a direct call's typed values): judged below
+            return self._find(args)
         signature: bytes | str = known
-        if not known and self._fast is None:  # jsonschema-rs decides faster than a key
+        if not known and fast is None:
             # not plain JSON (a direct call with Python objects): no memo
             with contextlib.suppress(TypeError, orjson.JSONEncodeError):
                 signature = xxhash.xxh3_128_digest(
