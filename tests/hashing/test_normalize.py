@@ -145,7 +145,8 @@ _PIECES = st.sampled_from([
     "Dec", "/", "05/Jan/2024:12:34:56 +0000", "took ", "in ", "within ", "after ", "elapsed ",
     "duration: ", "time: ", "ms", "us", "µs", "ns", "s", "sec", "seconds", "min", "m", "1",
     "42", "0.31", "٣", "\u00a0", "\u2009", "\x1c", "\x85", "\n", "\t", "[1]", "[", "]", "pid",
-    "PID=", "Pid: ", "port ", "Port:", "localhost:", "127.0.0.1:", "[::1]:", "[::]:", "8080",
+    "PID=", "Pid: ", "port ", "Port:", "localhost:", "127.0.0.1:", "0.0.0.0:", "[::1]:", "[::]:",
+    "8080", "10",
     "0x", "dead", "BEEF", "cafe1234", "-", "abcdef012345", "0123456789ab", "x", ".", "_"])
 
 
@@ -219,6 +220,24 @@ def test_the_prefilters_agree_with_both_passes_on_every_recorded_text(shared: Pa
     assert changed  # the data has volatile parts, so the check below means something
     assert [_strip_volatile(t) for t in texts] == [_both_passes(t) for t in texts]
     assert [strip_volatile(t) for t in texts] == [_both_passes(t) for t in texts]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("pid 10.0.0.0:22", "pid <pid>.0.0.0:<port>"),  # a context word inside the match before
+    ("took 5s, took 3s", "took <duration>, took <duration>"),
+    ("run 3 of 17: 123456.25s", "run 3 of 17: <duration>"),  # the match starts digits back
+    ("step 4: 98765 ms", "step 4: <duration>"), ("real 12m2.5s", "real <duration>"),
+    ("x1.5s 2.5s", "x1.5s <duration>"), ("é 10 ms ü 0xdeadbeef", "é <duration> ü <hex>"),
+])
+def test_each_pass_searches_from_its_first_candidate_and_finds_every_match(
+        text: str, expected: str) -> None:
+    """A pass searches from its prefilter's first candidate (a match's first digit or its
+    context word, numbers that are no match before it) and replaces what a scan from the
+    start replaces, a match whose context word lies in the match before included."""
+    from toolguard.hashing._normalize import _strip_volatile
+
+    assert _both_passes(text) == expected
+    assert _strip_volatile(text) == expected
 
 
 @pytest.mark.parametrize("text", [
