@@ -16,6 +16,7 @@ from toolguard.hashing._normalize import (
     default_normalizer,
     field_path_problem,
     normalizer_for,
+    strip_volatile,
 )
 from toolguard.policy._model import ResultPolicy
 
@@ -286,7 +287,7 @@ def test_the_progress_search_behind_its_lookahead_finds_what_the_plain_pattern_f
 def test_a_normaliser_remembers_a_text_as_it_normalised_it(text: str) -> None:
     fresh = normalizer_for(ResultPolicy(ignore=("[0-9]+ items",)))
     once = fresh(text)
-    assert fresh(text) == once == fresh._normalized(text)
+    assert fresh(text) == once == fresh._normalized(text, strip_volatile)
     assert fresh((text + "x")[:-1]) == once  # an equal text, another object
 
 
@@ -307,3 +308,16 @@ def test_a_normaliser_remembers_short_plain_texts_only_and_a_bounded_number() ->
         normalizer(f"note {i}")
     assert 0 < len(normalizer._memo) <= TEXT_MEMO_ENTRIES
     assert normalizer == ResultNormalizer(True, None, (), ResultPolicy())  # memo aside
+
+
+def test_a_text_a_normaliser_remembers_is_not_remembered_by_the_strip_memo_too() -> None:
+    """One memo per text: a short plain result in the normaliser's, the strings of a JSON
+    result in ``strip_volatile``'s."""
+    from toolguard.hashing._normalize import ResultNormalizer, _strip_remembered
+
+    normalizer = ResultNormalizer(True, None, (), ResultPolicy())
+    _strip_remembered.cache_clear()
+    assert normalizer("took 8 ms") == "took <duration>"
+    assert _strip_remembered.cache_info().currsize == 0
+    assert normalizer({"a": "took 9 ms"}) == {"a": "took <duration>"}
+    assert _strip_remembered.cache_info().currsize == 1

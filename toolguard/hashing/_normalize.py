@@ -373,7 +373,9 @@ class ResultNormalizer:
     :data:`TEXT_MEMO_ENTRIES` latest distinct texts. The same text comes back within a
     task, as a poll or the same error, or as the progress check's second look at a result,
     and across the runs of a replay, which all share one normaliser per policy; the
-    normalisation is pure, so a remembered form is the one it would compute).
+    normalisation is pure, so a remembered form is the one it would compute). Such a text is
+    stripped without :func:`strip_volatile`'s memo, which keeps the short strings of JSON
+    results: each text is remembered once.
     """
 
     strip_volatile: bool
@@ -387,22 +389,24 @@ class ResultNormalizer:
         if type(value) is str and len(value) <= TEXT_MEMO_CHARS:
             memo = self._memo
             known = memo.get(value)
-            if known is None:
-                known = self._normalized(value)
+            if known is None:  # remembered here: not by strip_volatile's memo as well
+                known = self._normalized(value, _strip_volatile)
                 if len(memo) >= TEXT_MEMO_ENTRIES:
                     memo.clear()  # one atomic step: threads may share the normaliser
                 memo[value] = known
             return known
-        return self._normalized(value)
+        return self._normalized(value, strip_volatile)
 
-    def _normalized(self, value: Any) -> Any:
+    def _normalized(self, value: Any, strip: Callable[[str], str]) -> Any:
+        """The normalised form of ``value``; ``strip``: how a text result is stripped (the
+        strings of a JSON value always by :func:`strip_volatile`)."""
         if isinstance(value, str):
             if self.fields and value.lstrip()[:1] in ("{", "["):
                 parsed = self._json(value)
                 if parsed is not None:
                     return self._text(orjson.dumps(
-                        self._drop(parsed), option=orjson.OPT_SORT_KEYS).decode())
-            return self._text(value)
+                        self._drop(parsed), option=orjson.OPT_SORT_KEYS).decode(), strip)
+            return self._text(value, strip)
         if isinstance(value, (dict, list)):
             return self._strings(self._drop(value))
         return value
@@ -421,18 +425,18 @@ class ResultNormalizer:
             value = _without(value, steps)
         return value
 
-    def _text(self, text: str) -> str:
+    def _text(self, text: str, strip: Callable[[str], str]) -> str:
         if len(text) > MAX_NORMALIZED_CHARS:
             return text
         if self.strip_volatile:
-            text = strip_volatile(text)
+            text = strip(text)
         if self.ignore is not None:
             text = self.ignore.remove(text)
         return text
 
     def _strings(self, value: Any) -> Any:
         if isinstance(value, str):
-            return self._text(value)
+            return self._text(value, strip_volatile)
         if isinstance(value, dict):
             return {k: self._strings(v) for k, v in value.items()}
         if isinstance(value, list):
