@@ -16,6 +16,7 @@ from toolguard.hashing._normalize import (
     default_normalizer,
     field_path_problem,
     normalizer_for,
+    strip_volatile,
 )
 from toolguard.policy._model import ResultPolicy
 
@@ -145,7 +146,8 @@ _PIECES = st.sampled_from([
     "Dec", "/", "05/Jan/2024:12:34:56 +0000", "took ", "in ", "within ", "after ", "elapsed ",
     "duration: ", "time: ", "ms", "us", "µs", "ns", "s", "sec", "seconds", "min", "m", "1",
     "42", "0.31", "٣", "\u00a0", "\u2009", "\x1c", "\x85", "\n", "\t", "[1]", "[", "]", "pid",
-    "PID=", "Pid: ", "port ", "Port:", "localhost:", "127.0.0.1:", "[::1]:", "[::]:", "8080",
+    "PID=", "Pid: ", "port ", "Port:", "localhost:", "127.0.0.1:", "0.0.0.0:", "[::1]:", "[::]:",
+    "8080", "10",
     "0x", "dead", "BEEF", "cafe1234", "-", "abcdef012345", "0123456789ab", "x", ".", "_"])
 
 
@@ -221,6 +223,24 @@ def test_the_prefilters_agree_with_both_passes_on_every_recorded_text(shared: Pa
     assert [strip_volatile(t) for t in texts] == [_both_passes(t) for t in texts]
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("pid 10.0.0.0:22", "pid <pid>.0.0.0:<port>"),  # a context word inside the match before
+    ("took 5s, took 3s", "took <duration>, took <duration>"),
+    ("run 3 of 17: 123456.25s", "run 3 of 17: <duration>"),  # the match starts digits back
+    ("step 4: 98765 ms", "step 4: <duration>"), ("real 12m2.5s", "real <duration>"),
+    ("x1.5s 2.5s", "x1.5s <duration>"), ("é 10 ms ü 0xdeadbeef", "é <duration> ü <hex>"),
+])
+def test_each_pass_searches_from_its_first_candidate_and_finds_every_match(
+        text: str, expected: str) -> None:
+    """A pass searches from its prefilter's first candidate (a match's first digit or its
+    context word, numbers that are no match before it) and replaces what a scan from the
+    start replaces, a match whose context word lies in the match before included."""
+    from toolguard.hashing._normalize import _strip_volatile
+
+    assert _both_passes(text) == expected
+    assert _strip_volatile(text) == expected
+
+
 @pytest.mark.parametrize("text", [
     "at 2024-01-05T12:34", "05/Jan/2024:12:34:56 +0000", "Jan  5 12:34:56", "Dec 31 23:59:59",
     "12:34:56.789", "5 ms", "3µs", "7ns", "2us", "0.5 s", "1.25sec", "1٣ms", "5\u00a0ms",
@@ -267,7 +287,7 @@ def test_the_progress_search_behind_its_lookahead_finds_what_the_plain_pattern_f
 def test_a_normaliser_remembers_a_text_as_it_normalised_it(text: str) -> None:
     fresh = normalizer_for(ResultPolicy(ignore=("[0-9]+ items",)))
     once = fresh(text)
-    assert fresh(text) == once == fresh._normalized(text)
+    assert fresh(text) == once == fresh._normalized(text, strip_volatile)
     assert fresh((text + "x")[:-1]) == once  # an equal text, another object
 
 
@@ -288,3 +308,16 @@ def test_a_normaliser_remembers_short_plain_texts_only_and_a_bounded_number() ->
         normalizer(f"note {i}")
     assert 0 < len(normalizer._memo) <= TEXT_MEMO_ENTRIES
     assert normalizer == ResultNormalizer(True, None, (), ResultPolicy())  # memo aside
+
+
+def test_a_text_a_normaliser_remembers_is_not_remembered_by_the_strip_memo_too() -> None:
+    """One memo per text: a short plain result in the normaliser's, the strings of a JSON
+    result in ``strip_volatile``'s."""
+    from toolguard.hashing._normalize import ResultNormalizer, _strip_remembered
+
+    normalizer = ResultNormalizer(True, None, (), ResultPolicy())
+    _strip_remembered.cache_clear()
+    assert normalizer("took 8 ms") == "took <duration>"
+    assert _strip_remembered.cache_info().currsize == 0
+    assert normalizer({"a": "took 9 ms"}) == {"a": "took <duration>"}
+    assert _strip_remembered.cache_info().currsize == 1

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,9 @@ import pytest
 from _synthetic import write_trace  # benchmarks/, on pytest's pythonpath
 
 from tests.conftest import ROOT, SHARED
-from toolguard.replay import Run, RunReport, _parallel, open_file, replay_stream
+from toolguard.replay import _parallel, open_file, replay_stream
 from toolguard.replay._report import to_json_text
-from toolguard.replay._runner import ReplayReport, _Replayer
+from toolguard.replay._runner import ReplayReport
 
 CLI = [sys.executable, "-m", "toolguard.cli", "replay"]
 
@@ -52,24 +53,18 @@ def _report(path: Path, jobs: int) -> ReplayReport:
 
 
 def test_a_run_that_breaks_its_worker_is_that_runs_error(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        kill_worker: Callable[[str], None]) -> None:
     """``run-3`` raises inside the guard, ``run-7`` kills the worker process replaying it
     (as a crash in native code would): each is its own run's error, every other run's report
     is the one a replay in one process gives."""
     path = write_trace(tmp_path / "runs.jsonl", 2000, calls_per_run=100)
     expected = _report(path, jobs=1)
-    parent = os.getpid()
-    replay = _Replayer.replay
-
-    def breaking(self: _Replayer, guard: Any, task_id: str, run: Run) -> RunReport:
-        if run.id == "run-7" and os.getpid() != parent:
-            os._exit(3)
-        return replay(self, guard, task_id, run)
+    kill_worker("run-7")
 
     def raising(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a bug in the guard")
 
-    monkeypatch.setattr(_Replayer, "replay", breaking)
     monkeypatch.setattr(_parallel, "BATCH_CALLS", 300)
     task_call = "toolguard.engine._task.TaskBase._replay_call"
     with monkeypatch.context() as patch:

@@ -6,7 +6,7 @@ lines counted over the whole file, a reader stopping midway, a worker dying on a
 from __future__ import annotations
 
 import json
-import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +14,10 @@ import pytest
 from _synthetic import write_trace  # benchmarks/, on pytest's pythonpath
 
 from tests.replay_support import replay
-from toolguard.replay import Run, RunReport, UniqueIds, _portions, _trace, open_file
+from toolguard.replay import UniqueIds, _portions, _trace, open_file
 from toolguard.replay._portions import Portion, portions
 from toolguard.replay._records import Outcome
-from toolguard.replay._runner import _Replayer, replay_stream
+from toolguard.replay._runner import replay_stream
 
 SMALL = 400  # bytes per portion: the files below cut into dozens
 
@@ -109,19 +109,12 @@ def _outcomes(path: Path, jobs: int) -> list[Outcome]:
 
 
 def test_a_run_that_kills_its_worker_is_that_runs_error(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        kill_worker: Callable[[str], None]) -> None:
     path = write_trace(tmp_path / "runs.jsonl", 3000, calls_per_run=30)
     monkeypatch.setattr(_portions, "PORTION_BYTES", 20_000)
     expected = _outcomes(path, jobs=1)
-    parent = os.getpid()
-    original = _Replayer.replay
-
-    def breaking(self: _Replayer, guard: Any, task_id: str, run: Run) -> RunReport:
-        if run.id == "run-41" and os.getpid() != parent:
-            os._exit(3)
-        return original(self, guard, task_id, run)
-
-    monkeypatch.setattr(_Replayer, "replay", breaking)
+    kill_worker("run-41")
     got = _outcomes(path, jobs=2)
     assert [r.id for r, _ in got if r] == [r.id for r, _ in expected if r] != []
     errors = {r.id: r.error for r, _ in got if r is not None and r.error is not None}

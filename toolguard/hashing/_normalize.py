@@ -148,30 +148,54 @@ def strip_volatile(text: str) -> str:
 
 
 def _strip_volatile(text: str) -> str:
-    """:func:`strip_volatile` without the memo: the two passes, each behind its prefilter.
+    """:func:`strip_volatile` without the memo: the two passes, each run only from where its
+    prefilter finds a candidate.
 
-    Each pass runs only where a linear-time prefilter (RE2) finds a substring that every
-    match of the pass contains: Python's ``re`` gets no prefix scan from the passes' leading
-    lookahead and pays ~30 ns per character on text with nothing to replace (most tool
-    output: 93% of the coding-agent set's result text has no candidate). One scan for the
-    union of both prefilters comes first, so text without any candidate is read once, not
-    twice. The prefilters search the text's UTF-8 bytes, encoded once (a ``str`` argument
+    Each prefilter (RE2, linear time) finds a candidate at or before the start of every match
+    of its pass (:func:`_prefilters`). Python's ``re`` gets no prefix scan from the passes'
+    leading lookahead: it pays ~20 ns per character of text with nothing to replace, and
+    ~2 µs per number after a space (the context words' lookbehinds). 93% of the coding-agent
+    set's result text has no candidate at all: one scan for the union of both prefilters
+    comes first, so such text is read once, not twice. Otherwise each pass searches from its
+    prefilter's first candidate (:func:`_pass`), not from the start of the text (in a replayed
+    shell output, ``took 0.31s`` on its last line: a third of the cost of the search from the
+    start). The prefilters search the text's UTF-8 bytes, encoded once (a ``str`` argument
     costs the RE2 binding an encoding and an offset translation per search, ~3x the search
-    itself on a short result). Without RE2 both passes always run; the result is the same
-    either way."""
+    itself on a short result). Without RE2 both passes run over the whole text; the result
+    is the same either way."""
     volatile, ids, either = _prefilters()
     if either is None:
         return _IDS.sub(_volatile, _VOLATILE.sub(_volatile, text))
     encoded = text.encode()
-    if not either(encoded):
+    if either(encoded) < 0:
         return text  # neither pass has a candidate (one scan for both: most tool output)
-    if volatile(encoded):
-        stripped = _VOLATILE.sub(_volatile, text)
-        if stripped != text:
-            text, encoded = stripped, stripped.encode()
-    if ids(encoded):
-        text = _IDS.sub(_volatile, text)
-    return text
+    stripped = _pass(_VOLATILE, volatile, text, encoded)
+    if stripped is not text:
+        text, encoded = stripped, stripped.encode()
+    return _pass(_IDS, ids, text, encoded)
+
+
+def _pass(pattern: re.Pattern[str], candidate: Callable[[bytes], int], text: str,
+          encoded: bytes) -> str:
+    """``pattern.sub(_volatile, text)``, searched from the candidate found in ``encoded``
+    (``text`` as UTF-8): ``candidate(encoded)`` is a byte offset at or before the start of
+    the first match of ``pattern``, or -1 (no match). No match starts before it, and ``re``
+    reads the context before the start of its search (lookbehinds) as a scan from the start
+    does, so the matches are the same. ``text`` itself is returned when nothing is
+    replaced."""
+    found = candidate(encoded)
+    if found < 0:
+        return text
+    start = found if len(encoded) == len(text) else len(encoded[:found].decode())
+    parts: list[str] = []
+    last = 0
+    for match in pattern.finditer(text, start):
+        parts += (text[last:match.start()], _volatile(match))
+        last = match.end()
+    if not parts:
+        return text
+    parts.append(text[last:])
+    return "".join(parts)
 
 
 _strip_remembered = lru_cache(maxsize=STRIP_MEMO_ENTRIES)(_strip_volatile)
@@ -179,12 +203,14 @@ _strip_remembered = lru_cache(maxsize=STRIP_MEMO_ENTRIES)(_strip_volatile)
 
 @lru_cache(maxsize=1)
 def _prefilters() -> tuple[Any, Any, Any]:
-    """Tests (:func:`_finder`: UTF-8 bytes in, whether there is a match out) by RE2 patterns
-    that find a substring of every match of :data:`_VOLATILE` (resp. :data:`_IDS`),
-    alternative by alternative; a superset (no lookaround, context words without their word
-    boundary, Unicode digits and Python's whitespace); and their union (a match of either).
-    The patterns are Unicode-aware on bytes as on a ``str``. ``(None, None, None)`` without
-    ``google-re2``."""
+    """Finders (:func:`_finder`: UTF-8 bytes in, the offset of the first match out, or -1)
+    of RE2 patterns that match, alternative by alternative, at
+    or before the start of every match of :data:`_VOLATILE` (resp. :data:`_IDS`): the match's
+    own start (its first digits, whole: ``1.25 ms`` from the ``1``) or its context word
+    (``took ``, ``port ``, a month); a superset (no lookaround, context words without their
+    word boundary, Unicode digits and Python's whitespace); and their union (a match of
+    either). The patterns are Unicode-aware on bytes as on a ``str``. ``(None, None, None)``
+    without ``google-re2``."""
     try:
         import re2
     except ImportError:  # pragma: no cover - the wheel exists where CI runs
@@ -197,10 +223,10 @@ def _prefilters() -> tuple[Any, Any, Any]:
         rf"{d}{{2}}/(?:{months})/{d}{{4}}:",  # Apache common log
         rf"(?:{months}) {{1,2}}{d}",  # syslog, date(1)
         rf"{d}{{2}}:{d}{{2}}:{d}{{2}}[.,]{d}",  # a clock time with a fraction
-        rf"{d}{space}?(?:ns|us|µs|ms)",  # sub-second durations
-        rf"{d}\.{d}+{space}?s",  # fractional seconds
+        rf"{d}+(?:\.{d}+)?{space}?(?:ns|us|µs|ms)",  # sub-second durations
+        rf"{d}+\.{d}+{space}?s",  # fractional seconds
         rf"(?:took|in|after|elapsed|duration:|time:) {d}",  # a duration after a phrase
-        rf"{d}m{d}",  # time(1)'s 1m2.5s
+        rf"{d}+m{d}",  # time(1)'s 1m2.5s
         rf"(?:pid|PID|Pid){seps}{d}",
         rf"(?m:^)\[{d}",  # a job line: [1] 1234
         rf"(?:port|Port|PORT){seps}{d}{{2}}",
@@ -213,15 +239,15 @@ def _prefilters() -> tuple[Any, Any, Any]:
             _finder(re2.compile(f"(?:{volatile})|(?:{ids})".encode()), anchor))
 
 
-def _finder(compiled: Any, anchor: Any) -> Callable[[bytes], bool]:
-    """Whether ``compiled`` (an RE2 pattern of bytes) finds a match in a text: by the
-    binding's compiled ``RE2`` object when it has the one google-re2 1.x has (``search``
-    adds a generator and a match object in Python: ~2/3 of a prefilter's cost on a short
-    result), else by ``search``."""
+def _finder(compiled: Any, anchor: Any) -> Callable[[bytes], int]:
+    """``find(text)``: the byte offset of the first match of ``compiled`` (an RE2 pattern of
+    bytes) in ``text``, or -1. By the binding's compiled ``RE2`` object when it has the one
+    google-re2 1.x has (``search`` adds a generator and a match object in Python: ~2/3 of a
+    prefilter's cost on a short result), else by ``search``."""
     raw = getattr(getattr(compiled, "_regexp", None), "Match", None)
     if raw is None or anchor is None:  # pragma: no cover - another binding's internals
-        return lambda text: compiled.search(text) is not None
-    return lambda text: raw(anchor, text, 0, len(text))[0][0] != -1
+        return lambda text: -1 if (found := compiled.search(text)) is None else found.start()
+    return lambda text: raw(anchor, text, 0, len(text))[0][0]
 
 
 # -- field paths -------------------------------------------------------------------------------
@@ -347,7 +373,9 @@ class ResultNormalizer:
     :data:`TEXT_MEMO_ENTRIES` latest distinct texts. The same text comes back within a
     task, as a poll or the same error, or as the progress check's second look at a result,
     and across the runs of a replay, which all share one normaliser per policy; the
-    normalisation is pure, so a remembered form is the one it would compute).
+    normalisation is pure, so a remembered form is the one it would compute). Such a text is
+    stripped without :func:`strip_volatile`'s memo, which keeps the short strings of JSON
+    results: each text is remembered once.
     """
 
     strip_volatile: bool
@@ -361,22 +389,24 @@ class ResultNormalizer:
         if type(value) is str and len(value) <= TEXT_MEMO_CHARS:
             memo = self._memo
             known = memo.get(value)
-            if known is None:
-                known = self._normalized(value)
+            if known is None:  # remembered here: not by strip_volatile's memo as well
+                known = self._normalized(value, _strip_volatile)
                 if len(memo) >= TEXT_MEMO_ENTRIES:
                     memo.clear()  # one atomic step: threads may share the normaliser
                 memo[value] = known
             return known
-        return self._normalized(value)
+        return self._normalized(value, strip_volatile)
 
-    def _normalized(self, value: Any) -> Any:
+    def _normalized(self, value: Any, strip: Callable[[str], str]) -> Any:
+        """The normalised form of ``value``; ``strip``: how a text result is stripped (the
+        strings of a JSON value always by :func:`strip_volatile`)."""
         if isinstance(value, str):
             if self.fields and value.lstrip()[:1] in ("{", "["):
                 parsed = self._json(value)
                 if parsed is not None:
                     return self._text(orjson.dumps(
-                        self._drop(parsed), option=orjson.OPT_SORT_KEYS).decode())
-            return self._text(value)
+                        self._drop(parsed), option=orjson.OPT_SORT_KEYS).decode(), strip)
+            return self._text(value, strip)
         if isinstance(value, (dict, list)):
             return self._strings(self._drop(value))
         return value
@@ -395,18 +425,18 @@ class ResultNormalizer:
             value = _without(value, steps)
         return value
 
-    def _text(self, text: str) -> str:
+    def _text(self, text: str, strip: Callable[[str], str]) -> str:
         if len(text) > MAX_NORMALIZED_CHARS:
             return text
         if self.strip_volatile:
-            text = strip_volatile(text)
+            text = strip(text)
         if self.ignore is not None:
             text = self.ignore.remove(text)
         return text
 
     def _strings(self, value: Any) -> Any:
         if isinstance(value, str):
-            return self._text(value)
+            return self._text(value, strip_volatile)
         if isinstance(value, dict):
             return {k: self._strings(v) for k, v in value.items()}
         if isinstance(value, list):

@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeAlias
 
+import orjson
+
 from toolguard._errors import ToolGuardError
 from toolguard._results import _fast_constructor
 from toolguard.hashing._json_text import load_json
 
-from ._reading import HEAD_BYTES, _lines, _loads
+from ._reading import HEAD_BYTES, _blocks
 
 __all__ = [
     "Malformed",
@@ -389,22 +391,33 @@ class Source:
         try:
             with handle:
                 handle.seek(start)
-                for number, raw, exact in _lines(handle, size, before):
-                    try:
-                        value = _loads(raw, exact)
-                    except json.JSONDecodeError as exc:
-                        bad.setdefault("not valid JSON", []).append(
-                            (number, f"not valid JSON: {exc.msg} (column {exc.colno})"))
-                        continue
-                    except RecursionError:
-                        bad.setdefault("nested", []).append(
-                            (number, "JSON nested too deeply; line skipped"))
-                        continue
-                    if not isinstance(value, dict):
-                        kind = f"expected a JSON object, got {json_type(value)}"
-                        bad.setdefault(kind, []).append((number, kind))
-                        continue
-                    yield number, value
+                for first, block, long_runs in _blocks(handle, size, before):
+                    for index, raw in enumerate(block):
+                        if raw.isspace():  # bytes.strip() strips the same ASCII whitespace
+                            continue
+                        try:
+                            if index in long_runs:
+                                value = load_json(raw)
+                            else:  # load_json(raw) by orjson alone (see _blocks)
+                                try:
+                                    value = orjson.loads(raw)
+                                except orjson.JSONDecodeError:  # load_json reads a lone
+                                    # surrogate escape, or says what is wrong
+                                    value = load_json(raw)
+                        except json.JSONDecodeError as exc:
+                            bad.setdefault("not valid JSON", []).append(
+                                (first + index + 1,
+                                 f"not valid JSON: {exc.msg} (column {exc.colno})"))
+                            continue
+                        except RecursionError:
+                            bad.setdefault("nested", []).append(
+                                (first + index + 1, "JSON nested too deeply; line skipped"))
+                            continue
+                        if not isinstance(value, dict):
+                            kind = f"expected a JSON object, got {json_type(value)}"
+                            bad.setdefault(kind, []).append((first + index + 1, kind))
+                            continue
+                        yield first + index + 1, value
         finally:
             if self.portion is None:  # a portion's are merged with the others' first
                 self.report_bad_lines()

@@ -1,6 +1,6 @@
 """Reading JSON from a replay input file: the head's objects for detection
 (:func:`head_objects`, shared by the detectors) and the lines of a JSON-lines file a block at
-a time (:func:`_lines`, :func:`_loads`, behind :meth:`Source.json_lines
+a time (:func:`_blocks`, behind :meth:`Source.json_lines
 <toolguard.replay._model.Source.json_lines>`)."""
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from itertools import accumulate
 from typing import Any, BinaryIO, Final
-
-import orjson
 
 from toolguard.hashing._json_text import _DIGITS_TO_1, _LONG_RUN, load_json
 
@@ -61,13 +59,14 @@ HEAD_BYTES: Final = 64 * 1024
 _BLOCK_BYTES = 1 << 20  # not Final: a test reads with small blocks
 
 
-def _lines(handle: BinaryIO, size: int | None = None, number: int = 0
-           ) -> Iterator[tuple[int, bytes, bool]]:
-    """The non-blank lines of ``handle`` with their 1-based numbers, read about a megabyte of
-    whole lines at a time, and whether the line has no run of 19 digits (the only text
-    :func:`load_json` hands to the standard library's parser): then orjson alone parses it
-    as ``load_json`` would (:func:`_loads`), without ``load_json``'s per-line checks. The
-    runs are looked for once per block (a newline ends every run).
+def _blocks(handle: BinaryIO, size: int | None = None, number: int = 0
+            ) -> Iterator[tuple[int, list[bytes], set[int]]]:
+    """The lines of ``handle``, about a megabyte of whole lines at a time: ``(the lines before
+    the block, its lines, the indices of those with a run of 19 digits)``. A run is the only
+    text :func:`load_json` hands to the standard library's parser: a line without one parses
+    by orjson alone as ``load_json`` would parse it, without ``load_json``'s per-line checks
+    (whatever orjson refuses goes to ``load_json``, for its message). The runs are looked for
+    once per block (a newline ends every run).
 
     ``size``: read only the lines of the next ``size`` bytes (they must end at a line's
     end); ``number``: the lines before the handle's position."""
@@ -76,16 +75,14 @@ def _lines(handle: BinaryIO, size: int | None = None, number: int = 0
             size = _within(block, size)
         digits = b"".join(block).translate(_DIGITS_TO_1)
         at = digits.find(_LONG_RUN)
-        long_runs: set[int] = set()  # indices in block of lines with a run
+        long_runs: set[int] = set()
         if at >= 0:
             ends = list(accumulate(map(len, block)))
             while at >= 0:
                 index = bisect_right(ends, at)
                 long_runs.add(index)
                 at = digits.find(_LONG_RUN, ends[index])
-        for index, raw in enumerate(block):
-            if not raw.isspace():  # bytes.strip() strips the same ASCII whitespace
-                yield number + index + 1, raw, index not in long_runs
+        yield number, block, long_runs
         number += len(block)
         if size == 0:
             return
@@ -102,17 +99,6 @@ def _within(block: list[bytes], size: int) -> int:
             del block[index + 1:]
             return 0
     return size
-
-
-def _loads(raw: bytes, exact: bool) -> Any:
-    """``load_json(raw)``: the same value or the same error; by orjson alone when ``exact``
-    (see :func:`_lines`; whatever orjson refuses goes to ``load_json``, for its message)."""
-    if exact:
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            pass
-    return load_json(raw)
 
 
 def field_dict(value: Any, key: str) -> dict[str, Any]:

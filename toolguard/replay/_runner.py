@@ -230,21 +230,23 @@ class _Replayer:
         current: RecordedCall | None = None
         try:
             for item in _grouped(run.steps):
-                if isinstance(item, UserTurn):
+                if isinstance(item, RecordedCall):  # one call (nearly every step): nothing to merge
+                    current = item
+                    if item.elapsed_s is not None:
+                        self._advance_to(start + item.elapsed_s)
+                    arguments = item.arguments
+                    report.steps.append(_step(report.replayed, item, arguments,
+                                              self._call(task, item, arguments), audit,
+                                              self.details))
+                    report.replayed += 1
+                    current = None
+                elif isinstance(item, UserTurn):
                     task.new_turn()
                 elif isinstance(item, TokenUsage):
                     if item.elapsed_s is not None:
                         self._advance_to(start + item.elapsed_s)
                     task.record_usage(item.input_tokens, item.output_tokens,
                                       model=item.model)
-                elif len(item) == 1:  # one call: nothing to merge
-                    call = current = item[0]
-                    if call.elapsed_s is not None:
-                        self._advance_to(start + call.elapsed_s)
-                    report.steps.append(_step(report.replayed, call, self._call(task, call),
-                                              audit, self.details))
-                    report.replayed += 1
-                    current = None
                 else:
                     order = _batch.dedupe(task, [(c.tool, c.arguments) for c in item])[0]
                     first: list[ToolResult] = []
@@ -252,13 +254,14 @@ class _Replayer:
                         current = call
                         if call.elapsed_s is not None:
                             self._advance_to(start + call.elapsed_s)
+                        arguments = call.arguments
                         if duplicate:  # identical calls in one message run once
                             result = _batch.copy_for(first[unique], True)
                         else:
-                            result = self._call(task, call)
+                            result = self._call(task, call, arguments)
                             first.append(result)
-                        report.steps.append(_step(report.replayed, call, result, audit,
-                                                  self.details))
+                        report.steps.append(_step(report.replayed, call, arguments, result,
+                                                  audit, self.details))
                         report.replayed += 1
                         current = None
         except Halt as exc:
@@ -274,12 +277,14 @@ class _Replayer:
         report.unpriced_tokens = usage.unpriced_tokens
         return report
 
-    def _call(self, task: Task, call: RecordedCall) -> ToolResult:
+    def _call(self, task: Task, call: RecordedCall, arguments: Mapping[str, Any] | str | None
+              ) -> ToolResult:
+        """The guard's decision on ``call`` (``arguments``: its ``arguments``)."""
         if self.known is not None and call.tool not in self.known:
             # Not among the given definitions: the guard answers as at run time (invalid).
-            return task.call(call.tool, call.arguments)
-        return task._replay_call(call.tool, call.arguments, call.result,
-                                 is_error=call.is_error, timeout=call.timeout)
+            return task.call(call.tool, arguments)
+        return task._replay_call(call.tool, arguments, call.result, is_error=call.is_error,
+                                 timeout=call.timeout)
 
     def _advance_to(self, when: float) -> None:
         now = self.clock()
@@ -287,27 +292,31 @@ class _Replayer:
             self.clock.advance(when - now)
 
 
-def _grouped(steps: Sequence[Step]) -> Iterator[UserTurn | TokenUsage | list[RecordedCall]]:
-    """The steps with each batch (consecutive calls sharing a ``batch``) as one list."""
+def _grouped(steps: Sequence[Step]
+             ) -> Iterator[RecordedCall | UserTurn | TokenUsage | list[RecordedCall]]:
+    """The steps with each batch of two calls or more (consecutive calls sharing a ``batch``
+    that is not ``None``) as one list; every other step as it is."""
     batch: list[RecordedCall] = []
     for step in steps:
-        if isinstance(step, RecordedCall) and batch and (
-                step.batch is not None and step.batch == batch[0].batch):
-            batch.append(step)
+        if isinstance(step, RecordedCall) and step.batch is not None:
+            if batch and step.batch == batch[0].batch:
+                batch.append(step)
+                continue
+            if batch:
+                yield batch if len(batch) > 1 else batch[0]
+            batch = [step]
             continue
         if batch:
-            yield batch
+            yield batch if len(batch) > 1 else batch[0]
             batch = []
-        if isinstance(step, RecordedCall):
-            batch = [step]
-        else:
-            yield step
+        yield step
     if batch:
-        yield batch
+        yield batch if len(batch) > 1 else batch[0]
 
 
-def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy,
-          details: bool) -> StepReport:
+def _step(index: int, call: RecordedCall, arguments: Mapping[str, Any] | str | None,
+          result: ToolResult, audit: AuditPolicy, details: bool) -> StepReport:
+    """The report of ``call`` (``arguments``: its ``arguments``) decided as ``result``."""
     stale = result.decision is Decision.CACHED and (call.is_error or result.value != call.result)
     shown = None
     if details:
@@ -316,7 +325,7 @@ def _step(index: int, call: RecordedCall, result: ToolResult, audit: AuditPolicy
         shown = _details(call, audit, result.notice or "" if result.decision.executed
                          else _redacted(_text(result.content)))
     return new_step(index, call.tool, result.args_hash, result.effect, result.decision,
-                     result.reason, result.count, call.arguments, call.line, audit, stale,
+                     result.reason, result.count, arguments, call.line, audit, stale,
                      shown)
 
 
