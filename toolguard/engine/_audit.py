@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -46,7 +46,7 @@ __all__ = [
     "scrub",
 ]
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class AuditEvent:
     """One transition of one call (or of the task).
 
@@ -86,6 +86,23 @@ class AuditEvent:
 
 
 _EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
+_new = object.__new__
+_set = object.__setattr__
+
+
+def new_event(time: float, task_id: str, call_id: str, tool: str, transition: str,
+              decision: str, reason: str, effect: str, args_hash: str, args: dict[str, Any],
+              count: int, duration_s: float, extra: dict[str, Any]) -> AuditEvent:
+    """``AuditEvent(...)`` of every field, in the class's order, as the engine builds one per
+    transition: its attributes set in one step (a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``, most of an event's cost)."""
+    event = _new(AuditEvent)
+    _set(event, "__dict__", {
+        "time": time, "task_id": task_id, "call_id": call_id, "tool": tool,
+        "transition": transition, "decision": decision, "reason": reason, "effect": effect,
+        "args_hash": args_hash, "args": args, "count": count, "duration_s": duration_s,
+        "extra": extra})
+    return event
 
 AuditSink = Callable[[AuditEvent], None]
 
@@ -139,6 +156,9 @@ class LoggingSink:
             )
 
 
+_LINE: Final = orjson.OPT_APPEND_NEWLINE
+
+
 def _jsonl(event: AuditEvent) -> bytes:
     """One JSON line of ``event``; strings that are not valid Unicode (a lone surrogate, which
     UTF-8 cannot hold) written with the surrogate as ``\\udXXX`` text, and ``args`` and
@@ -151,21 +171,20 @@ def _jsonl(event: AuditEvent) -> bytes:
     text = args.json() if type(args) is Redacted else None
     try:
         if text is not None:  # the fields in the dataclass's order, as orjson writes it
-            record = {name: getattr(event, name) for name in _EVENT_FIELDS}
+            record = event.__dict__.copy()
             record["args"] = orjson.Fragment(text)
-            return orjson.dumps(record, default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
+            return orjson.dumps(record, default=_safe_repr, option=_LINE)
         # orjson writes the dataclass itself: no dict is built, nothing copied
-        return orjson.dumps(event, default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(event, default=_safe_repr, option=_LINE)
     except (TypeError, orjson.JSONEncodeError):
         pass
     record = event.to_dict()
     try:
-        return orjson.dumps(_valid_text(record), default=_safe_repr,
-                            option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(_valid_text(record), default=_safe_repr, option=_LINE)
     except (TypeError, orjson.JSONEncodeError, RecursionError) as exc:
         note = {"$unserializable": f"{type(exc).__name__}: {exc}"}
         return orjson.dumps(_valid_text({**record, "args": note, "extra": note}),
-                            default=_safe_repr, option=orjson.OPT_APPEND_NEWLINE)
+                            default=_safe_repr, option=_LINE)
 
 
 def _valid_text(value: Any) -> Any:
@@ -197,7 +216,8 @@ class JsonlSink:
 
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._file = self.path.open("ab")
+        # unbuffered: each line goes to the file in one write(2) of its own, nothing is held
+        self._file = self.path.open("ab", buffering=0)
 
     def __call__(self, event: AuditEvent) -> None:
         """Write ``event`` as one line. Values JSON cannot hold are written as their
@@ -210,8 +230,16 @@ class JsonlSink:
         """
         line = _jsonl(event)
         with self._lock:
-            self._file.write(line)
-            self._file.flush()
+            written = self._file.write(line)
+            if written != len(line):  # a write(2) cut short (a signal, a full disk): the rest
+                self._write_rest(memoryview(line)[written or 0:])
+
+    def _write_rest(self, rest: memoryview) -> None:
+        while rest:
+            written = self._file.write(rest)
+            if not written:
+                raise OSError(f"could not write the audit line to {self.path}")
+            rest = rest[written:]
 
     def close(self) -> None:
         """Close the file."""

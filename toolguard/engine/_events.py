@@ -10,7 +10,7 @@ from toolguard._types import BLOCK, Decision
 from toolguard.stores._base import Snapshot
 from toolguard.stores._base import new_tuple as _new
 
-from ._audit import AuditEvent, redact
+from ._audit import new_event, redact
 from ._call import CallRecord, _Config, _Prepared
 from ._core import Verdict
 
@@ -35,29 +35,28 @@ def record(task: TaskState, p: _Prepared, result: ToolResult, transition: str, c
             extra["observed"] = str(result.observed)
         if result.error_type:
             extra["error_type"] = result.error_type
-        task.guard._emit(AuditEvent(
-            time=task.guard._clock(), task_id=task.task_id, call_id=p.call_id,
-            tool=p.entry.spec.name, transition=transition, decision=str(result.decision),
-            reason=result.reason, effect=str(p.effect), args_hash=p.sig,
-            args=redacted(task, p, cfg), count=result.count, duration_s=result.duration_s,
-            extra=extra,
-        ))
+        guard = task.guard
+        guard._emit(new_event(
+            guard._clock(), task.task_id, p.call_id, p.entry.spec.name, transition,
+            result.decision._value_, result.reason, p.effect._value_, p.sig,
+            redacted(task, p, cfg), result.count, result.duration_s, extra))
 
 
 def event(task: TaskState, transition: str, tool: str, decision: Decision, reason: str,
            p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0,
            extra: dict[str, Any] | None = None) -> bool:
     """Emit one audit event; False if no sink could write it."""
-    if task.guard._sinks:
-        return task.guard._emit(AuditEvent(
-            time=task.guard._clock(), task_id=task.task_id,
-            call_id=p.call_id if p else "", tool=tool, transition=transition,
-            decision=str(decision), reason=reason,
-            effect=str(p.effect) if p else "", args_hash=p.sig if p else "",
-            args=redacted(task, p, cfg) if p and cfg else {}, count=count,
-            extra=extra or {},
-        ))
-    return True
+    guard = task.guard
+    if not guard._sinks:
+        return True
+    if p is None:
+        return guard._emit(new_event(
+            guard._clock(), task.task_id, "", tool, transition, decision._value_, reason, "",
+            "", {}, count, 0.0, extra or {}))
+    return guard._emit(new_event(
+        guard._clock(), task.task_id, p.call_id, tool, transition, decision._value_, reason,
+        p.effect._value_, p.sig, redacted(task, p, cfg) if cfg else {}, count, 0.0,
+        extra or {}))
 
 
 def executing(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict

@@ -226,9 +226,18 @@ def dump_for_hash(args: Mapping[str, Any], depth: int | None = None) -> bytes:
                 if wrap < 0:
                     return b""
                 break
+    return dumps_within(args, wrap, _OPTS)
+
+
+def dumps_within(value: Any, wrap: int, option: int) -> bytes:
+    """``orjson.dumps(value, option=option)`` of JSON-native values only (anything orjson
+    would hand to ``default`` refuses), or ``b""``. With ``wrap`` > 0 serialized inside
+    ``wrap`` one-item arrays, which are cut off again: orjson stops past 254 levels of
+    arrays and objects, so with ``wrap = 254 - n`` the bytes also say ``value`` is at most
+    ``n`` levels deep (in C, no walk)."""
     if not wrap:
         try:
-            return orjson.dumps(args, default=_refuse, option=_OPTS)
+            return orjson.dumps(value, default=_refuse, option=option)
         except (_Unserializable, TypeError, orjson.JSONEncodeError):
             return b""
     chain = _CHAINS.get(wrap) or _CHAINS.setdefault(wrap, _Chain(wrap))
@@ -236,13 +245,13 @@ def dump_for_hash(args: Mapping[str, Any], depth: int | None = None) -> bytes:
     inner: list[Any] | None
     if chain.lock.acquire(False):  # the prebuilt arrays: no Python loop of `wrap` steps
         inner, probe = chain.inner, chain.outer
-        inner[0] = args
+        inner[0] = value
     else:  # another thread serializes in it right now
-        inner, probe = None, args
+        inner, probe = None, value
         for _ in range(wrap):
             probe = [probe]
     try:
-        out = orjson.dumps(probe, default=_refuse, option=_OPTS)
+        out = orjson.dumps(probe, default=_refuse, option=option)
     except (_Unserializable, TypeError, orjson.JSONEncodeError):
         return b""
     finally:

@@ -36,6 +36,7 @@ from typing import Any, Final, NamedTuple, Protocol
 
 import orjson
 
+from ._canonical import _has_null, dumps_within
 from ._canonical_walk import fields_of
 from ._regex import Rewriter
 
@@ -208,7 +209,14 @@ def key_pattern(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     empty. A policy's own patterns run on RE2 instead (``AuditPolicy.redact_pattern``)."""
     if not patterns:
         return None
-    return re.compile("|".join(f"(?:{p})" for p in key_patterns(patterns)), re.IGNORECASE)
+    parts = key_patterns(patterns)
+    compiled = re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE)
+    if len(_SOURCES) < 256:  # bounded: for the screen of :func:`_unchanged`
+        _SOURCES[compiled] = tuple(parts)
+    return compiled
+
+
+_SOURCES: dict[re.Pattern[str], tuple[str, ...]] = {}  # key_pattern's regexes: their parts
 
 
 _KEYS_SEEN: dict[KeyPattern, dict[str, bool]] = {}  # argument names repeat: cached
@@ -301,10 +309,27 @@ def redact(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int
     ``max_chars`` characters truncated with a note of the original length, and containers
     deeper than :data:`MAX_DEPTH` cut. Never raises for any value.
 
-    Nested arguments are first serialized and searched once (:func:`_plain_strings`): when
-    no string in them could hold a credential's shape or JSON text, the walk does not look
+    Arguments are first serialized and searched once (:func:`_unchanged`): when that shows
+    nothing redaction could change, the copy is made from that serialization (in C), which
+    is also kept as the copy's JSON text (:meth:`Redacted.json`, for nested arguments), and
+    nothing is walked. Otherwise the walk below decides value by value; when no string
+    could hold a credential's shape or JSON text (:func:`_plain_strings`), it does not look
     inside the strings, which on 100 KB of records is most of its time."""
-    shapes = not _plain_strings(args)
+    nested = False
+    for value in args.values():
+        if type(value) not in _KEPT_STR:
+            nested = True
+            break
+    text = _unchanged(args, pattern, max_chars, nested)
+    if text:
+        if not nested:  # flat: written inside each event, cheaper than a text spliced in
+            shown = Redacted(args)
+            shown._json = None
+            return shown
+        shown = Redacted(orjson.loads(text))
+        shown._json = text
+        return shown
+    shapes = not (nested and _plain_strings(args, text))
     out = Redacted({str(k): _value(str(k), v, pattern, max_chars, 1, shapes)
                     for k, v in args.items()})
     for value in out.values():
@@ -360,6 +385,7 @@ def _value(key: str, value: Any, pattern: KeyPattern | None, max_chars: int,
 
 
 _KEPT: Final = frozenset({int, float, bool, type(None)})  # values _value returns as they are
+_KEPT_STR: Final = _KEPT | {str}  # the values of flat arguments
 _SCREEN_OPTIONS: Final = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
                           | orjson.OPT_PASSTHROUGH_SUBCLASS)
 _LOWER_TO_ASCII: Final = "\u0130\u212a"  # the only non-ASCII characters str.lower() maps to ASCII
@@ -371,39 +397,50 @@ def _refuse(_: Any) -> Any:
 
 @cache
 def _screen() -> Any:
-    """One RE2 program, anchored at the start of the JSON text of arguments, that finds a
+    """:func:`_shapes_screen` compiled, anchored at the start of the JSON text of arguments
+    (``Match`` with :func:`_re2_anchored`). None without ``google-re2``."""
+    return _compiled(rf"\A{_shapes_screen()}")
+
+
+def _shapes_screen() -> str:
+    """An RE2 pattern, to be matched at the start of the JSON text of arguments, that finds a
     string value (a string token not followed by ``:``, so not a key: keys are never searched
     for shapes) holding what may make :func:`redact_text` change it: a needle of a shape
     (ASCII case-insensitive, as ``str.lower`` finds it, plus the two non-ASCII characters it
     lowers to ASCII) or a run of 40 characters of the context-free shape; or a string starting
     with ``{`` or ``[`` after white space, which :func:`_json_text` parses (escapes and any
     non-ASCII character count as white space). Tokens are read from the start, so a quote
-    inside a string is never taken for the end of one. None without ``google-re2``."""
-    from ._regex import _options, _re2
-
-    binding = _re2()
-    if binding is None:  # pragma: no cover - google-re2 is a dependency with wheels here
-        return None
+    inside a string is never taken for the end of one."""
     needles = sorted({n for shape in _SHAPES_SPEC for n in shape.needles})
     unit = r'(?:[^"\\]|\\.)'  # one character of a string token, or one escape
     trigger = ("(?i:" + "|".join(re.escape(n) for n in needles) + ")"
                + "".join(f"|\\x{{{ord(c):x}}}" for c in _LOWER_TO_ASCII)
                + f"|[A-Za-z0-9/+=]{{{_ALWAYS_FROM}}}")
     space = r"(?:[ ]|\\[tnrfb]|\\u00[0-9a-fA-F]{2}|[^\x00-\x7f])"
-    pattern = (rf'\A(?:[^"]|"{unit}*")*?"'
-               rf'(?:{unit}*?(?:{trigger}){unit}*"(?:[^:]|\z)|{space}*[\[{{])')
+    return (rf'(?:[^"]|"{unit}*")*?"'
+            rf'(?:{unit}*?(?:{trigger}){unit}*"(?:[^:]|\z)|{space}*[\[{{])')
+
+
+def _compiled(pattern: str) -> Any:
+    """``pattern`` as an RE2 object (no capture groups), or None without ``google-re2``."""
+    from ._regex import _options, _re2
+
+    binding = _re2()
+    if binding is None:  # pragma: no cover - google-re2 is a dependency with wheels here
+        return None
     regexp = binding.RE2(pattern.encode(), _options())
-    if not regexp.ok():  # pragma: no cover - a fixed pattern
+    if not regexp.ok():  # pragma: no cover - patterns built here from checked parts
         raise ValueError(str(regexp.error()))
     return regexp
 
 
-def _plain_strings(args: Mapping[str, Any]) -> bool:
+def _plain_strings(args: Mapping[str, Any], data: bytes = b"") -> bool:
     """Whether no string inside the nested values of ``args`` can be changed by a shape or
     as JSON text, read from one serialization of them (a string's characters appear in its
     JSON as written, but for the escapes, which the screen allows for). False, so that every
     string is searched, for flat arguments (nothing to gain) and for anything orjson would
-    not write as the walk reads it (a dataclass, a subclass of a built-in type, a date)."""
+    not write as the walk reads it (a dataclass, a subclass of a built-in type, a date).
+    ``data``: that serialization, when the caller made it already."""
     for value in args.values():
         if type(value) in (dict, list, tuple):
             break
@@ -412,11 +449,127 @@ def _plain_strings(args: Mapping[str, Any]) -> bool:
     screen = _screen()
     if screen is None:  # pragma: no cover - google-re2 is a dependency with wheels here
         return False
-    try:
-        data = orjson.dumps(args, default=_refuse, option=_SCREEN_OPTIONS)
-    except (TypeError, orjson.JSONEncodeError):
-        return False
+    if not data:
+        try:
+            data = orjson.dumps(args, default=_refuse, option=_SCREEN_OPTIONS)
+        except (TypeError, orjson.JSONEncodeError):
+            return False
     return bool(screen.Match(_re2_anchored(), data, 0, len(data))[0][0] < 0)
+
+
+def _unchanged(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int,
+               nested: bool) -> bytes:
+    """The JSON text of ``args`` (``orjson.dumps``) when one search of it shows that
+    :func:`redact` would return ``args`` as they are, else ``b""``.
+
+    The text must hold no value orjson writes otherwise than the walk shows it (a dataclass,
+    a subclass of a built-in type, a date: refused), no container deeper than
+    :data:`MAX_DEPTH` (refused by orjson's own depth limit, wrapped), for nested arguments no
+    ``null`` (orjson's spelling of NaN too, which the copy made from the text would not
+    give back), and none of what :func:`_decider` finds."""
+    decider = _DECIDERS.get((pattern, max_chars))
+    if decider is None:
+        decider = _decider(pattern, max_chars)
+    if decider is False:
+        return b""
+    text = dumps_within(args, _DEPTH_WRAP if nested else 0, _SCREEN_OPTIONS)
+    if not text or (max_chars >= _LONGEST_COUNTED and len(text) > max_chars):
+        return b""
+    if decider.Match(_re2_anchored(), text, 0, len(text))[0][0] >= 0:
+        return b""
+    if nested and _has_null(text):
+        return b""
+    return text
+
+
+_DECIDERS: dict[tuple[KeyPattern | None, int], Any] = {}  # (pattern, max_chars) -> RE2
+_DEPTH_WRAP: Final = 254 - (MAX_DEPTH + 1)  # orjson's 254 levels less what redaction keeps
+_LONGEST_COUNTED: Final = 999  # max_chars the screen counts string lengths for (RE2: {1000})
+
+
+def _decider(pattern: KeyPattern | None, max_chars: int) -> Any:
+    """The RE2 program :func:`_unchanged` searches with, for ``pattern`` and ``max_chars``
+    (kept in :data:`_DECIDERS`), or False when no search can decide (a key pattern that is
+    not a plain word, or one whose words are unknown; no ``google-re2``).
+
+    Matched at the start of the JSON text, it finds (:func:`_shapes_screen`) a string value
+    a shape or the JSON-text reading may change, or anywhere in the text
+    (:func:`_key_screen`) what a key matching ``pattern`` would show, or a string token of
+    more than ``max_chars`` characters (one escape counts as one character at least)."""
+    found = [_shapes_screen()]
+    keys = _key_screen(pattern)
+    if keys is None:
+        decider: Any = False
+    else:
+        anywhere = [keys] if keys else []
+        if max_chars < _LONGEST_COUNTED:
+            anywhere.append(rf'"(?:[^"\\]|\\.){{{max_chars + 1}}}')
+        if anywhere:
+            found.append(rf"(?s:.)*?(?:{'|'.join(anywhere)})")
+        decider = _compiled(rf"\A(?:{'|'.join(found)})")
+        if decider is None:  # pragma: no cover - google-re2 is a dependency with wheels here
+            decider = False
+    if len(_DECIDERS) >= 64:  # policies reloaded many times: start over
+        _DECIDERS.clear()
+    _DECIDERS[pattern, max_chars] = decider
+    return decider
+
+
+# Characters written in a key between the letters of a folded pattern: what fold_key removes
+# (``_``, ``.``, ``-`` and str.isspace(), the control ones as JSON escapes)
+_GAP: Final = (r"(?:[ _.\-\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
+               r"\x{205f}\x{3000}]|\\[tnrfb]|\\u[0-9a-fA-F]{4})*")
+_ANY_CHAR: Final = r'(?:[^"\\]|\\u[0-9a-fA-F]{4}|\\.)'  # one character of a key, as JSON
+# Non-ASCII characters on which fold_key and RE2's (?i) may not agree: str.casefold gives more
+# than one character, an ASCII one, or another than str.lower (sharp s → ss, the fi ligature
+# → fi, KELVIN SIGN → k, long s → s, final sigma → sigma, Cherokee small letters → capitals):
+# code points and (first, last) ranges.
+# Text holding one is walked. tests/hashing/test_redaction_decided.py derives them again from
+# the running Python's tables.
+_FOLDS_APART: Final[tuple[int | tuple[int, int], ...]] = (
+    0x00b5, 0x00df, 0x0130, 0x0149, 0x017f, 0x01f0, 0x0345, 0x0390, 0x03b0, 0x03c2,
+    (0x03d0, 0x03d1), (0x03d5, 0x03d6), (0x03f0, 0x03f1), 0x03f5, 0x0587, (0x13a0, 0x13f5),
+    (0x13f8, 0x13fd), (0x1c80, 0x1c88), (0x1e96, 0x1e9b), 0x1e9e, 0x1f50, 0x1f52, 0x1f54,
+    0x1f56, (0x1f80, 0x1faf), (0x1fb2, 0x1fb4), (0x1fb6, 0x1fb7), 0x1fbc, 0x1fbe,
+    (0x1fc2, 0x1fc4), (0x1fc6, 0x1fc7), 0x1fcc, (0x1fd2, 0x1fd3), (0x1fd6, 0x1fd7),
+    (0x1fe2, 0x1fe4), (0x1fe6, 0x1fe7), (0x1ff2, 0x1ff4), (0x1ff6, 0x1ff7), 0x1ffc, 0x212a,
+    (0xab70, 0xabbf), (0xfb00, 0xfb06), (0xfb13, 0xfb17),
+)
+
+
+def _key_screen(pattern: KeyPattern | None) -> str | None:
+    """An RE2 pattern found anywhere in the JSON text of arguments holding a key that
+    ``pattern`` matches, as written or folded (:func:`_secret_key`); ``""`` for no pattern;
+    None when it cannot be built: ``pattern`` is not the compiled ``audit.redact`` of a
+    policy (:class:`~toolguard.hashing._regex.PolicyRegex`) or of :func:`key_pattern`, or
+    one of its patterns is not a plain word.
+
+    Each word becomes its letters (case-insensitive, as RE2 and ``str.casefold`` agree on
+    every character but :data:`_FOLDS_APART`, found on its own), any of ``_ . - `` and white
+    space allowed between them, each ``.`` (any character) one optional character: what
+    a match in a key or in its folded form shows in the key's JSON text. Conservative: a
+    match in a value, or across a key's end, merely sends the arguments to the walk."""
+    if pattern is None:
+        return ""
+    words = getattr(pattern, "patterns", None)
+    if type(words) is not tuple:
+        words = _SOURCES.get(pattern)  # type: ignore[call-overload]
+    if words is None:
+        return None
+    skeletons = []
+    for word in words:
+        if not _WORD.fullmatch(word):
+            return None
+        letters = []
+        for char in word:
+            if char == ".":
+                letters.append(f"{_ANY_CHAR}?")
+            elif not _SEPARATORS.fullmatch(char):  # a word character: no escape needed
+                letters.append(char)
+        skeletons.append(_GAP.join(letters))
+    apart = "".join(f"\\x{{{c:x}}}" if isinstance(c, int) else f"\\x{{{c[0]:x}}}-\\x{{{c[1]:x}}}"
+                    for c in _FOLDS_APART)
+    return f"(?i:{'|'.join(skeletons)})|[{apart}]"
 
 
 @cache
