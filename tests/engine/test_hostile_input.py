@@ -286,7 +286,8 @@ def orjson_refuses(args: dict[str, Any]) -> bool:
 
 
 def test_the_depth_probe_gives_the_same_bytes_while_another_thread_holds_its_arrays() -> None:
-    from toolguard.hashing._canonical import _CHAINS, dump_for_hash
+    from toolguard.hashing._canonical import dump_for_hash
+    from toolguard.hashing._dump import _CHAINS
 
     args = {"rows": [{"a": [1, 2]}, {"b": None}], "deep": _nested_lists(MAX_ARGS_DEPTH - 1)}
     expected = dump_for_hash(args, MAX_ARGS_DEPTH)

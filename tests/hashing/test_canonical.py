@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import toolguard as tg
-from toolguard.hashing import _canonical
+from toolguard.hashing import _canonical, _dump
 from toolguard.hashing._canonical import (
     CANONICAL_VERSION,
     args_hash,
@@ -706,7 +706,7 @@ def test_plain_arguments_are_not_flagged() -> None:
 
 
 # -- long output: the null and integral-float searches run in RE2 (_canonical._Search) ------
-_PAD = "p" * _canonical.LONG_OUTPUT  # pushes any serialization past LONG_OUTPUT
+_PAD = "p" * _dump.LONG_OUTPUT  # pushes any serialization past LONG_OUTPUT
 
 
 @PROPS
@@ -716,10 +716,10 @@ _PAD = "p" * _canonical.LONG_OUTPUT  # pushes any serialization past LONG_OUTPUT
 def test_long_output_searches_agree_with_re(head: bytes, middle: bytes, tail: bytes,
                                             long: bool) -> None:
     out = head + middle + tail + (_PAD.encode() if long else b"")
-    for search, pattern in ((_canonical._LONG_NULL, rb"null"),
+    for search, pattern in ((_dump._LONG_NULL, rb"null"),
                             (_canonical._LONG_INTEGRAL, rb"\.0[,\]}]")):
         assert search(out) == (re.search(pattern, out) is not None)
-    assert _canonical._has_null(out) == (b"null" in out)
+    assert _dump._has_null(out) == (b"null" in out)
 
 
 @PROPS
@@ -729,4 +729,4 @@ def test_long_arguments_hash_as_the_slow_walk_does(args: dict[str, Any]) -> None
     still exactly the full walk's (top-level nulls dropped, 1.0 folded to 1)."""
     padded = {**args, "\x00pad": _PAD}
     assert canonical_args(padded) == _canonical._walked_bytes(padded)
-    assert len(canonical_args(padded)) >= _canonical.LONG_OUTPUT
+    assert len(canonical_args(padded)) >= _dump.LONG_OUTPUT

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 import toolguard as tg
 from tests.mcp_support import TEST_TIMEOUT_S, call, proxy_command, stdio_session, upstream_command
 from toolguard.cli import app
-from toolguard.hashing import _redact
+from toolguard.hashing import _shapes
 from toolguard.hashing._redact import REDACTED, redact, redact_text
 from toolguard.hashing._regex import Rewriter, engine
 
@@ -103,7 +103,7 @@ async def test_no_shape_reaches_mcp_proxy_audit(tmp_path: Path) -> None:
 # -- linear time ---------------------------------------------------------------------------------
 def test_every_shape_runs_on_a_linear_time_engine() -> None:
     assert engine() == "re2"
-    assert all(rewriter._re2 is not None for rewriter, _ in _redact._shapes())
+    assert all(rewriter._re2 is not None for rewriter, _ in _shapes._shapes())
 
 
 _HOSTILE: dict[str, Callable[[int], str]] = {
@@ -214,9 +214,9 @@ def test_without_re2_the_shapes_still_redact(monkeypatch: pytest.MonkeyPatch) ->
     from toolguard.hashing import _regex
 
     monkeypatch.setattr(_regex, "_re2", lambda: None)
-    _redact._shapes.cache_clear()
+    _shapes._shapes.cache_clear()
     try:
         text = redact_text("\n".join(SECRETS.values()))
-        assert _leaked(text) == [] and all(r._re2 is None for r, _ in _redact._shapes())
+        assert _leaked(text) == [] and all(r._re2 is None for r, _ in _shapes._shapes())
     finally:
-        _redact._shapes.cache_clear()
+        _shapes._shapes.cache_clear()

@@ -19,7 +19,8 @@ from typing import Any, Final
 
 import orjson
 
-from toolguard.hashing._canonical import ORJSON_DEPTH, SCALARS
+from toolguard.hashing._canonical import SCALARS
+from toolguard.hashing._dump import ORJSON_DEPTH
 
 __all__ = [
     "MAX_ARGS_DEPTH",

@@ -3,7 +3,8 @@ same, and what may be shown of them.
 
 Owns canonical arguments and their hash (``_canonical``, ``_canonical_walk``), the model's
 argument text parsed exactly (``_json_text``), result normalization and digests for progress
-and stagnation (``_normalize``), redaction (``_redact``) and the policy's regexes in linear
+and stagnation (``_normalize``), redaction (``_redact``, with the credential shapes it searches
+for in ``_shapes``) and the policy's regexes in linear
 time (``_regex``).
 
 May import: the root vocabulary, and :mod:`toolguard.policy`'s models for the options it
