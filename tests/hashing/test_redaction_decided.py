@@ -92,8 +92,8 @@ def test_what_is_decided_from_the_text_is_what_the_walk_shows(
     assert isinstance(shown, Redacted)
     assert same(shown, expected)
     nested = any(type(v) not in (str, int, float, bool, type(None)) for v in args.values())
-    text = _unchanged(args, pattern, max_chars, nested)
-    if text:  # decided unchanged: the walk shows the arguments as their JSON text reads
+    text, unchanged = _unchanged(args, pattern, max_chars, nested)
+    if unchanged:  # decided unchanged: the walk shows the arguments as their JSON text reads
         assert same(expected, orjson.loads(text) if nested else args)
         assert text == orjson.dumps(expected)
         assert shown.json() == (text if nested else None)
@@ -104,7 +104,7 @@ def test_what_is_decided_from_the_text_is_what_the_walk_shows(
 def test_a_key_the_pattern_matches_is_never_decided_unchanged(key: str, pattern: Any) -> None:
     for args in ({key: "v"}, {"rows": [{key: 1}]}):
         if _secret_key(key, pattern):
-            assert not _unchanged(args, pattern, 200, "rows" in args)
+            assert not _unchanged(args, pattern, 200, "rows" in args)[1]
 
 
 def test_every_folded_spelling_of_the_default_words_is_caught() -> None:
@@ -114,7 +114,7 @@ def test_every_folded_spelling_of_the_default_words_is_caught() -> None:
         for key in (word.upper(), "_".join(letters), " ".join(letters.upper()),
                     "\t".join(letters), "\u3000".join(letters), f"x-{letters.title()}-y"):
             assert _secret_key(key, DEFAULT), key
-            assert not _unchanged({"rows": [{key: "v"}]}, DEFAULT, 200, True), key
+            assert not _unchanged({"rows": [{key: "v"}]}, DEFAULT, 200, True)[1], key
             assert redact({"rows": [{key: "v"}]}, DEFAULT, 200) == {
                 "rows": [{key: "[REDACTED]"}]}
 
@@ -123,8 +123,8 @@ def test_plain_records_are_copied_from_their_text_and_kept_as_it() -> None:
     rows = [{"id": k, "name": f"customer {k:05d}", "score": k / 7, "tags": ("a", "b")}
             for k in range(40)]
     args = {"table": "customers", "rows": rows}
-    text = _unchanged(args, DEFAULT, 200, True)
-    assert text == orjson.dumps(args)
+    text, unchanged = _unchanged(args, DEFAULT, 200, True)
+    assert unchanged and text == orjson.dumps(args)
     shown = redact(args, DEFAULT, 200)
     assert shown.json() == text
     assert same(shown, walked(args, DEFAULT, 200))  # tuples shown as lists, as the walk does
@@ -135,7 +135,7 @@ def test_plain_records_are_copied_from_their_text_and_kept_as_it() -> None:
 def test_flat_arguments_are_shown_as_a_copy_written_inside_each_event() -> None:
     args = {"path": "/srv/data/report.csv", "limit": 100, "recursive": False,
             "ratio": math.nan}
-    assert _unchanged(args, DEFAULT, 200, False)
+    assert _unchanged(args, DEFAULT, 200, False)[1]
     shown = redact(args, DEFAULT, 200)
     assert shown is not args and same(shown, args)
     assert shown.json() is None
@@ -154,14 +154,14 @@ def test_flat_arguments_are_shown_as_a_copy_written_inside_each_event() -> None:
     {"rows": [{1: "non-string key"}]},
 ])
 def test_what_redaction_may_change_goes_to_the_walk(args: dict[str, Any]) -> None:
-    assert not _unchanged(args, DEFAULT, 200, True)
+    assert not _unchanged(args, DEFAULT, 200, True)[1]
     assert same(redact(args, DEFAULT, 200), walked(args, DEFAULT, 200))
 
 
 def test_strings_of_exactly_max_chars_are_decided_unchanged() -> None:
-    assert _unchanged({"rows": [{"note": "ab " * 66 + "ab"}]}, DEFAULT, 200, True)
-    assert _unchanged({"rows": [{"note": "é" * 200}]}, DEFAULT, 200, True)
-    assert not _unchanged({"rows": [{"note": "ab " * 67}]}, DEFAULT, 200, True)
+    assert _unchanged({"rows": [{"note": "ab " * 66 + "ab"}]}, DEFAULT, 200, True)[1]
+    assert _unchanged({"rows": [{"note": "é" * 200}]}, DEFAULT, 200, True)[1]
+    assert not _unchanged({"rows": [{"note": "ab " * 67}]}, DEFAULT, 200, True)[1]
 
 
 def nested(levels: int) -> Any:
@@ -174,7 +174,7 @@ def nested(levels: int) -> Any:
 @pytest.mark.parametrize("levels", [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, MAX_DEPTH + 2])
 def test_nesting_at_the_limit(levels: int) -> None:
     args = {"deep": nested(levels)}
-    assert bool(_unchanged(args, DEFAULT, 200, True)) == (levels <= MAX_DEPTH)
+    assert _unchanged(args, DEFAULT, 200, True)[1] == (levels <= MAX_DEPTH)
     assert same(redact(args, DEFAULT, 200), walked(args, DEFAULT, 200))
 
 
@@ -182,7 +182,7 @@ def test_a_pattern_that_is_not_a_plain_word_is_always_walked() -> None:
     pattern = AuditPolicy(redact=("^tok[0-9]+$",)).redact_pattern
     assert _decider(pattern, 200) is False
     args = {"rows": [{"tok12": "v", "name": "n"}]}
-    assert not _unchanged(args, pattern, 200, True)
+    assert not _unchanged(args, pattern, 200, True)[1]
     assert redact(args, pattern, 200) == {"rows": [{"tok12": "[REDACTED]", "name": "n"}]}
 
 

@@ -205,8 +205,8 @@ def redact(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int
         if type(value) not in _KEPT_STR:
             nested = True
             break
-    text = _unchanged(args, pattern, max_chars, nested)
-    if text:
+    text, unchanged = _unchanged(args, pattern, max_chars, nested)
+    if unchanged:
         if not nested:  # flat: written inside each event, cheaper than a text spliced in
             shown = Redacted(args)
             shown._json = None
@@ -343,9 +343,10 @@ def _plain_strings(args: Mapping[str, Any], data: bytes = b"") -> bool:
 
 
 def _unchanged(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int,
-               nested: bool) -> bytes:
-    """The JSON text of ``args`` (``orjson.dumps``) when one search of it shows that
-    :func:`redact` would return ``args`` as they are, else ``b""``.
+               nested: bool) -> tuple[bytes, bool]:
+    """The JSON text of ``args`` (``orjson.dumps``; ``b""`` if refused), and whether one
+    search of it shows that :func:`redact` would return ``args`` as they are (the walk then
+    reuses the text for :func:`_plain_strings`).
 
     The text must hold no value orjson writes otherwise than the walk shows it (a dataclass,
     a subclass of a built-in type, a date: refused), no container deeper than
@@ -356,15 +357,13 @@ def _unchanged(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: i
     if decider is None:
         decider = _decider(pattern, max_chars)
     if decider is False:
-        return b""
+        return b"", False
     text = dumps_within(args, _DEPTH_WRAP if nested else 0, _SCREEN_OPTIONS)
     if not text or (max_chars >= _LONGEST_COUNTED and len(text) > max_chars):
-        return b""
+        return text, False
     if decider.Match(_re2_anchored(), text, 0, len(text))[0][0] >= 0:
-        return b""
-    if nested and _has_null(text):
-        return b""
-    return text
+        return text, False
+    return text, not (nested and _has_null(text))
 
 
 _DECIDERS: dict[tuple[KeyPattern | None, int], Any] = {}  # (pattern, max_chars) -> RE2
