@@ -83,6 +83,25 @@ def test_ordinary_keys_are_shown(key: str) -> None:
     assert redact({key: "visible"}, AuditPolicy().redact_pattern, 200) == {key: "visible"}
 
 
+@pytest.mark.parametrize("key", ["passwort", "mot_de_passe", "db_creds", "pinCode", "otp_code",
+                                 "totp", "MFA-Code", "basic_auth", "authHeader"])
+def test_secret_key_names_in_other_languages_and_short_forms(key: str) -> None:
+    assert redact({key: "s3cr3t-value"}, AuditPolicy().redact_pattern, 200) == {key: REDACTED}
+
+
+@pytest.mark.parametrize("key", ["mapping", "pinned", "spinner", "footprint", "hotplug",
+                                 "author", "authenticated_user"])
+def test_words_holding_a_short_secret_word_are_shown(key: str) -> None:
+    assert redact({key: "visible"}, AuditPolicy().redact_pattern, 200) == {key: "visible"}
+
+
+def test_json_text_encoded_twice_is_redacted_inside() -> None:
+    body = json.dumps(json.dumps({"password": "hunter22", "user": "me"}))
+    out = redact({"body": body}, AuditPolicy().redact_pattern, 500)
+    assert "hunter22" not in out["body"]
+    assert json.loads(json.loads(out["body"])) == {"password": REDACTED, "user": "me"}
+
+
 def test_a_user_pattern_is_folded_too() -> None:
     pattern = AuditPolicy(redact=("ssn_last4",)).redact_pattern
     assert redact({"SSN-Last4": "1234", "ssn": "x"}, pattern, 200) == {
@@ -105,6 +124,17 @@ def test_a_user_pattern_is_folded_too() -> None:
     ("https://api.example/v1?api_key=abc123&x=1", "api_key=[REDACTED]&x=1"),
     ("Cookie: session=FFFF6666", "Cookie: [REDACTED]"),
     ('{"token": "abcdef"}', '"token": "[REDACTED]"'),
+    # a quoted value is taken whole, to its closing quote
+    ("mysql -u root -p'abcdef123456' db", "-p[REDACTED] db"),
+    ('sshpass -p "abc def123456" ssh host', "-p [REDACTED] ssh host"),
+    ('PGPASSWORD="hunter2 abc123" psql', 'PGPASSWORD="[REDACTED]" psql'),
+    ("deploy --password 'hunter2 abc123' now", "--password [REDACTED] now"),
+    ("password\thunter22", "password\t[REDACTED]"),
+    ("machine h login me password abc123abc123", "password [REDACTED]"),
+    ("aws configure set aws_secret_access_key abc123/abcdefghijklmnop",
+     "aws_secret_access_key [REDACTED]"),
+    ("curl -b 'session=FFFF6666; lang=en' https://x", "-b [REDACTED] https://x"),
+    ("https://a.blob.core.windows.net/c/b?sv=2020&sig=abc123abc123%2B", "&sig=[REDACTED]"),
 ])
 def test_token_shapes_in_values(text: str, kept: str) -> None:
     out = redact_text(text)
@@ -116,7 +146,10 @@ def test_token_shapes_in_values(text: str, kept: str) -> None:
 
 
 @pytest.mark.parametrize("text", ["ls -la /tmp", "grep -rn 'token' src/", "the basic idea",
-                                  "bearer of bad news", "skip-worktree", "git status"])
+                                  "bearer of bad news", "skip-worktree", "git status",
+                                  "send the password reset link", "the password was reset",
+                                  "curl -b cookies.txt https://x",
+                                  'curl -H "Authorization: Bearer [REDACTED]" https://x'])
 def test_ordinary_text_is_left_alone(text: str) -> None:
     assert redact_text(text) == text
 

@@ -1,6 +1,7 @@
 """Redaction of credential shapes in every channel, in time linear in the text.
 
-The shapes: a URL password with or without a user, ``--password X`` and ``-pPW``, Azure's
+The shapes: a URL password with or without a user, ``--password X`` and ``-pPW`` (quoted
+too), a quoted ``password="two words"``, a signed URL's ``sig=``, JSON text encoded twice, Azure's
 ``AccountKey=``, Google ``AIza…``, Hugging Face ``hf_…``, SendGrid ``SG.…``, Stripe
 ``whsec_…``, an AWS secret key with no context; each is kept out of the audit JSONL, the
 ``LoggingSink`` log, ``mcp-proxy --audit`` and ``replay -v``. Work is linear: every shape
@@ -42,10 +43,14 @@ SECRETS = {
     "aws2": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYSECRET1212",
     "note": "sk-proj-AAAAbbbbCCCCdddd1111", "dsn": "postgres://app:PGPASS5555@db/x",
     "cfg": "password=PWEQ7777",
+    "quoted": "mysql -u root -p'QUOTED3131' db", "spaced": 'PGPASSWORD="two SPACED3232" psql',
+    "sas": "https://a.blob.core.windows.net/c/b?sv=2020&sig=SASSIG3333abc%2B",
+    "twice": json.dumps(json.dumps({"password": "TWICE3434"})),
 }
 MARKERS = ["REDISPW6666", "PWFLAG8888", "MYSQLP9999", "AZKEY1818", "GOOGLE1717",
            "HUGGINGFACE2020", "SENDGRID2222", "STRIPEWH2323", "CYSECRET1212",
-           "AAAAbbbbCCCCdddd1111", "PGPASS5555", "PWEQ7777"]
+           "AAAAbbbbCCCCdddd1111", "PGPASS5555", "PWEQ7777", "QUOTED3131", "SPACED3232",
+           "SASSIG3333", "TWICE3434"]
 
 
 def _leaked(text: str) -> list[str]:

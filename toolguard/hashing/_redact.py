@@ -294,7 +294,8 @@ def _shapes_screen() -> str:
     (ASCII case-insensitive, as ``str.lower`` finds it, plus the two non-ASCII characters it
     lowers to ASCII) or a run of 40 characters of the context-free shape; or a string starting
     with ``{`` or ``[`` after white space, which :func:`_json_text` parses (escapes and any
-    non-ASCII character count as white space). Tokens are read from the start, so a quote
+    non-ASCII character count as white space), or with an escaped quote (a JSON string, which
+    may hold JSON text in turn). Tokens are read from the start, so a quote
     inside a string is never taken for the end of one."""
     needles = sorted({n for shape in _SHAPES_SPEC for n in shape.needles})
     unit = r'(?:[^"\\]|\\.)'  # one character of a string token, or one escape
@@ -303,7 +304,7 @@ def _shapes_screen() -> str:
                + f"|[A-Za-z0-9/+=]{{{_ALWAYS_FROM}}}")
     space = r"(?:[ ]|\\[tnrfb]|\\u00[0-9a-fA-F]{2}|[^\x00-\x7f])"
     return (rf'(?:[^"]|"{unit}*")*?"'
-            rf'(?:{unit}*?(?:{trigger}){unit}*"(?:[^:]|\z)|{space}*[\[{{])')
+            rf'(?:{unit}*?(?:{trigger}){unit}*"(?:[^:]|\z)|{space}*(?:[\[{{]|\\"))')
 
 
 def _compiled(pattern: str) -> Any:
@@ -471,14 +472,20 @@ def redact_json_text(text: str, pattern: KeyPattern | None) -> str:
 
 
 def _json_text(text: str, pattern: KeyPattern | None, depth: int) -> str:
-    """``text`` redacted as arguments if it is a JSON object or array, else ``text`` itself."""
+    """``text`` redacted as arguments if it is a JSON object or array, or a JSON string
+    holding one (JSON encoded twice, as ``json.dumps`` of a body already dumped), else
+    ``text`` itself."""
     stripped = text.lstrip()
-    if stripped[:1] not in ("{", "[") or len(text) > _JSON_TEXT_LIMIT:
+    if (stripped[:1] not in ("{", "[", '"') or len(text) > _JSON_TEXT_LIMIT
+            or depth > MAX_DEPTH):
         return text
     try:
         parsed = orjson.loads(text)
     except orjson.JSONDecodeError:
         return text
+    if isinstance(parsed, str):
+        inner = _json_text(parsed, pattern, depth + 1)
+        return text if inner is parsed else orjson.dumps(inner).decode()
     cleaned = _value("", parsed, pattern, _JSON_TEXT_LIMIT, depth + 1)
     if cleaned == parsed:
         return text

@@ -20,6 +20,9 @@ _KEYWORDS = (r"pass(?:word|wd|phrase)?|pwd|secret|token|api[_-]?key|access[_-]?k
 _SCHEMES: Final = frozenset({"bearer", "basic", "token", "digest"})
 _KEYWORD_NEEDLES: Final = ("pass", "pwd", "secret", "token", "key", "auth", "cookie",
                            "credential", "session")
+# one shell word as a secret group: quoted whole, quotes and white space inside included
+# (-p'S3cr3t', sshpass -p "two words"), or bare up to white space or a quote
+_SHELL_WORD: Final = r"""("[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s'"]{1,200})"""
 
 
 def _keep_scheme_word(groups: tuple[str | None, ...]) -> str | None:
@@ -38,6 +41,31 @@ def _aws_secret_only(groups: tuple[str | None, ...]) -> str | None:
     run = groups[1] or ""
     if len(run) == 40 and any(c.isupper() for c in run) and any(c.islower() for c in run) \
             and any(c.isdigit() for c in run):
+        return None
+    return "".join(g or "" for g in groups)
+
+
+def _keep_scheme_credentials(groups: tuple[str | None, ...]) -> str | None:
+    """A quoted value that is an Authorization scheme and its credentials, redacted already
+    by the scheme's shape (``"Bearer [REDACTED]"``), stays as that shape wrote it."""
+    scheme, _, rest = (groups[1] or "").partition(" ")
+    if scheme.lower() in _SCHEMES and rest == "[REDACTED]":
+        return "".join(g or "" for g in groups)
+    return None
+
+
+def _generated_only(groups: tuple[str | None, ...]) -> str | None:
+    """A bare word after a keyword is taken for a secret only when it mixes letters and
+    digits (``Zq8vR2mK7pL4``); a word of prose (``reset``, ``expired``) is kept."""
+    word = groups[1] or ""
+    if any(c.isdigit() for c in word) and any(c.isalpha() for c in word):
+        return None
+    return "".join(g or "" for g in groups)
+
+
+def _cookie_only(groups: tuple[str | None, ...]) -> str | None:
+    """curl's ``-b`` takes cookies (``name=value``) or a file to read them from (kept)."""
+    if "=" in (groups[1] or ""):
         return None
     return "".join(g or "" for g in groups)
 
@@ -63,16 +91,33 @@ _SHAPES_SPEC: Final[tuple[_Shape, ...]] = (
     # an HTTP Authorization scheme: Bearer / Basic / Token / Digest <credentials>
     _Shape(r"(?i)(\b(?:bearer|basic|token|digest)[ \t]+)([A-Za-z0-9._~+/=-]{6,})", 2,
            ("bearer", "basic", "token", "digest")),
-    # KeywordDetector-like: password=..., X-Api-Key: ..., "token": "...", AccountKey=...
+    # KeywordDetector-like, a quoted value holding white space, taken whole to its closing
+    # quote (RE2 has no back-references: one shape per quote): PGPASSWORD="two words",
+    # --password 'a b c', "passphrase": "correct horse battery staple"
     _Shape(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}['\"]?"
-           r"(?:[ \t]*[:=][ \t]*['\"]?|[ \t]+['\"]))([^\s'\"&,;]{3,})([ \t])?", 2,
-           _KEYWORD_NEEDLES, _keep_scheme_word),
+           r"(?:[ \t]*[:=][ \t]*|[ \t]+)\")([^\"\n]{0,200}?[ \t][^\"\n]{0,200}?)(\")", 2,
+           _KEYWORD_NEEDLES, _keep_scheme_credentials),
+    _Shape(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}['\"]?"
+           r"(?:[ \t]*[:=][ \t]*|[ \t]+)')([^'\n]{0,200}?[ \t][^'\n]{0,200}?)(')", 2,
+           _KEYWORD_NEEDLES, _keep_scheme_credentials),
+    # KeywordDetector-like: password=..., X-Api-Key: ..., "token": "...", AccountKey=...,
+    # password<TAB>value (tab-separated columns)
+    # (quotes escaped too: JSON text inside a JSON string, \"password\": \"...\")
+    _Shape(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}(?:\\*['\"])?"
+           r"(?:[ \t]*[:=][ \t]*(?:\\*['\"])?|[ \t]+\\*['\"]|[ ]*\t[ \t]*))"
+           r"((?:[^\s'\"&,;\\]|\\[^\s'\"&,;]){3,})([ \t])?",
+           2, _KEYWORD_NEEDLES, _keep_scheme_word),
+    # a keyword, a space and a bare value that looks generated (letters and digits, 12 or
+    # more): netrc's "password X", aws configure set aws_secret_access_key X (prose such
+    # as "password reset" or "token expired" is kept: see the check)
+    _Shape(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}[ ]+)"
+           r"([A-Za-z0-9/+=_.~-]{12,200})", 2, _KEYWORD_NEEDLES, _generated_only),
     # a command-line flag and its value: --password X, --api-token X, -secret X
-    _Shape(r"(?i)((?:^|[^\w-])--?[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}[ \t]+"
-           r"['\"]?)([^\s'\"]{1,200})", 2, _KEYWORD_NEEDLES),
+    _Shape(r"(?i)((?:^|[^\w-])--?[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}[ \t]+)"
+           + _SHELL_WORD, 2, _KEYWORD_NEEDLES),
     # a password glued to -p: mysql -uroot -pSECRET, sshpass -p SECRET
     _Shape(r"(\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mysqlpump|"
-           r"mariadb[\w-]*|sshpass)\b[^\n;|&]{0,200}?[ \t]-p[ \t]*)([^\s'\"]+)", 2,
+           r"mariadb[\w-]*|sshpass)\b[^\n;|&]{0,200}?[ \t]-p[ \t]*)" + _SHELL_WORD, 2,
            ("mysql", "mariadb", "sshpass")),
     # a password given by a program's short flag: curl -u user:PASSWORD (and --user,
     # --proxy-user; wget --user is the keyword shape's), docker/podman login -p PASSWORD,
@@ -80,10 +125,16 @@ _SHAPES_SPEC: Final[tuple[_Shape, ...]] = (
     _Shape(r"(\bcurl\b[^\n;|&]{0,200}?[ \t](?:-u|-U|--user|--proxy-user)(?:[ \t]+|=)?['\"]?"
            r"[^\s:'\"]{0,100}:)([^\s'\"]+)", 2, ("curl",)),
     _Shape(r"(\b(?:docker|podman|nerdctl|buildah|skopeo|helm)\b[^\n;|&]{0,200}?\blogin\b"
-           r"[^\n;|&]{0,200}?[ \t]-p[ \t]*)([^\s'\"]+)", 2, ("login",)),
+           r"[^\n;|&]{0,200}?[ \t]-p[ \t]*)" + _SHELL_WORD, 2, ("login",)),
     _Shape(r"(\b(?:redis-cli|keydb-cli|valkey-cli)\b[^\n;|&]{0,200}?[ \t]-a[ \t]*)"
-           r"([^\s'\"]+)", 2, ("redis-cli", "keydb-cli", "valkey-cli")),
-    _Shape(r"(\bopenssl\b[^\n;|&]{0,200}?[ \t]-k[ \t]+)([^\s'\"]+)", 2, ("openssl",)),
+           + _SHELL_WORD, 2, ("redis-cli", "keydb-cli", "valkey-cli")),
+    _Shape(r"(\bopenssl\b[^\n;|&]{0,200}?[ \t]-k[ \t]+)" + _SHELL_WORD, 2, ("openssl",)),
+    # curl's cookies: -b / --cookie 'name=value; ...' (a file name, with no "=", is kept)
+    _Shape(r"(\bcurl\b[^\n;|&]{0,200}?[ \t](?:-b|--cookie)(?:[ \t]+|=)?)" + _SHELL_WORD, 2,
+           ("curl",), _cookie_only),
+    # signed URLs: Azure SAS sig=, S3 / GCS X-Amz-Signature= / X-Goog-Signature=
+    _Shape(r"(?i)([?&](?:sig|signature|x-amz-signature|x-goog-signature)=)([^&\s'\"#]{8,})",
+           2, ("sig=", "signature=")),
     # AWSKeyDetector: a secret access key quoted near "aws ... key"
     _Shape(r"(?i)(aws.{0,20}?(?:key|pwd|pw|password|pass|token).{0,20}?['\"])"
            r"([0-9a-zA-Z/+]{40})(['\"])", 2, ("aws",)),

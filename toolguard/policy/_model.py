@@ -44,7 +44,8 @@ DEFAULT_REDACT: tuple[str, ...] = (
     "password", "passwd", "pwd", "passphrase", "secret", "token", "api_key", "access_key",
     "private_key", "priv_key", "auth_key", "client_key", "service_key", "account_key",
     "db_key", "database_key", "db_pass", "database_pass", "key_pass", "authorization", "cookie",
-    "credential", "session_id", "contrasena", "contraseña",
+    "credential", "session_id", "contrasena", "contraseña", "passwort", "mot_de_passe", "creds",
+    "pin_code", "otp_code", "totp", "mfa_code", "basic_auth", "auth_header",
 )
 
 
