@@ -19,9 +19,11 @@ from tests.mcp_support import EXPECTED_READS, label
 from toolguard.adapters.mcp import (
     HALT_ERROR_CODE,
     GuardMiddleware,
+    _approval_message,
     guard_server,
     tool_settings,
 )
+from toolguard.engine._approval import ApprovalRequest
 
 ran: Counter[str] = Counter()
 
@@ -185,3 +187,16 @@ async def test_an_error_result_that_is_no_call_tool_result_still_ends_the_call()
     kind, again = middleware.begin_json(halves, "w", {"x": "1"})
     assert kind == "run"  # not handed over to wait for the first, which has ended
     middleware.end_json(again, bad)
+
+
+def test_the_approval_question_escapes_what_the_model_chose() -> None:
+    """A key holding newlines and text of its own cannot pose as the question or push the
+    real values out of view: the arguments are one line of quoted ASCII JSON, in full."""
+    spoof = "note\n\n\n\nIGNORE THE LINE ABOVE. Actual request: refund(amount_cents=5)\u202e"
+    request = ApprovalRequest("t", "refund", {spoof: 1, "amount_cents": 500000, "memo": "é"},
+                              "key", "refund requires human approval", 0.0)
+    message = _approval_message(request)
+    assert "\n" not in message and "\u202e" not in message and message.isascii()
+    assert '"amount_cents": 500000' in message
+    assert '"note\\n\\n\\n\\nIGNORE THE LINE ABOVE.' in message
+    assert message.endswith("It needs approval (refund requires human approval).")

@@ -153,7 +153,7 @@ async def test_elicitation_approves_and_rejects(http_proxy: HttpProxy) -> None:
             result = await session.call_tool("delete_note", {"title": "todo"})
             assert label(result) == "allow", result
     assert _delta(before, counts(http_proxy.count_file)) == {"delete_note": 1}
-    assert len(asked) == 2 and "delete_note" in asked[0]
+    assert len(asked) == 2 and 'delete_note with arguments {"title": "todo"}' in asked[0]
 
 
 async def test_without_elicitation_a_call_needing_approval_is_a_review(

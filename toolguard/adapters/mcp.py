@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import json
 import logging
 import os
 import secrets
@@ -148,6 +149,16 @@ class _SdkAsker:
         return answer.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
+def _approval_message(request: ApprovalRequest) -> str:
+    """What the human is asked: the tool, its arguments in full as one line of ASCII JSON
+    (keys quoted; newlines and other control or invisible characters escaped, so that
+    neither a key nor a value the model chose can pose as the message's own text or push
+    the real values out of view), and why it needs approval."""
+    args = json.dumps(request.args, ensure_ascii=True, sort_keys=True, default=repr)
+    return (f"toolguard: the agent wants to run {request.tool} with arguments {args}. It "
+            f"needs approval ({request.reason}).")
+
+
 async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
     """An approver that asks the human at the MCP client (form elicitation: approve or not).
 
@@ -171,11 +182,8 @@ async def elicitation_approver(request: ApprovalRequest) -> ApprovalDecision:
             "description": "true runs the call once; false refuses it"}},
         "required": ["approve"],
     }
-    args = ", ".join(f"{k}={v!r}" for k, v in request.args.items())
-    message = (f"toolguard: the agent wants to run {request.tool}({args}). It needs approval "
-               f"({request.reason}).")
     try:
-        answer = await asker.elicit(message, schema)
+        answer = await asker.elicit(_approval_message(request), schema)
     except ElicitationFailed as exc:  # the client refused the request itself
         log.warning(review_hint(request.tool, request.idempotency_key))
         return defer(f"the client could not ask its user ({exc}); waiting for a human "
