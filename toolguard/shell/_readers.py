@@ -67,6 +67,11 @@ def _pytest(name: str, args: list[Word], script: Classifier, depth: int, appende
             raise Unsafe  # a plugin is code
         if option in ("-c", "-o"):
             raise Unsafe  # another configuration: cache_dir, basetemp, addopts...
+    for operand in parsed.operands:
+        # @FILE: more arguments read from a file (argparse's fromfile_prefix_chars), options
+        # such as --basetemp or --junitxml included; a word known only when it runs may be one
+        if operand.text.startswith("@") or not operand.static:
+            raise Unsafe
     return READONLY
 
 
