@@ -97,7 +97,8 @@ def check(
         ),
     ],
 ) -> None:
-    """Validate policy files; exit 1 listing every problem if any is invalid."""
+    """Validate policy files, and each under the environment's TOOLGUARD_* overrides; exit 1
+    listing every problem if any is invalid."""
     from rich.text import Text
 
     from .policy._loader import check_policy_files
@@ -115,7 +116,10 @@ def check(
             if str(problem) not in shown:
                 shown.add(str(problem))
                 out.print(Text(str(problem), style="red"))
-        if all(Path(p.source) != file for p in problems):  # only its extends chain failed
+        if all(p.source.startswith("env ") for p in problems):  # PolicyProblem.source
+            out.print(Text.assemble((str(file), "bold"), ": ", (
+                "invalid under this environment's TOOLGUARD_* overrides", "red")))
+        elif all(Path(p.source) != file for p in problems):  # only its extends chain failed
             out.print(Text.assemble((str(file), "bold"), ": ",
                                     ("invalid (a file it extends has problems)", "red")))
     if failed:

@@ -57,6 +57,21 @@ def test_check_a_missing_file_is_one_problem_among_the_others(runner: CliRunner)
     assert "Traceback" not in result.output
 
 
+def test_check_reads_the_environments_overrides_as_the_guard_does(
+        runner: CliRunner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file that is valid alone but not under a ``TOOLGUARD_*`` override (which the hook
+    and every guard apply) is not reported ok."""
+    policy = str(ROOT / "policies" / "default.toml")
+    monkeypatch.setenv("TOOLGUARD_LADDER__READONLY__BLOCK_AT", "abc")
+    result = runner.invoke(app, ["check", policy])
+    assert result.exit_code == 1, result.output
+    assert ('env TOOLGUARD_LADDER__READONLY__BLOCK_AT: ladder.readonly.block_at: must be an '
+            'integer ≥ 2, got "abc"') in result.output
+    assert f"{policy}: invalid under this environment's TOOLGUARD_* overrides" in result.output
+    monkeypatch.setenv("TOOLGUARD_LADDER__READONLY__BLOCK_AT", "4")
+    assert runner.invoke(app, ["check", policy]).output == f"{policy}: ok\n"
+
+
 def test_check_needs_a_file(runner: CliRunner) -> None:
     assert runner.invoke(app, ["check"]).exit_code == 2
 

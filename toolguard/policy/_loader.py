@@ -196,11 +196,17 @@ def _as_document(value: Any) -> Any:
     return value
 
 
-def check_policy_files(paths: Iterable[str | os.PathLike[str]]) -> list[PolicyProblem]:
-    """Check policy files as ``toolguard check`` does (the environment is ignored).
+def check_policy_files(paths: Iterable[str | os.PathLike[str]],
+                       env: Mapping[str, str] | None = None) -> list[PolicyProblem]:
+    """Check policy files as ``toolguard check`` does: each file with its ``extends``
+    chain, then, for a file that is valid, the same file under the environment's
+    ``TOOLGUARD_*`` overrides, as the guard would load it (their problems name the variable:
+    ``source`` ``"env TOOLGUARD_..."``).
 
     Args:
         paths: the files.
+        env: the environment variables; ``None`` reads ``os.environ``; ``{}`` checks the
+            files alone.
 
     Returns:
         Every problem of every file (with its ``extends`` chain), empty if all are valid.
@@ -209,6 +215,8 @@ def check_policy_files(paths: Iterable[str | os.PathLike[str]]) -> list[PolicyPr
     for path in paths:
         try:
             load_policy(path, env={})
+            if env != {}:
+                load_policy(path, env=env)
         except PolicyError as error:
             problems.extend(error.problems)
     return problems
