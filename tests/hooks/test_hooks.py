@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,23 @@ def test_a_write_whose_hook_process_died_is_unknown_from_the_store_alone(
     assert code == 0 and _decision(answer) == "ask"
     assert "without a known outcome" in answer["hookSpecificOutput"][
         "permissionDecisionReason"]
+
+
+def test_a_second_retry_while_the_approved_one_runs_is_not_asked_about(
+        env: dict[str, str]) -> None:
+    """Regression: the retry of a write with an unknown outcome, once the user's prompt
+    took it (``ask``), ran without the key's claim, so an identical PreToolUse meanwhile
+    was handed to the prompt too and could run beside it."""
+    env = {**env, "TOOLGUARD_IDEMPOTENCY__IN_PROGRESS_TTL_S": "1",
+           "TOOLGUARD_IDEMPOTENCY__WAIT_TIMEOUT_S": "0.05"}
+    bash = {"command": "cp build/app /srv/app"}
+    assert _event(env, _pre("Bash", bash, "b1"))[0] == 0  # never reported
+    time.sleep(1.05)  # its claim's TTL: unknown
+    _, answer, _ = _event(env, _pre("Bash", bash, "b2"))
+    assert _decision(answer) == "ask"  # the retry, to the user's prompt
+    code, answer, err = _event(env, _pre("Bash", bash, "b3"))  # while that retry runs
+    assert (code, answer) == (2, None)  # blocked: Claude Code does not run it
+    assert "CallInProgress" in err and "still in progress" in err
 
 
 def test_distinct_reads_with_their_real_results_are_never_warned(env: dict[str, str]) -> None:

@@ -33,6 +33,7 @@ from toolguard.stores import (
     BeginRequest,
     FinishRequest,
     MemoryStore,
+    RetryRequest,
     Snapshot,
     Store,
 )
@@ -422,6 +423,38 @@ def test_a_claim_never_finished_becomes_an_unknown_outcome(store: Store, clock: 
     clock.advance(0.5)
     assert store.get_record(TASK, KEY, clock()) is None
     assert claim().claimed
+
+
+def test_an_approved_retry_takes_the_claim_of_an_unknown_outcome(store: Store,
+                                                                 clock: FakeClock) -> None:
+    """retry_unknown: the unknown outcome of the expected call becomes the retry's claim and
+    the approval is spent, once; any other record is left alone."""
+    used = ApprovalRecord(ApprovalState.USED, clock(), tool="pay", args_hash="h")
+
+    def retry(origin: str, call_id: str) -> bool:
+        return store.retry_unknown(TASK, RetryRequest(KEY, origin, call_id, used, clock(),
+                                                      5.0, 60.0))
+
+    assert not retry("t#1", "t#2")  # no record
+    assert begin(store, clock, key=KEY, claim=True, claim_ttl_s=5.0, ttl_s=60.0,
+                 call_id="t#1").claimed
+    assert not retry("t#1", "t#2")  # still running
+    clock.advance(5.0)  # its claim's TTL passed: unknown
+    assert not retry("t#0", "t#2")  # another call's unknown outcome
+    assert retry("t#1", "t#2")
+    assert store.approvals(TASK)[KEY] == used
+    assert not retry("t#1", "t#3")  # taken: the other retry waits
+    running = begin(store, clock, key=KEY, claim=True, claim_ttl_s=5.0, ttl_s=60.0,
+                    call_id="t#3")
+    assert running.record is not None and not running.claimed
+    assert (running.record.state, running.record.call_id) == (RecordState.IN_PROGRESS, "t#2")
+    clock.advance(5.0)  # the retry never reported: unknown again, its own
+    record = store.get_record(TASK, KEY, clock())
+    assert record is not None
+    assert (record.state, record.call_id) == (RecordState.UNKNOWN, "t#2")
+    assert retry("t#2", "t#4")
+    finish(store, clock, key=KEY, store_result=True, content="paid", call_id="t#4")
+    assert not retry("t#2", "t#5")  # completed
 
 
 def test_a_claim_past_its_ttl_may_still_report(store: Store, clock: FakeClock) -> None:

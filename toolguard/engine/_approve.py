@@ -14,17 +14,19 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from toolguard._errors import CanonicalizationError
+from toolguard._errors import CanonicalizationError, StoreError
 from toolguard._types import (
     ALLOW,
     BLOCK,
     REVIEW,
+    UNKNOWN,
 )
 from toolguard.hashing._canonical import args_hash
 from toolguard.hashing._redact import redact
 from toolguard.stores._base import (
     ApprovalRecord,
     ApprovalState,
+    RetryRequest,
     Snapshot,
 )
 from toolguard.stores.memory import MemoryStore
@@ -236,6 +238,44 @@ def spend_approval(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot) 
         used = replace(snap.approval, state=ApprovalState.USED)
         _storeops.store_op(task, cfg, p, lambda: task.guard._store.set_approval(
             task.task_id, p.key, used, p.entry.settings.idempotency_ttl_s))
+
+
+def retries_unknown(p: _Prepared, snap: Snapshot) -> bool:
+    """The call about to run is the approved retry of an identical call whose outcome is
+    unknown: it must hold the key's claim while it runs (:func:`take_unknown`)."""
+    record = snap.record
+    return (record is not None and record.state is UNKNOWN and p.claim and not snap.claimed
+            and not p.entry.settings.forwards_idempotency_key)
+
+
+def take_unknown(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot
+                 ) -> Snapshot | None:
+    """The approved retry of an unknown outcome takes the key's claim and spends its
+    approval in one atomic store operation (:meth:`~toolguard.stores.Store.retry_unknown`),
+    so an identical call meanwhile waits for it as for any write in progress. Returns the
+    snapshot it runs on (it holds the claim), or None: another approved retry took the
+    claim first (or the record changed), and this call decides again once that settles.
+    Failing open, the retry runs without the claim (``snap`` as it is)."""
+    record, approval = snap.record, snap.approval
+    assert record is not None  # retries_unknown
+    assert approval is not None  # decided the call approved
+    store = task.guard._store
+    used = replace(approval, state=ApprovalState.USED)
+    req = RetryRequest(p.key, record.call_id, p.call_id, used, task.guard._clock(),
+                       cfg.claim_ttl_s, p.entry.settings.idempotency_ttl_s)
+
+    def retry() -> bool | None:
+        take = getattr(store, "retry_unknown", None)
+        if take is None:
+            raise StoreError(f"{type(store).__name__} has no retry_unknown: the approved "
+                             f"retry of {p.entry.spec.name}, whose earlier outcome is "
+                             "unknown, cannot hold its claim (see toolguard.stores.Store)")
+        return bool(take(task.task_id, req))
+
+    won = _storeops.store_op(task, cfg, p, retry, fallback=lambda: None)
+    if won is None:  # the store failed open: the retry runs unguarded, without the claim
+        return snap
+    return snap._replace(approval=used, claimed=True) if won else None
 
 
 async def ask_async(task: TaskState, approver: Approver, request: ApprovalRequest

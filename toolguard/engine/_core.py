@@ -141,6 +141,8 @@ class Verdict:
 
 
 ALLOWED = Verdict(ALLOW)
+WAIT = Verdict(CACHED, reason="an identical call is in progress", wait=True)
+"""An identical call is running right now: wait for it and share its result."""
 _verdict: Callable[..., Verdict] = _fast_constructor(Verdict)
 """``Verdict(...)`` without the frozen dataclass's ``object.__setattr__`` per field (3x
 faster): the warn, cached and block verdicts are built on every such call."""
@@ -217,7 +219,7 @@ def decide(ctx: CallContext, snap: Snapshot) -> Verdict:
     if record is not None and record.state is IN_PROGRESS and not snap.claimed:
         # An identical call is running right now (another thread, coroutine or worker): a
         # concurrent duplicate, not a sequential loop. Wait and share its result.
-        return _verdict(CACHED, reason="an identical call is in progress", wait=True)
+        return WAIT
 
     laddered = ctx.effect is not POLL
     if not laddered:

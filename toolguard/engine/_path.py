@@ -48,7 +48,7 @@ from . import _admit, _approve, _events, _execute, _prepare, _record, _wait
 from ._approval import ApprovalDecision, ApprovalRequest, Approver
 from ._call import CallRecord, Executor, _Config, _Outcome, _Prepared
 from ._content import safe_str as _safe_str
-from ._core import CallContext, Verdict, decide, stagnation_after, stagnation_possible
+from ._core import WAIT, CallContext, Verdict, decide, stagnation_after, stagnation_possible
 
 if TYPE_CHECKING:
     from ._call import TaskState
@@ -178,6 +178,13 @@ def decided(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
             return _record.conclude(task, cfg, p, snap, flight, None, None)
     if sinks or snap.approval is not None:
         try:
+            if (observed is None and snap.approval is not None
+                    and _approve.retries_unknown(p, snap)):
+                taken = _approve.take_unknown(task, cfg, p, snap)
+                if taken is None:  # another approved retry runs: wait, then decide again
+                    leave(task, p)
+                    return Pause(cfg, p, snap, WAIT)
+                snap = taken
             if sinks:
                 audited = _events.executing(task, cfg, p, snap, verdict)
                 if audited is not verdict and observed is None:  # unaudited: not run
@@ -187,6 +194,8 @@ def decided(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot,
                 _approve.spend_approval(task, cfg, p, snap)
         except BaseException:
             leave(task, p)
+            if snap.claimed and snap.record is not None:  # taken above: it will not run
+                _execute.give_back(task, cfg, (p, snap))
             raise
     record = snap.record
     if record is not None and record.state is UNKNOWN and record.call_id:

@@ -71,13 +71,19 @@ def finish(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, outcome:
         if p.effect is not POLL and not transient and (settings.stagnation_warn_at
                                                        or settings.stagnation_block_at):
             judged = (kind if success else ERROR_RESULT) + digest
+    unknown = outcome is not None and mutating and outcome.unknown
+    release, call_id = snap.claimed, p.call_id
+    if release and not success and not unknown and snap.record is not None:
+        # The claim an approved retry took over from an unknown outcome (only such a claim
+        # comes with a record: _approve.take_unknown), and the retry failed or never ran:
+        # the earlier call may still have happened, so its unknown outcome stays.
+        unknown, release, call_id = True, False, snap.record.call_id
     req: FinishRequest = _new(FinishRequest, (  # every field, in order (hot path)
-        p.entry.spec.name, p.signature, p.key, executed, success,
-        outcome is not None and mutating and outcome.unknown,  # unknown
+        p.entry.spec.name, p.signature, p.key, executed, success, unknown,
         mutating, result_digest,
         success and p.claim and p.remember,  # store_result
-        content, snap.claimed, settings.idempotency_ttl_s, task.guard._clock(),
-        halt, p.call_id, judged, settings.max_progress_resets, transient, progress,
+        content, release, settings.idempotency_ttl_s, task.guard._clock(),
+        halt, call_id, judged, settings.max_progress_resets, transient, progress,
     ))
     try:
         task.guard._store.finish(task.task_id, req)

@@ -21,6 +21,11 @@ goes to review (or, for a tool that forwards its idempotency key, continues the 
 execution) instead of running a second time. The claim's own call may still report late:
 a result completes the record, a release (it failed, it did not run) drops it.
 
+A retry of such a call that a human approved runs holding the key's claim, like any other
+write: :meth:`Store.retry_unknown` turns the unknown record into this retry's claim and
+spends its approval in one atomic step, so an identical call meanwhile waits for it (and
+shares its result), and of two retries approved at once exactly one runs.
+
 Every back-end passes one contract suite (``tests/stores/test_store_contract.py``).
 """
 
@@ -42,6 +47,7 @@ __all__ = [
     "BeginRequest",
     "FinishRequest",
     "IdempotencyRecord",
+    "RetryRequest",
     "Snapshot",
     "Store",
     "TaskUsage",
@@ -185,6 +191,28 @@ class Snapshot(NamedTuple):
     transient: int = 0
 
 
+class RetryRequest(NamedTuple):
+    """What :meth:`Store.retry_unknown` needs for the approved retry of a call whose outcome
+    is unknown.
+
+    Attributes:
+        idempotency_key: the call's key. origin: the ``call_id`` of the unknown record the
+            retry was decided on (``IdempotencyRecord.call_id``, as begin read it).
+        call_id: the retry's own id, kept in its claim (as ``BeginRequest.call_id``).
+        approval: the approval the retry spends, as it is stored once spent (state used).
+        now, claim_ttl_s, ttl_s: as in :class:`BeginRequest`: the claim is held for
+            ``claim_ttl_s`` seconds, then reads as an unknown outcome for ``ttl_s`` more.
+    """
+
+    idempotency_key: str
+    origin: str
+    call_id: str
+    approval: ApprovalRecord
+    now: float
+    claim_ttl_s: float
+    ttl_s: float
+
+
 class FinishRequest(NamedTuple):
     """The outcome of one call, for :meth:`Store.finish`.
 
@@ -310,6 +338,19 @@ class Store(Protocol):
 
     def set_approval(self, task_id: str, key: str, record: ApprovalRecord, ttl_s: float) -> None:
         """Store a human decision (or a pending request) for ``key``."""
+        ...
+
+    def retry_unknown(self, task_id: str, req: RetryRequest) -> bool:
+        """Claim ``req.idempotency_key`` for the approved retry of the call whose outcome is
+        unknown, atomically: if the key's record is still the unknown outcome of
+        ``req.origin`` (a finished unknown record, or its claim past the claim's TTL), it
+        becomes an in-progress claim held by ``req.call_id`` (expiring as a claim of
+        :meth:`begin` does) and ``req.approval`` is stored under the key; return True.
+        Otherwise (another retry claimed it first, or the record changed or expired) change
+        nothing and return False: the caller decides again on fresh state.
+
+        A store without this method cannot run such a retry: the guard treats the call as
+        a store failure (``on_error``). A subclass of a toolguard store inherits it."""
         ...
 
     def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:

@@ -334,6 +334,36 @@ touch(tonumber(ARGV[3]))
 return {gen, 1}
 """
 
+# RedisStore.retry_unknown (MemoryStore's): the unknown outcome of ARGV[2]'s call (a
+# finished 'u' record, or its claim past the claim's TTL) becomes the retry's claim, as
+# begin's put_claim writes one, and its approval is spent; anything else: 0, nothing changed.
+_RETRY_UNKNOWN: Final = _PRELUDE + """
+local key, origin, now = ARGV[1], ARGV[2], ARGV[3]
+local gen = generation(true)
+if not gen then return redis.error_reply(LOST) end
+local v = redis.call('GET', KEYS[6])
+local won = 0
+if v and string.sub(v, -#origin - 1) == '|' .. origin then
+  local st, e, x = string.match(v, '^(%a)|(%d+)|([^|]+)|')
+  local unknown = st == 'u'
+  if st == 'p' then
+    local due = string.match(v, '^p|%d+|[^|]+|[^|]+|([%d.eE+-]+)|')
+    unknown = due ~= nil and tonumber(due) <= tonumber(now)
+  end
+  if unknown and tonumber(x) > tonumber(now) then
+    local claim_end_ms = tonumber(ARGV[7])
+    redis.call('SET', KEYS[6], 'p|' .. e .. '|' .. ARGV[6] .. '|' .. now .. '|' .. ARGV[5]
+               .. '|' .. ARGV[4], 'PX', claim_end_ms)
+    redis.call('SADD', KEYS[5], key)
+    extend(KEYS[5], claim_end_ms)
+    redis.call('HSET', KEYS[4], key, ARGV[8])
+    won = 1
+  end
+end
+touch(tonumber(ARGV[9]))
+return {gen, won}
+"""
+
 # A worker gives up the claims its begins took without it learning so (their replies were
 # lost): KEYS[1] the record, ARGV[1] the claims' record tails, one a line. Another worker's
 # identical call then takes the claim over instead of waiting for in_progress_ttl_s.
@@ -377,6 +407,7 @@ _ADD_USAGE_SCRIPT: Final = _script(_ADD_USAGE)
 _ADD_COST_SCRIPT: Final = _script(_ADD_COST)
 _READ_HASH_SCRIPT: Final = _script(_READ_HASH)
 _SET_APPROVAL_SCRIPT: Final = _script(_SET_APPROVAL)
+_RETRY_UNKNOWN_SCRIPT: Final = _script(_RETRY_UNKNOWN)
 _CLEAR_SCRIPT: Final = _script(_CLEAR)
 _ABANDON_SCRIPT: Final = _script(_ABANDON)
 _LOST: Final = "TOOLGUARD_STATE_LOST"

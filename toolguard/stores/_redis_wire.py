@@ -7,7 +7,7 @@ escaping of key parts.
 from __future__ import annotations
 
 import math
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 import orjson
@@ -19,8 +19,9 @@ from redis.retry import Retry
 
 from toolguard._types import RecordState
 
-from ._base import IdempotencyRecord, Snapshot, TaskUsage
-from ._json import _approval
+from ._base import IdempotencyRecord, RetryRequest, Snapshot, TaskUsage
+from ._json import _approval, _approval_json
+from ._redis_scripts import _RETRY_UNKNOWN_SCRIPT, _Script
 
 _MAX_TTL_S: Final = 10 * 365 * 86_400.0  # clamp: PX must fit Redis' range, inf must not leak
 _STATES: Final = {b"p": RecordState.IN_PROGRESS, b"c": RecordState.COMPLETED,
@@ -182,3 +183,35 @@ def _where(client: redis.Redis | RedisCluster) -> str:
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+
+
+class _Evaluates(Protocol):
+    """What :func:`retry_unknown` uses of a :class:`~toolguard.stores.RedisStore`."""
+
+    _state_ms_arg: str
+
+    def _keys(self, task_id: str, record_key: str = "") -> list[str]: ...
+
+    def _eval(self, op: str, task_id: str, script: _Script, keys: list[str],
+              args: list[str | bytes | int]) -> Any: ...
+
+
+def retry_unknown(store: _Evaluates, task_id: str, req: RetryRequest) -> bool:
+    """``RedisStore.retry_unknown``: the unknown outcome of ``req.origin``'s call becomes the
+    retry's claim and its approval is spent, in one Lua script (``_RETRY_UNKNOWN``), one
+    round trip. A reply lost after the script ran leaves a claim whose retry will not run:
+    it becomes the unknown outcome again once its TTL passes.
+
+    Raises:
+        StoreError: Redis failed or timed out, or the task's state was lost.
+    """
+    key = req.idempotency_key
+    return bool(store._eval("retry_unknown", task_id, _RETRY_UNKNOWN_SCRIPT,
+                            store._keys(task_id, key), [
+        key, orjson.dumps([req.origin, None]), _time(req.now),
+        orjson.dumps([req.call_id, None]),  # the claim's tail, as begin writes it
+        _time(req.now + min(req.claim_ttl_s, _MAX_TTL_S)),
+        # kept as an unknown outcome for ttl_s more, as begin's claim
+        _time(req.now + min(req.claim_ttl_s + req.ttl_s, _MAX_TTL_S)),
+        _ms(req.claim_ttl_s + req.ttl_s), _approval_json(req.approval), store._state_ms_arg,
+    ]))

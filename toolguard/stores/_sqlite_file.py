@@ -21,7 +21,8 @@ import orjson
 from toolguard._errors import StoreError
 from toolguard._types import RecordState
 
-from ._base import IdempotencyRecord
+from ._base import ApprovalRecord, IdempotencyRecord, RetryRequest
+from ._json import _approval_json
 
 __all__ = ["STATE_DIR_VARIABLE", "Pool", "default_path", "path_from_url"]
 
@@ -415,3 +416,28 @@ def load_record(conn: sqlite3.Connection, task_id: str, key: str, now: float
         return IdempotencyRecord(RecordState.UNKNOWN, changes, claim_until, None, call_id)
     return IdempotencyRecord(_STATES[state], changes, created_at,
                              None if content is None else orjson.loads(content), call_id)
+
+
+def put_approval(conn: sqlite3.Connection, task_id: str, key: str, record: ApprovalRecord,
+                 max_rows: int) -> None:
+    conn.execute("INSERT OR REPLACE INTO approvals VALUES (?, ?, ?)",
+                 (task_id, key, _approval_json(record)))
+    bound(conn, "approvals", max_rows)
+
+
+def retry_unknown(conn: sqlite3.Connection, task_id: str, req: RetryRequest, now: float,
+                  max_rows: int) -> bool:
+    """``SQLiteStore.retry_unknown``, in the caller's transaction: the unknown outcome of
+    ``req.origin``'s call becomes the retry's claim, kept as begin keeps one (an unknown
+    outcome for ``req.ttl_s`` once ``req.claim_ttl_s`` passes), and its approval is spent;
+    False, nothing changed, when the record is anything else."""
+    key = req.idempotency_key
+    record = load_record(conn, task_id, key, now)
+    if record is None or record.state is not RecordState.UNKNOWN or record.call_id != req.origin:
+        return False  # claimed by another retry, finished, or expired meanwhile
+    conn.execute(PUT_RECORD, (task_id, key, _IN_PROGRESS, record.epoch, req.now,
+                              now + req.claim_ttl_s + req.ttl_s, req.call_id, None,
+                              now + req.claim_ttl_s))
+    bound(conn, "records", max_rows)
+    put_approval(conn, task_id, key, req.approval, max_rows)
+    return True

@@ -37,6 +37,7 @@ from ._base import (
     BeginRequest,
     FinishRequest,
     IdempotencyRecord,
+    RetryRequest,
     Snapshot,
     TaskUsage,
     stagnation_recent,
@@ -456,11 +457,29 @@ class MemoryStore:
         # that expire keys one by one. At most max_entries per task, the least recently
         # decided first out (100,000 denied calls kept 100,000 records).
         with self._lock:
-            approvals = self._task(task_id).approvals
-            approvals.pop(key, None)
-            approvals[key] = record
-            if len(approvals) > self._max_entries:
-                del approvals[next(iter(approvals))]
+            self._put_approval(task_id, key, record)
+
+    def _put_approval(self, task_id: str, key: str, record: ApprovalRecord) -> None:
+        approvals = self._task(task_id).approvals
+        approvals.pop(key, None)
+        approvals[key] = record
+        if len(approvals) > self._max_entries:
+            del approvals[next(iter(approvals))]
+
+    def retry_unknown(self, task_id: str, req: RetryRequest) -> bool:
+        """Claim the key of an unknown outcome for its approved retry and spend the
+        approval, under the store's lock (see :meth:`Store.retry_unknown
+        <toolguard.stores.Store.retry_unknown>`)."""
+        with self._lock:
+            key = (task_id, req.idempotency_key)
+            now = self._clock()
+            record = self._records.get(key, now)
+            if record is None or record.state is not UNKNOWN or record.call_id != req.origin:
+                return False  # claimed by another retry, finished, or expired meanwhile
+            held = _record(IN_PROGRESS, record.epoch, req.now, None, req.call_id)
+            self._records.put(key, held, req.claim_ttl_s, now, req.ttl_s)
+            self._put_approval(task_id, req.idempotency_key, req.approval)
+            return True
 
     def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
         with self._lock:

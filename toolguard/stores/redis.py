@@ -117,6 +117,7 @@ from ._base import (
     BeginRequest,
     FinishRequest,
     IdempotencyRecord,
+    RetryRequest,
     Snapshot,
     TaskUsage,
 )
@@ -153,6 +154,7 @@ from ._redis_wire import (
     _time,
     _usage,
     _where,
+    retry_unknown,
     startup_nodes,
     unreachable,
 )
@@ -283,8 +285,7 @@ class RedisStore:
         self._trips = {threading.get_ident(): value}
 
     def close(self) -> None:
-        """Close the connection pool if this store created the client (a client passed in
-        stays open)."""
+        """Close the connection pool if this store made the client (one passed in stays open)."""
         self._closed = True
         if self._owns_client:
             self._forget_threads()
@@ -527,6 +528,10 @@ class RedisStore:
         """
         self._eval("set_approval", task_id, _SET_APPROVAL_SCRIPT, self._keys(task_id)[:5],
                    [key, _approval_json(record), self._state_ms_arg])
+
+    def retry_unknown(self, task_id: str, req: RetryRequest) -> bool:
+        """:meth:`Store.retry_unknown <toolguard.stores.Store.retry_unknown>`: one script."""
+        return retry_unknown(self, task_id, req)
 
     def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
         """Pending approval requests of the task, by idempotency key.

@@ -77,11 +77,12 @@ from ._base import (
     BeginRequest,
     FinishRequest,
     IdempotencyRecord,
+    RetryRequest,
     Snapshot,
     TaskUsage,
     stagnation_recent,
 )
-from ._json import _approval, _approval_json, _dumps
+from ._json import _approval, _dumps
 from ._sqlite_file import (
     PUT_RECORD,
     STATE_DIR_VARIABLE,
@@ -97,8 +98,10 @@ from ._sqlite_file import (
     load_task,
     load_tool,
     path_from_url,
+    put_approval,
     put_task,
     put_tool,
+    retry_unknown,
     sweep,
     transaction,
 )
@@ -493,11 +496,15 @@ class SQLiteStore:
         """
         def body(conn: sqlite3.Connection) -> None:
             put_task(conn, task_id, load_task(conn, task_id, self._clock(), self._state_ttl_s))
-            conn.execute("INSERT OR REPLACE INTO approvals VALUES (?, ?, ?)",
-                         (task_id, key, _approval_json(record)))
-            bound(conn, "approvals", self._max_entries)
+            put_approval(conn, task_id, key, record, self._max_entries)
 
         self._run("set_approval", task_id, body)
+
+    def retry_unknown(self, task_id: str, req: RetryRequest) -> bool:
+        """:meth:`Store.retry_unknown <toolguard.stores.Store.retry_unknown>`: one transaction
+        (a failure raises :class:`toolguard.StoreError`, see the class doc)."""
+        return self._run("retry_unknown", task_id, lambda conn: retry_unknown(
+            conn, task_id, req, self._clock(), self._max_entries))
 
     def pending_approvals(self, task_id: str) -> dict[str, ApprovalRecord]:
         """Pending approval requests of the task, by idempotency key.
