@@ -6,11 +6,13 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import pickle
 import re
 import threading
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import toolguard as tg
@@ -182,11 +184,10 @@ def test_jsonl_sink_writes_one_flushed_line_per_event(clock: FakeClock, tmp_path
 
 def test_jsonl_lines_splice_the_arguments_serialized_once_per_call(
         clock: FakeClock, tmp_path: Path) -> None:
-    """Every event of a call holds the same redacted arguments, whose JSON text is made once
-    and spliced into each line: the lines are byte for byte what serializing each event
-    with a plain dict writes."""
+    """The nested arguments of a call are redacted into one JSON text, spliced into each
+    line as it is: the lines are byte for byte what serializing each event with a plain
+    dict writes, and each event decodes a copy of its own."""
     from toolguard.engine._audit import _jsonl
-    from toolguard.hashing._redact import Redacted
 
     memory = tg.MemorySink()
     rows = [{"id": k, "name": f"row {k}", "password": SECRET, "tags": ["a", "b"]}
@@ -195,14 +196,40 @@ def test_jsonl_lines_splice_the_arguments_serialized_once_per_call(
         task = make_guard(clock, memory, sink).task("t")
         task.call("lookup", {"path": "a", "options": {"rows": rows}})
         task.call("lookup", {"path": "b", "options": {"bad": "\ud800", "token": SECRET}})
-    first, final = memory.events[:2]
-    shared = first.args
-    assert shared is final.args and isinstance(shared, Redacted)
-    assert shared.json() is not None and shared.json() is shared.json()
     lines = (tmp_path / "audit.jsonl").read_bytes().splitlines(keepends=True)
     assert lines == [_jsonl(dataclasses.replace(e, args=dict(e.args))) for e in memory.events]
+    first, final = memory.events[:2]
+    assert first.args == final.args and first.args is not final.args
+    first.args["options"]["rows"].clear()  # a sink changing one event's copy
+    assert final.args["options"]["rows"][0]["password"] == REDACTED
     assert SECRET.encode() not in b"".join(lines)
     assert json.loads(lines[1])["args"]["options"]["rows"][0]["password"] == REDACTED
+
+
+def test_events_of_arguments_the_tool_changes_in_place_show_them_as_called(
+        clock: FakeClock, tmp_path: Path) -> None:
+    """Nested arguments with nothing to redact are held as their JSON text: what the
+    tool does to its arguments afterwards changes neither the lines nor ``event.args``."""
+    def write_rows(table: str, rows: list[dict[str, Any]]) -> int:
+        rows[0]["name"] = "changed by the tool"
+        rows.append({"id": 99, "name": "added"})
+        return len(rows)
+
+    memory, sink = tg.MemorySink(), tg.JsonlSink(tmp_path / "a.jsonl")
+    guard = tg.Guard(None, tools=[tg.mutating(write_rows)], audit=[memory, sink], clock=clock)
+    rows: list[dict[str, Any]] = [{"id": 1, "name": "ann"}, {"id": 2, "name": "bob"}]
+    with sink:
+        guard.task("t").call("write_rows", {"table": "people", "rows": rows})
+    called = {"rows": [{"id": 1, "name": "ann"}, {"id": 2, "name": "bob"}], "table": "people"}
+    assert rows[0]["name"] == "changed by the tool"
+    assert [e.args for e in memory.events] == [called, called]
+    assert [e.to_dict()["args"] for e in memory.events] == [called, called]
+    lines = (tmp_path / "a.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["args"] for line in lines] == [called, called]
+    event = memory.events[-1]
+    assert orjson.loads(orjson.dumps(event))["args"] == called  # a sink of its own: orjson
+    assert pickle.loads(pickle.dumps(event)) == event
+    assert dataclasses.replace(event, reason="r").args == called
 
 
 def test_jsonl_sink_appends(tmp_path: Path) -> None:

@@ -14,9 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolguard.hashing._canonical import dump_for_hash
 from toolguard.hashing._redact import (
-    _FOLDS_APART,
+    _RECENT,
+    _RECENT_BYTES,
+    _RECENT_TEXTS,
     MAX_DEPTH,
+    SHOWN_DEPTH,
     Redacted,
     _decider,
     _secret_key,
@@ -25,8 +29,10 @@ from toolguard.hashing._redact import (
     fold_key,
     key_pattern,
     redact,
+    shown_args,
 )
 from toolguard.hashing._regex import _re2
+from toolguard.hashing._screens import _FOLDS_APART
 from toolguard.policy._model import AuditPolicy
 
 DEFAULT = AuditPolicy().redact_pattern
@@ -213,3 +219,62 @@ def test_re2_ignores_case_as_str_lower_for_every_other_character() -> None:
         regexp = binding.RE2(f"(?i:{re.escape(char.lower())})".encode(), options)
         data = char.encode()
         assert regexp.Match(unanchored, data, 0, len(data))[0][0] == 0, hex(ord(char))
+
+
+def sorted_keys(value: Any) -> Any:
+    """``value`` with the keys of every dict in sorted order (tuples kept as they are)."""
+    if isinstance(value, dict):
+        return {k: sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return type(value)(sorted_keys(v) for v in value)
+    return value
+
+
+@settings(max_examples=1500, deadline=None)
+@given(arguments, st.sampled_from(PATTERNS), st.sampled_from([8, 30, 200, 2000]))
+def test_what_events_show_from_the_hash_serialization_is_what_the_walk_shows(
+        args: dict[str, Any], pattern: Any, max_chars: int) -> None:
+    """The engine hands redaction the canonical hash's first serialization (keys sorted,
+    bounded to :data:`SHOWN_DEPTH`): what events show from it is what the walk shows, up to
+    key order; a text is searched once and decided alike when it comes again."""
+    expected = walked(args, pattern, max_chars)
+    text = dump_for_hash(args, SHOWN_DEPTH)
+    for _ in range(2):  # the second time the text may be one decided already
+        shown = shown_args(args, pattern, max_chars, text)
+        if isinstance(shown, bytes):
+            assert same(sorted_keys(orjson.loads(shown)), sorted_keys(expected))
+            assert shown == text or shown == orjson.dumps(expected)
+        else:
+            assert same(shown, expected)
+    nested = any(type(v) not in (str, int, float, bool, type(None)) for v in args.values())
+    assert _unchanged(args, pattern, max_chars, nested, text)[1] == _unchanged(
+        args, pattern, max_chars, nested)[1]
+
+
+def test_a_text_is_remembered_only_once_decided_unchanged() -> None:
+    clean = {"rows": [{"id": 1, "name": "ann"}]}
+    secret = {"rows": [{"id": 1, "password": "hunter2"}]}
+    _RECENT.clear()
+    for args in (secret, secret):
+        text = dump_for_hash(args, SHOWN_DEPTH)
+        assert not _unchanged(args, DEFAULT, 200, True, text)[1]
+        assert shown_args(args, DEFAULT, 200, text) == orjson.dumps(
+            {"rows": [{"id": 1, "password": "[REDACTED]"}]})
+    assert not _RECENT
+    text = dump_for_hash(clean, SHOWN_DEPTH)
+    assert _unchanged(clean, DEFAULT, 200, True, text)[1]
+    assert _RECENT[DEFAULT, 200] == (text,)
+    assert _unchanged(clean, DEFAULT, 200, True, bytes(text))[1]  # equal bytes, another object
+    assert _RECENT.get((DEFAULT, 30)) is None  # another max_chars decides again
+
+
+def test_remembered_texts_are_bounded() -> None:
+    _RECENT.clear()
+    for k in range(_RECENT_TEXTS + 3):
+        args = {"rows": [{"id": k}]}
+        assert _unchanged(args, DEFAULT, 200, True)[1]
+    kept = _RECENT[DEFAULT, 200]
+    assert len(kept) == _RECENT_TEXTS and kept[0] == b'{"rows":[{"id":10}]}'
+    big = {"rows": ["ab " * 50] * (_RECENT_BYTES // 150)}  # more than the bytes kept
+    assert _unchanged(big, DEFAULT, 200, True)[1]
+    assert all(len(text) < _RECENT_BYTES for text in _RECENT[DEFAULT, 200])

@@ -4,8 +4,10 @@ Every state transition of a call is one :class:`AuditEvent`. The finite-state ma
 DESIGN.md §2's: ``planning`` → ``validating`` → ``executing`` → ``planning``; ``validating``
 → ``needs_review`` (approval needed) or ``failed`` (halt); ``planning`` → ``completed``
 when the task ends. Arguments are redacted (:func:`redact`) once per call, before its first
-event is built, so no sink ever sees a secret; every event of the call holds that one redacted
-copy, whose JSON text :class:`JsonlSink` makes once and writes into each line.
+event is built, so no sink ever sees a secret. Every event of the call holds that one redacted
+form: flat arguments as a dict, nested ones as their JSON text, which :class:`JsonlSink` writes
+into each line as it is and from which ``event.args`` decodes a copy of the event's own on
+first read (no tool that changes its arguments in place changes what was logged).
 
 Sinks are callables taking one event. Built in: :class:`LoggingSink` (stdlib ``logging``),
 :class:`JsonlSink` (append-only file, flushed per event, safe across threads),
@@ -28,7 +30,6 @@ if TYPE_CHECKING:
 from toolguard.hashing._redact import (
     REDACTED,
     KeyPattern,
-    Redacted,
     _safe_repr,
     _secret_key,
     redact,
@@ -84,24 +85,56 @@ class AuditEvent:
         (redacted) objects, not copies, so a sink must not change them."""
         return {name: getattr(self, name) for name in _EVENT_FIELDS}
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickling keeps: the fields, ``args`` decoded (see :class:`_ArgsField`)."""
+        return self.to_dict()
 
+
+class _ArgsField:
+    """``AuditEvent.args``: the value in the event's ``__dict__``, or, where the engine put
+    the arguments' JSON text (an ``orjson.Fragment``, which ``orjson.dumps`` of the event
+    writes as it is, and the bytes under :data:`_TEXT`), a dict decoded from that text on
+    the first read and kept. A data descriptor, so every read passes here."""
+
+    def __get__(self, event: AuditEvent | None, owner: type | None = None) -> Any:
+        if event is None:
+            return self
+        state = event.__dict__
+        args = state["args"]
+        if type(args) is orjson.Fragment:
+            args = state["args"] = orjson.loads(state[_TEXT])  # a race decodes it twice
+        return args
+
+    def __set__(self, event: AuditEvent, value: dict[str, Any]) -> None:
+        event.__dict__["args"] = value  # by the dataclass's __init__ (it is frozen)
+
+
+AuditEvent.args = _ArgsField()  # type: ignore[assignment]
+_TEXT: Final = "_args_json"  # the key of the arguments' JSON text in an event's __dict__
 _EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
 _new = object.__new__
 _set = object.__setattr__
+_Fragment = orjson.Fragment
 
 
 def new_event(time: float, task_id: str, call_id: str, tool: str, transition: str,
-              decision: str, reason: str, effect: str, args_hash: str, args: dict[str, Any],
-              count: int, duration_s: float, extra: dict[str, Any]) -> AuditEvent:
+              decision: str, reason: str, effect: str, args_hash: str,
+              args: dict[str, Any] | bytes, count: int, duration_s: float,
+              extra: dict[str, Any]) -> AuditEvent:
     """``AuditEvent(...)`` of every field, in the class's order, as the engine builds one per
     transition: its attributes set in one step (a frozen dataclass's ``__init__`` sets each
-    field through ``object.__setattr__``, most of an event's cost)."""
+    field through ``object.__setattr__``, most of an event's cost). ``args`` as bytes: the
+    arguments' JSON text, decoded only when read (:class:`_ArgsField`)."""
     event = _new(AuditEvent)
-    _set(event, "__dict__", {
+    state = {
         "time": time, "task_id": task_id, "call_id": call_id, "tool": tool,
         "transition": transition, "decision": decision, "reason": reason, "effect": effect,
         "args_hash": args_hash, "args": args, "count": count, "duration_s": duration_s,
-        "extra": extra})
+        "extra": extra}
+    if type(args) is bytes:
+        state["args"] = _Fragment(args)
+        state[_TEXT] = args
+    _set(event, "__dict__", state)
     return event
 
 AuditSink = Callable[[AuditEvent], None]
@@ -164,17 +197,9 @@ def _jsonl(event: AuditEvent) -> bytes:
     UTF-8 cannot hold) written with the surrogate as ``\\udXXX`` text, and ``args`` and
     ``extra`` replaced by a note when even that cannot be serialized.
 
-    The arguments of the engine's events are :class:`~toolguard.hashing._redact.Redacted`:
-    their JSON text is made once per call and spliced into each line as it is
-    (``orjson.Fragment``), the same bytes orjson would write of the dict."""
-    args = event.args
-    text = args.json() if type(args) is Redacted else None
-    try:
-        if text is not None:  # the fields in the dataclass's order, as orjson writes it
-            record = event.__dict__.copy()
-            record["args"] = orjson.Fragment(text)
-            return orjson.dumps(record, default=_safe_repr, option=_LINE)
-        # orjson writes the dataclass itself: no dict is built, nothing copied
+    The nested arguments of the engine's events are their JSON text, made once per call and
+    written into each line as it is (an ``orjson.Fragment``, see :func:`new_event`)."""
+    try:  # orjson writes the dataclass itself: no dict is built, nothing copied
         return orjson.dumps(event, default=_safe_repr, option=_LINE)
     except (TypeError, orjson.JSONEncodeError):
         pass

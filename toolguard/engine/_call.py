@@ -197,11 +197,12 @@ class _Prepared:
     claim: bool
     task_scope: bool
     denied: bool  # default_effect deny and nothing classifies this call
-    redacted: dict[str, Any] | None = None
+    redacted: dict[str, Any] | bytes | None = None  # as events show it (_events.shown)
     exact: str = ""  # hash of the exact values (no argument options): approvals bind to it
     remember: bool = True  # scope is not off: a completed call is stored
     origin: str = ""  # the execution this one continues (an unknown outcome's), else itself
     counted: bool = False  # in flight for the failure budget (toolguard.engine._inflight)
+    text: bytes = b""  # args serialized, keys sorted, bounded as redaction reads them, or b""
 
 
 Executor = Callable[[dict[str, Any]], Any]

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from toolguard._results import ToolResult
 from toolguard._types import BLOCK, Decision
+from toolguard.hashing._redact import shown_args
 from toolguard.stores._base import Snapshot
 from toolguard.stores._base import new_tuple as _new
 
-from ._audit import new_event, redact
+from ._audit import new_event
 from ._call import CallRecord, _Config, _Prepared
 from ._core import Verdict
 
@@ -39,7 +42,7 @@ def record(task: TaskState, p: _Prepared, result: ToolResult, transition: str, c
         guard._emit(new_event(
             guard._clock(), task.task_id, p.call_id, p.entry.spec.name, transition,
             result.decision._value_, result.reason, p.effect._value_, p.sig,
-            redacted(task, p, cfg), result.count, result.duration_s, extra))
+            shown(p, cfg), result.count, result.duration_s, extra))
 
 
 def event(task: TaskState, transition: str, tool: str, decision: Decision, reason: str,
@@ -55,7 +58,7 @@ def event(task: TaskState, transition: str, tool: str, decision: Decision, reaso
             "", {}, count, 0.0, extra or {}))
     return guard._emit(new_event(
         guard._clock(), task.task_id, p.call_id, tool, transition, decision._value_, reason,
-        p.effect._value_, p.sig, redacted(task, p, cfg) if cfg else {}, count, 0.0,
+        p.effect._value_, p.sig, shown(p, cfg) if cfg else {}, count, 0.0,
         extra or {}))
 
 
@@ -73,10 +76,22 @@ def executing(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdi
                                  "the policy fails closed (store.on_error): not run unaudited")
 
 
-def redacted(task: TaskState, p: _Prepared, cfg: _Config) -> dict[str, Any]:
-    """The call's arguments as audit events and halts show them (redacted and truncated by
-    the policy's ``[audit]``), computed once per call and kept on ``p``."""
+def shown(p: _Prepared, cfg: _Config) -> dict[str, Any] | bytes:
+    """The call's arguments as its audit events hold them (redacted and truncated by the
+    policy's ``[audit]``; nested ones as their JSON text, see
+    :func:`toolguard.hashing._redact.shown_args`), computed once per call and kept on
+    ``p``."""
     if p.redacted is None:
         audit = cfg.policy.audit
-        p.redacted = redact(p.args, audit.redact_pattern, audit.max_value_chars)
+        p.redacted = shown_args(p.args, audit.redact_pattern, audit.max_value_chars, p.text)
     return p.redacted
+
+
+def redacted(p: _Prepared, cfg: _Config) -> dict[str, Any]:
+    """The call's arguments as halts show them (as :func:`shown`): a dict, a copy of its
+    own when the events hold the text."""
+    args = shown(p, cfg)
+    if isinstance(args, bytes):
+        decoded: dict[str, Any] = orjson.loads(args)
+        return decoded
+    return args

@@ -19,6 +19,7 @@ from toolguard._types import (
 )
 from toolguard.hashing._canonical import digest, dump_for_hash, hash_args
 from toolguard.hashing._json_text import ArgumentsError, parse_arguments
+from toolguard.hashing._redact import SHOWN_DEPTH
 from toolguard.shell._classifier import classify_argv
 from toolguard.tools._decorators import ToolSpec, recorded_tool
 from toolguard.tools._schema_words import describe
@@ -53,10 +54,15 @@ def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
     invalid: str | None = None
     args: dict[str, Any]
     dumped = b""  # the hash's serialization of raw, made already by the bounds
+    shown = False  # and bounded as redaction reads it (toolguard.hashing._redact.shown_args)
     deep: str | None = None
     if type(raw) is dict:  # the common case first: isinstance(raw, Mapping) costs 0.2 µs
-        # the hash's first serialization, kept for it, also bounds the size and the depth
-        dumped = dump_for_hash(raw, MAX_ARGS_DEPTH)
+        # the hash's first serialization, kept for it, also bounds the size and the depth;
+        # bounded first to the depth redaction shows, so that audit events reuse it too
+        dumped = dump_for_hash(raw, SHOWN_DEPTH)
+        shown = bool(dumped)
+        if not shown:  # deeper than redaction shows, or not JSON-native: one more try
+            dumped = dump_for_hash(raw, MAX_ARGS_DEPTH)
         limit = cfg.max_args_bytes
         if dumped:
             too = None if limit is None or len(dumped) <= limit else too_large(len(dumped),
@@ -90,6 +96,7 @@ def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
     settings = entry.settings
     effect, sig, floats, denied = settings.effect, "", False, settings.deny
     plain = 0
+    shown = shown and invalid is None
     if invalid is None:
         # A null for an argument the tool does not require is the argument left out: the
         # tool gets its default, so the values it receives are the ones the hash, an
@@ -139,7 +146,7 @@ def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
                 args[name] = fixed  # a new container: the caller's stays as it was
     mutating = effect is MUTATING
     scope = settings.idempotency_scope
-    return _Prepared(  # positional, in _Prepared's order (hot path)
+    prepared = _Prepared(  # positional, in _Prepared's order (hot path)
         entry, call_id, raw, args, effect, sig,
         f"{tool}:{sig}",  # signature
         f"{task.task_id}:{tool}:{sig}",  # key
@@ -153,6 +160,9 @@ def prepare(task: TaskState, cfg: _Config, tool: str, raw: Any,
         exact_hash(bound, sig) if invalid is None and settings.args else sig,
         scope is not SCOPE_OFF,  # remember
     )
+    if shown and dumped and not floats:  # still the bytes of args, which no fix changed
+        prepared.text = dumped
+    return prepared
 
 
 def unknown_entry(task: TaskState, cfg: _Config, tool: str) -> _Entry:

@@ -182,7 +182,7 @@ def progress_of(task: TaskState, signature: str, normalizer: ResultNormalizer, c
 def halt_exc(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict) -> Halt:
     kind = verdict.halt or halt_kind("Halt")
     common: dict[str, Any] = {
-        "task_id": task.task_id, "tool": p.entry.spec.name, "args": _events.redacted(task, p, cfg),
+        "task_id": task.task_id, "tool": p.entry.spec.name, "args": _events.redacted(p, cfg),
         "args_hash": p.sig, "count": snap.count,
     }
     if issubclass(kind, BudgetExceeded):

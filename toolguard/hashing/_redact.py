@@ -38,12 +38,14 @@ import orjson
 
 from ._canonical_walk import fields_of
 from ._dump import _has_null, dumps_within
-from ._shapes import _ALWAYS_FROM, _ANY_NEEDLE, _SHAPES_SPEC, _Shape, _shapes
+from ._screens import _SEPARATORS, _SOURCES, _WORD, _key_screen, _shapes_screen
+from ._shapes import _ALWAYS_FROM, _ANY_NEEDLE, _Shape, _shapes
 
 __all__ = [
     "DEEP",
     "MAX_DEPTH",
     "REDACTED",
+    "SHOWN_DEPTH",
     "KeyPattern",
     "Redacted",
     "fold_key",
@@ -53,14 +55,14 @@ __all__ = [
     "redact_json_text",
     "redact_text",
     "secrets_in",
+    "shown_args",
 ]
 
 REDACTED: Final = "[REDACTED]"
 DEEP: Final = "[nested too deeply]"
 MAX_DEPTH: Final = 64  # levels of containers shown; deeper ones are cut
 _JSON_TEXT_LIMIT: Final = 1 << 20  # bytes of a JSON-text argument parsed for redaction
-_SEPARATORS: Final = re.compile(r"[\s_.\-]+")
-_WORD: Final = re.compile(r"[\w\- .]+")
+
 
 
 
@@ -101,7 +103,7 @@ def key_pattern(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
     return compiled
 
 
-_SOURCES: dict[re.Pattern[str], tuple[str, ...]] = {}  # key_pattern's regexes: their parts
+
 
 
 _KEYS_SEEN: dict[KeyPattern, dict[str, bool]] = {}  # argument names repeat: cached
@@ -200,19 +202,47 @@ def redact(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int
     nothing is walked. Otherwise the walk below decides value by value; when no string
     could hold a credential's shape or JSON text (:func:`_plain_strings`), it does not look
     inside the strings, which on 100 KB of records is most of its time."""
+    shown = _shown(args, pattern, max_chars, b"")
+    if isinstance(shown, Redacted):
+        return shown
+    out = Redacted(orjson.loads(shown))
+    out._json = shown
+    return out
+
+
+def shown_args(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int,
+               text: bytes = b"") -> Redacted | bytes:
+    """:func:`redact` as audit events hold it: flat arguments as the dict (written inside
+    each line), nested ones as their redacted JSON text, from which whoever reads them
+    decodes a copy of their own (none is made for a sink that writes the text as it is),
+    or as the dict when the text would not give them back (orjson cannot write them, or
+    writes a null).
+
+    ``text``: what :func:`toolguard.hashing._canonical.dump_for_hash` made of these very
+    ``args`` with ``depth`` :data:`SHOWN_DEPTH` (keys sorted), when the caller made it: it
+    is searched instead of a serialization of their own, and shown with its keys sorted."""
+    shown = _shown(args, pattern, max_chars, text)
+    if isinstance(shown, Redacted):
+        walked = shown.json()
+        # a null may be a NaN or an infinity, which the text would give back as None
+        return shown if walked is None or _has_null(walked) else walked
+    return shown
+
+
+def _shown(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int,
+           text: bytes) -> Redacted | bytes:
+    """:func:`redact`, with nested arguments decided unchanged as their JSON text."""
     nested = False
     for value in args.values():
         if type(value) not in _KEPT_STR:
             nested = True
             break
-    text, unchanged = _unchanged(args, pattern, max_chars, nested)
+    text, unchanged = _unchanged(args, pattern, max_chars, nested, text)
     if unchanged:
-        if not nested:  # flat: written inside each event, cheaper than a text spliced in
-            shown = Redacted(args)
-            shown._json = None
-            return shown
-        shown = Redacted(orjson.loads(text))
-        shown._json = text
+        if nested:
+            return text
+        shown = Redacted(args)  # flat: written inside each event, cheaper than a text spliced in
+        shown._json = None
         return shown
     shapes = not (nested and _plain_strings(args, text))
     out = Redacted({str(k): _value(str(k), v, pattern, max_chars, 1, shapes)
@@ -273,7 +303,7 @@ _KEPT: Final = frozenset({int, float, bool, type(None)})  # values _value return
 _KEPT_STR: Final = _KEPT | {str}  # the values of flat arguments
 _SCREEN_OPTIONS: Final = (orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
                           | orjson.OPT_PASSTHROUGH_SUBCLASS)
-_LOWER_TO_ASCII: Final = "\u0130\u212a"  # the only non-ASCII characters str.lower() maps to ASCII
+
 
 
 def _refuse(_: Any) -> Any:
@@ -285,26 +315,6 @@ def _screen() -> Any:
     """:func:`_shapes_screen` compiled, anchored at the start of the JSON text of arguments
     (``Match`` with :func:`_re2_anchored`). None without ``google-re2``."""
     return _compiled(rf"\A{_shapes_screen()}")
-
-
-def _shapes_screen() -> str:
-    """An RE2 pattern, to be matched at the start of the JSON text of arguments, that finds a
-    string value (a string token not followed by ``:``, so not a key: keys are never searched
-    for shapes) holding what may make :func:`redact_text` change it: a needle of a shape
-    (ASCII case-insensitive, as ``str.lower`` finds it, plus the two non-ASCII characters it
-    lowers to ASCII) or a run of 40 characters of the context-free shape; or a string starting
-    with ``{`` or ``[`` after white space, which :func:`_json_text` parses (escapes and any
-    non-ASCII character count as white space), or with an escaped quote (a JSON string, which
-    may hold JSON text in turn). Tokens are read from the start, so a quote
-    inside a string is never taken for the end of one."""
-    needles = sorted({n for shape in _SHAPES_SPEC for n in shape.needles})
-    unit = r'(?:[^"\\]|\\.)'  # one character of a string token, or one escape
-    trigger = ("(?i:" + "|".join(re.escape(n) for n in needles) + ")"
-               + "".join(f"|\\x{{{ord(c):x}}}" for c in _LOWER_TO_ASCII)
-               + f"|[A-Za-z0-9/+=]{{{_ALWAYS_FROM}}}")
-    space = r"(?:[ ]|\\[tnrfb]|\\u00[0-9a-fA-F]{2}|[^\x00-\x7f])"
-    return (rf'(?:[^"]|"{unit}*")*?"'
-            rf'(?:{unit}*?(?:{trigger}){unit}*"(?:[^:]|\z)|{space}*(?:[\[{{]|\\"))')
 
 
 def _compiled(pattern: str) -> Any:
@@ -344,31 +354,68 @@ def _plain_strings(args: Mapping[str, Any], data: bytes = b"") -> bool:
 
 
 def _unchanged(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int,
-               nested: bool) -> tuple[bytes, bool]:
+               nested: bool, text: bytes = b"") -> tuple[bytes, bool]:
     """The JSON text of ``args`` (``orjson.dumps``; ``b""`` if refused), and whether one
     search of it shows that :func:`redact` would return ``args`` as they are (the walk then
-    reuses the text for :func:`_plain_strings`).
+    reuses the text for :func:`_plain_strings`). ``text``: that serialization made already,
+    keys in any order (see :func:`shown_args`).
 
     The text must hold no value orjson writes otherwise than the walk shows it (a dataclass,
     a subclass of a built-in type, a date: refused), no container deeper than
     :data:`MAX_DEPTH` (refused by orjson's own depth limit, wrapped), for nested arguments no
     ``null`` (orjson's spelling of NaN too, which the copy made from the text would not
-    give back), and none of what :func:`_decider` finds."""
+    give back), and none of what :func:`_decider` finds.
+
+    The decision depends on the text alone, so the last texts decided unchanged are kept
+    (:data:`_RECENT`) and the same text again is not searched again: a repeated call, the
+    loop the guard exists for, compares its bytes (a memcmp) instead of searching them."""
     decider = _DECIDERS.get((pattern, max_chars))
     if decider is None:
         decider = _decider(pattern, max_chars)
     if decider is False:
-        return b"", False
-    text = dumps_within(args, _DEPTH_WRAP if nested else 0, _SCREEN_OPTIONS)
+        return text, False
+    if not text:
+        text = dumps_within(args, _DEPTH_WRAP if nested else 0, _SCREEN_OPTIONS)
     if not text or (max_chars >= _LONGEST_COUNTED and len(text) > max_chars):
         return text, False
+    recent = _RECENT.get((pattern, max_chars), ())
+    if text in recent:  # bytes compared whole: equal texts, the same decision
+        return text, True
     if decider.Match(_re2_anchored(), text, 0, len(text))[0][0] >= 0:
         return text, False
-    return text, not (nested and _has_null(text))
+    if nested and _has_null(text):
+        return text, False
+    if len(text) <= _RECENT_BYTES:
+        _remember(pattern, max_chars, text, recent)
+    return text, True
+
+
+_RECENT: dict[tuple[KeyPattern | None, int], tuple[bytes, ...]] = {}  # see _unchanged
+_RECENT_TEXTS: Final = 8  # texts kept per (pattern, max_chars)
+_RECENT_BYTES: Final = 1 << 20  # bytes kept per (pattern, max_chars), and per text
+
+
+def _remember(pattern: KeyPattern | None, max_chars: int, text: bytes,
+              recent: tuple[bytes, ...]) -> None:
+    """Keep ``text``, decided unchanged, first among the ``recent`` ones, within
+    :data:`_RECENT_TEXTS` texts and :data:`_RECENT_BYTES` bytes (a tuple replaced whole:
+    safe across threads; a race loses one text, which is searched again)."""
+    kept = [text]
+    size = len(text)
+    for older in recent[:_RECENT_TEXTS - 1]:
+        size += len(older)
+        if size > _RECENT_BYTES:
+            break
+        kept.append(older)
+    if len(_RECENT) >= 8 and (pattern, max_chars) not in _RECENT:  # policies reloaded
+        _RECENT.clear()
+    _RECENT[pattern, max_chars] = tuple(kept)
 
 
 _DECIDERS: dict[tuple[KeyPattern | None, int], Any] = {}  # (pattern, max_chars) -> RE2
-_DEPTH_WRAP: Final = 254 - (MAX_DEPTH + 1)  # orjson's 254 levels less what redaction keeps
+SHOWN_DEPTH: Final = MAX_DEPTH + 1
+"""Levels of nesting of arguments (the arguments object included) that redaction shows."""
+_DEPTH_WRAP: Final = 254 - SHOWN_DEPTH  # orjson's 254 levels less what redaction keeps
 _LONGEST_COUNTED: Final = 999  # max_chars the screen counts string lengths for (RE2: {1000})
 
 
@@ -398,63 +445,6 @@ def _decider(pattern: KeyPattern | None, max_chars: int) -> Any:
         _DECIDERS.clear()
     _DECIDERS[pattern, max_chars] = decider
     return decider
-
-
-# Characters written in a key between the letters of a folded pattern: what fold_key removes
-# (``_``, ``.``, ``-`` and str.isspace(), the control ones as JSON escapes)
-_GAP: Final = (r"(?:[ _.\-\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
-               r"\x{205f}\x{3000}]|\\[tnrfb]|\\u[0-9a-fA-F]{4})*")
-_ANY_CHAR: Final = r'(?:[^"\\]|\\u[0-9a-fA-F]{4}|\\.)'  # one character of a key, as JSON
-# Non-ASCII characters on which fold_key and RE2's (?i) may not agree: str.casefold gives more
-# than one character, an ASCII one, or another than str.lower (sharp s → ss, the fi ligature
-# → fi, KELVIN SIGN → k, long s → s, final sigma → sigma, Cherokee small letters → capitals):
-# code points and (first, last) ranges.
-# Text holding one is walked. tests/hashing/test_redaction_decided.py derives them again from
-# the running Python's tables.
-_FOLDS_APART: Final[tuple[int | tuple[int, int], ...]] = (
-    0x00b5, 0x00df, 0x0130, 0x0149, 0x017f, 0x01f0, 0x0345, 0x0390, 0x03b0, 0x03c2,
-    (0x03d0, 0x03d1), (0x03d5, 0x03d6), (0x03f0, 0x03f1), 0x03f5, 0x0587, (0x13a0, 0x13f5),
-    (0x13f8, 0x13fd), (0x1c80, 0x1c88), (0x1e96, 0x1e9b), 0x1e9e, 0x1f50, 0x1f52, 0x1f54,
-    0x1f56, (0x1f80, 0x1faf), (0x1fb2, 0x1fb4), (0x1fb6, 0x1fb7), 0x1fbc, 0x1fbe,
-    (0x1fc2, 0x1fc4), (0x1fc6, 0x1fc7), 0x1fcc, (0x1fd2, 0x1fd3), (0x1fd6, 0x1fd7),
-    (0x1fe2, 0x1fe4), (0x1fe6, 0x1fe7), (0x1ff2, 0x1ff4), (0x1ff6, 0x1ff7), 0x1ffc, 0x212a,
-    (0xab70, 0xabbf), (0xfb00, 0xfb06), (0xfb13, 0xfb17),
-)
-
-
-def _key_screen(pattern: KeyPattern | None) -> str | None:
-    """An RE2 pattern found anywhere in the JSON text of arguments holding a key that
-    ``pattern`` matches, as written or folded (:func:`_secret_key`); ``""`` for no pattern;
-    None when it cannot be built: ``pattern`` is not the compiled ``audit.redact`` of a
-    policy (:class:`~toolguard.hashing._regex.PolicyRegex`) or of :func:`key_pattern`, or
-    one of its patterns is not a plain word.
-
-    Each word becomes its letters (case-insensitive, as RE2 and ``str.casefold`` agree on
-    every character but :data:`_FOLDS_APART`, found on its own), any of ``_ . - `` and white
-    space allowed between them, each ``.`` (any character) one optional character: what
-    a match in a key or in its folded form shows in the key's JSON text. Conservative: a
-    match in a value, or across a key's end, merely sends the arguments to the walk."""
-    if pattern is None:
-        return ""
-    words = getattr(pattern, "patterns", None)
-    if type(words) is not tuple:
-        words = _SOURCES.get(pattern)  # type: ignore[call-overload]
-    if words is None:
-        return None
-    skeletons = []
-    for word in words:
-        if not _WORD.fullmatch(word):
-            return None
-        letters = []
-        for char in word:
-            if char == ".":
-                letters.append(f"{_ANY_CHAR}?")
-            elif not _SEPARATORS.fullmatch(char):  # a word character: no escape needed
-                letters.append(char)
-        skeletons.append(_GAP.join(letters))
-    apart = "".join(f"\\x{{{c:x}}}" if isinstance(c, int) else f"\\x{{{c[0]:x}}}-\\x{{{c[1]:x}}}"
-                    for c in _FOLDS_APART)
-    return f"(?i:{'|'.join(skeletons)})|[{apart}]"
 
 
 @cache
