@@ -285,6 +285,14 @@ class Rewriter:
             raise ValueError(str(regexp.error()))
         return cls(pattern, regexp, None)
 
+    def search(self, text: str) -> bool:
+        """Whether the pattern matches somewhere in ``text``."""
+        if self._re2 is None:  # pragma: no cover - the fallback engine
+            assert self._re is not None
+            return self._re.search(text) is not None
+        data = text.encode("utf-8", "surrogatepass")
+        return bool(self._re2.Match(_re2().RE2.Anchor.UNANCHORED, data, 0, len(data))[0][0] >= 0)
+
     def findall(self, text: str) -> list[str]:
         """The non-overlapping matches in ``text``, whole, in order (what ``re.findall``
         gives for a pattern without groups). Through the wrapper's ``findall`` a short text
