@@ -46,6 +46,26 @@ def test_what_is_transient(content: Any, transient: bool) -> None:
     assert is_transient(content, None) is transient
 
 
+_TRANSIENT_PIECES = st.sampled_from([
+    "http", "HTTP", "status", "Status_Code", "status code", "code", "error", " ", "  ", ":",
+    "=", "/", "\t", "\x0b", "\x1c", "\n", "429", "503", "5000", "x", "_", "too many requests",
+    "Internal Server Error", "bad gateway", "gateway timeout", "gateway time-out", "rate-limit",
+    "ratelimit", "timed out", "time-out", "timeout", "deadline exceeded",
+    "connection refused", "try again later", "please retry", "overloaded"])
+
+
+@given(st.lists(st.one_of(_TRANSIENT_PIECES, st.text(st.characters(max_codepoint=127),
+                                                     max_size=6)), max_size=30).map("".join))
+@settings(max_examples=500, deadline=None)
+def test_an_ascii_error_text_is_transient_on_either_engine_alike(text: str) -> None:
+    """ASCII error text from a few dozen characters on is searched by RE2: it finds what
+    Python's re finds (spaces such as ``\\x0b`` and ``\\x1c`` included)."""
+    from toolguard._outcomes import _transient_regex
+
+    python, re2 = _transient_regex()
+    assert re2(text) is (python.search(text) is not None)
+
+
 def test_exceptions_that_are_transient() -> None:
     class Throttled(Exception):
         status_code = 429

@@ -282,6 +282,24 @@ def test_the_progress_search_behind_its_lookahead_finds_what_the_plain_pattern_f
     assert progress_marks(text) == progress_marks((text + "x")[:-1])  # remembered or not
 
 
+_ASCII_SPACES = st.sampled_from(["\t", "\x0b", "\x0c", "\r", "\x1c", "\x1f"])
+
+
+@given(st.lists(st.one_of(_PROGRESS_PIECES, _ASCII_SPACES,
+                          st.text(st.characters(max_codepoint=127), max_size=8)),
+                max_size=40).map("".join))
+@settings(max_examples=800, deadline=None)
+def test_on_ascii_text_the_progress_search_on_re2_finds_what_re_finds(text: str) -> None:
+    """ASCII text from a few dozen characters on is searched by RE2: its spaces are spelled
+    as Python's (``\\x0b``, ``\\x1c``), its word boundary, digits and words are ASCII's."""
+    import re
+
+    from toolguard.hashing._progress_marks import _PROGRESS, _progress
+
+    text = text.encode("ascii", "ignore").decode()
+    assert _progress()[1](text) == re.findall(_PROGRESS, text)
+
+
 @given(st.lists(st.one_of(_PIECES, st.text(max_size=20)), max_size=40).map("".join))
 @settings(max_examples=300, deadline=None)
 def test_a_normaliser_remembers_a_text_as_it_normalised_it(text: str) -> None:

@@ -215,9 +215,11 @@ def _prefilters() -> tuple[Any, Any, Any]:
         import re2
     except ImportError:  # pragma: no cover - the wheel exists where CI runs
         return None, None, None
-    d, months = r"\p{Nd}", "|".join(_MONTHS)
+    from ._regex import UNICODE_DIGIT, UNICODE_SPACE
+
+    d, months = UNICODE_DIGIT, "|".join(_MONTHS)
     seps = "(?: |=|: |:)"
-    space = r"[\t-\r\x{1c}-\x{1f}\x{85}\p{Z}]"  # what Python's \s matches in a str
+    space = UNICODE_SPACE
     volatile = "|".join((
         rf"{d}{{4}}-{d}{{2}}-{d}{{2}}[T ]{d}{{2}}:{d}{{2}}",  # ISO 8601
         rf"{d}{{2}}/(?:{months})/{d}{{4}}:",  # Apache common log

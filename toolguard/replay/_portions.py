@@ -27,7 +27,6 @@ import orjson
 
 from ._formats import FileRuns, UniqueIds, finish_file, read_counted
 from ._model import ReplayInputError, Run, Source, default_id
-from ._reading import _BLOCK_BYTES
 from ._records import Outcome
 from ._trace import READER, starts_run
 
@@ -145,23 +144,31 @@ def portions(opened: FileRuns, allow_empty: bool, unique: UniqueIds) -> Iterator
 
 def _cuts(path: Path, every: int) -> Iterator[tuple[int, int, int]]:
     """``(start, size, lines before)`` of each portion: cut before the first header line at
-    least ``every`` bytes after the start of the portion."""
-    start = offset = lines = start_lines = 0
+    least ``every`` bytes after the start of the portion. The bytes before that point are
+    read as one block and only their newlines counted (splitting them into lines cost this
+    process a third of what a worker spends reading its portion)."""
+    start = lines = 0
     with path.open("rb") as handle:
-        while block := handle.readlines(_BLOCK_BYTES):
-            size = sum(map(len, block))
-            if offset + size - start <= every:  # no line in it can start a portion
-                offset += size
-                lines += len(block)
-                continue
-            for raw in block:
-                if offset - start >= every and _header(raw):
-                    yield start, offset - start, start_lines
-                    start, start_lines = offset, lines
+        while True:
+            skipped = handle.read(every)
+            offset = start + len(skipped)
+            newlines = skipped.count(b"\n")
+            if len(skipped) == every and not skipped.endswith(b"\n"):
+                rest = handle.readline()  # the line the block ends inside
+                offset += len(rest)
+                newlines += rest.endswith(b"\n")
+            while raw := handle.readline():
+                if _header(raw):
+                    yield start, offset - start, lines
+                    start, lines = offset, lines + newlines
+                    handle.seek(start)
+                    break
                 offset += len(raw)
-                lines += 1
+                newlines += 1
+            else:
+                break
     if offset > start:
-        yield start, offset - start, start_lines
+        yield start, offset - start, lines
 
 
 def _header(raw: bytes) -> bool:

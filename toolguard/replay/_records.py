@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any, Final
 
@@ -83,11 +83,9 @@ class StepReport:
         return self.decision in _EXECUTED
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled as its fields in order (``--jobs``: every step comes back from a worker;
-        a frozen slotted dataclass's own state functions cost ~3x that)."""
-        return _unpickled_step, (self.index, self.tool, self.args_hash, self.effect, self.decision,
-                          self.reason, self.count, self.arguments, self.line, self.audit,
-                          self.stale, self.details)
+        """Pickled as its fields in order (a frozen slotted dataclass's own state functions
+        cost ~3x that; a run's steps are pickled field by field: :meth:`RunReport.__reduce__`)."""
+        return _unpickled_step, _step_fields(self)
 
     def to_dict(self) -> dict[str, Any]:
         """The step as JSON values (the ``--format json`` step object)."""
@@ -113,6 +111,11 @@ new_step: Final[Callable[..., StepReport]] = _fast_constructor(StepReport)
 def _unpickled_step(*fields: Any) -> StepReport:
     """:data:`new_step` under a name pickle can find."""
     return new_step(*fields)
+
+
+_step_fields: Final[Callable[[StepReport], tuple[Any, ...]]] = attrgetter(
+    *(f.name for f in fields(StepReport)))
+"""A step's fields in order (what :data:`new_step` takes)."""
 
 
 @dataclass(slots=True)
@@ -149,6 +152,13 @@ class RunReport:
     cost_usd: float = 0.0
     unpriced_tokens: int = 0
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its steps' fields, one tuple per field, and its other fields (``--jobs``:
+        every run comes back from a worker; each step pickled by itself cost the worker and
+        this process together ~2x that, about a tenth of what the run's replay costs)."""
+        return _unpickled_run, (tuple(zip(*map(_step_fields, self.steps), strict=True)),
+                                _run_fields(self))
+
     @property
     def halted(self) -> bool:
         """True when the run ended in a halt."""
@@ -184,6 +194,17 @@ class RunReport:
                     "tokens": self.tokens, "cost_usd": self.cost_usd,
                     "unpriced_tokens": self.unpriced_tokens, "meta": self.meta})
         return out
+
+
+_RUN_FIELDS: Final = tuple(f.name for f in fields(RunReport) if f.name != "steps")
+_run_fields: Final[Callable[[RunReport], tuple[Any, ...]]] = attrgetter(*_RUN_FIELDS)
+
+
+def _unpickled_run(columns: tuple[tuple[Any, ...], ...], state: tuple[Any, ...]) -> RunReport:
+    """The run :meth:`RunReport.__reduce__` pickled."""
+    run = RunReport(**dict(zip(_RUN_FIELDS, state, strict=True)))
+    run.steps = list(map(new_step, *columns)) if columns else []
+    return run
 
 
 @dataclass(slots=True)

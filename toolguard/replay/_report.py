@@ -74,6 +74,10 @@ def to_json_text(report: ReplayReport) -> str:
     return "".join(parts).removesuffix("\n")
 
 
+_RUNS_OPEN: Final = '{\n  "runs": [\n    '
+_RUNS_CLOSE: Final = "\n  ]\n}"
+
+
 class JsonDocument:
     """Writes the ``--format json`` document run by run as the runs are replayed, then the
     totals, problems and notes: memory holds one run, not the report. The text is
@@ -87,8 +91,13 @@ class JsonDocument:
 
     def add(self, run: RunReport) -> None:
         """Write ``run``'s object into the ``runs`` list."""
-        text = _dumps(_run_json(run), indent=True).replace("\n", "\n    ")
-        self.write(('{\n  "runs": [\n    ' if not self.runs else ",\n    ") + text)
+        value = _run_json(run)
+        try:  # indented where it stands in the document: cut out of it, not re-indented
+            text = orjson.dumps({"runs": [value]}, option=orjson.OPT_INDENT_2,
+                                default=str).decode()[len(_RUNS_OPEN):-len(_RUNS_CLOSE)]
+        except TypeError:
+            text = _dumps(value, indent=True).replace("\n", "\n    ")
+        self.write((_RUNS_OPEN if not self.runs else ",\n    ") + text)
         self.runs += 1
 
     def finish(self, totals: dict[str, Any], problems: Sequence[ReplayInputError],
