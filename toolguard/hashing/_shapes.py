@@ -177,6 +177,8 @@ def _shapes() -> tuple[tuple[Rewriter, _Shape], ...]:
     return tuple((Rewriter.compile(shape.pattern), shape) for shape in _SHAPES_SPEC)
 
 
-_ANY_NEEDLE: Final = re.compile("|".join(re.escape(n) for shape in _SHAPES_SPEC
-                                         for n in shape.needles))
+# each needle once (several shapes share the keyword needles): sre tries every alternative
+# at every position
+_ANY_NEEDLE: Final = re.compile("|".join(re.escape(n) for n in sorted(
+    {n for shape in _SHAPES_SPEC for n in shape.needles})))
 _ALWAYS_FROM: Final = 40  # characters: the shapes with no needle need this many
