@@ -25,12 +25,17 @@ _KEYWORD_NEEDLES: Final = ("pass", "pwd", "secret", "token", "key", "auth", "coo
 _SHELL_WORD: Final = r"""("[^"\n]{1,200}"|'[^'\n]{1,200}'|[^\s'"]{1,200})"""
 
 
+def _as_written(groups: tuple[str | None, ...]) -> str:
+    """A match put back as it was (what a shape's check returns to keep it)."""
+    return "".join(g or "" for g in groups)
+
+
 def _keep_scheme_word(groups: tuple[str | None, ...]) -> str | None:
     """The keyword shape must not take the scheme word of an Authorization header
     (``Authorization: Bearer [REDACTED]``): the shape before it took the credentials."""
     secret, after = groups[1] or "", groups[2]
     if after and secret.lower() in _SCHEMES:
-        return "".join(g or "" for g in groups)
+        return _as_written(groups)
     return None
 
 
@@ -42,7 +47,7 @@ def _aws_secret_only(groups: tuple[str | None, ...]) -> str | None:
     if len(run) == 40 and any(c.isupper() for c in run) and any(c.islower() for c in run) \
             and any(c.isdigit() for c in run):
         return None
-    return "".join(g or "" for g in groups)
+    return _as_written(groups)
 
 
 def _keep_scheme_credentials(groups: tuple[str | None, ...]) -> str | None:
@@ -50,7 +55,7 @@ def _keep_scheme_credentials(groups: tuple[str | None, ...]) -> str | None:
     by the scheme's shape (``"Bearer [REDACTED]"``), stays as that shape wrote it."""
     scheme, _, rest = (groups[1] or "").partition(" ")
     if scheme.lower() in _SCHEMES and rest == "[REDACTED]":
-        return "".join(g or "" for g in groups)
+        return _as_written(groups)
     return None
 
 
@@ -60,14 +65,14 @@ def _generated_only(groups: tuple[str | None, ...]) -> str | None:
     word = groups[1] or ""
     if any(c.isdigit() for c in word) and any(c.isalpha() for c in word):
         return None
-    return "".join(g or "" for g in groups)
+    return _as_written(groups)
 
 
 def _cookie_only(groups: tuple[str | None, ...]) -> str | None:
     """curl's ``-b`` takes cookies (``name=value``) or a file to read them from (kept)."""
     if "=" in (groups[1] or ""):
         return None
-    return "".join(g or "" for g in groups)
+    return _as_written(groups)
 
 
 class _Shape(NamedTuple):
@@ -94,12 +99,9 @@ _SHAPES_SPEC: Final[tuple[_Shape, ...]] = (
     # KeywordDetector-like, a quoted value holding white space, taken whole to its closing
     # quote (RE2 has no back-references: one shape per quote): PGPASSWORD="two words",
     # --password 'a b c', "passphrase": "correct horse battery staple"
-    _Shape(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}['\"]?"
-           r"(?:[ \t]*[:=][ \t]*|[ \t]+)\")([^\"\n]{0,200}?[ \t][^\"\n]{0,200}?)(\")", 2,
-           _KEYWORD_NEEDLES, _keep_scheme_credentials),
-    _Shape(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}['\"]?"
-           r"(?:[ \t]*[:=][ \t]*|[ \t]+)')([^'\n]{0,200}?[ \t][^'\n]{0,200}?)(')", 2,
-           _KEYWORD_NEEDLES, _keep_scheme_credentials),
+    *(_Shape(r"(?i)(\b[\w-]{0,30}(?:" + _KEYWORDS + r")[\w-]{0,30}['\"]?"
+             rf"(?:[ \t]*[:=][ \t]*|[ \t]+){q})([^{q}\n]{{0,200}}?[ \t][^{q}\n]{{0,200}}?)({q})",
+             2, _KEYWORD_NEEDLES, _keep_scheme_credentials) for q in ('"', "'")),
     # KeywordDetector-like: password=..., X-Api-Key: ..., "token": "...", AccountKey=...,
     # password<TAB>value (tab-separated columns)
     # (quotes escaped too: JSON text inside a JSON string, \"password\": \"...\")
