@@ -381,7 +381,7 @@ def test_inspect_runs_are_samples_times_epochs(tmp_path: Path) -> None:
 
 def test_big_inputs_get_a_progress_bar_of_files_and_calls_on_a_terminal(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from toolguard.commands import _replay as _replay_cli
+    from toolguard.commands import _progress
 
     files = [write_lines(tmp_path / f"t{i:02}.jsonl", [{"case": f"c{i}"},
                                                         {"tool": "x", "args": {}}])
@@ -395,7 +395,7 @@ def test_big_inputs_get_a_progress_bar_of_files_and_calls_on_a_terminal(
                       bar.fields["calls"]))
         stop(self)
 
-    monkeypatch.setattr(_replay_cli, "_on_terminal", lambda: True)
+    monkeypatch.setattr(_progress, "_on_terminal", lambda: True)
     monkeypatch.setattr(Progress, "stop", stopped)
     result = replay(tmp_path, "--format", "json")
     assert result.exit_code == 0

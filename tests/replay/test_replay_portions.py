@@ -61,7 +61,7 @@ def _tricky(path: Path) -> Path:
 def _both(monkeypatch: pytest.MonkeyPatch, *args: str | Path) -> list[Any]:
     monkeypatch.setattr(_portions, "PORTION_BYTES", SMALL)
     results = [replay(*args, "--format", output, "--jobs", jobs)
-               for jobs in ("1", "2") for output in ("json", "table")]
+               for jobs in ("1", "2") for output in ("json", "table", "jsonl")]
     return [(r.exit_code, r.stdout, r.output) for r in results]
 
 
@@ -72,9 +72,13 @@ def test_a_tricky_file_read_in_portions_gives_the_report_of_one_process(
     second = tmp_path / "b.jsonl"  # the same run ids again, in another file
     second.write_text(first.read_text(encoding="utf-8"), encoding="utf-8")
     assert len(list(portions(open_file(first), False, UniqueIds()))) > 10
-    one_json, one_table, two_json, two_table = _both(monkeypatch, first, second, "-v")
+    one_json, one_table, one_lines, two_json, two_table, two_lines = _both(
+        monkeypatch, first, second, "-v")
     assert two_json == one_json
     assert two_table == one_table
+    assert two_lines == one_lines
+    assert {json.loads(line)["run"] for line in one_lines[1].splitlines()} <= {
+        run["id"] for run in json.loads(one_json[1])["runs"]}
     document = json.loads(one_json[1])
     ids = [run["id"] for run in document["runs"]]
     assert {"a", "a#2", "twice", "twice#3", "r2", "r2#2", "b", "b#2"} <= set(ids)
@@ -97,7 +101,7 @@ def test_a_reader_that_stops_midway_drops_the_portions_after(
         return steps(item, line)
 
     monkeypatch.setattr(_trace, "_trace_steps", breaking)
-    one, _, two, _ = _both(monkeypatch, path)
+    one, _, _, two, _, _ = _both(monkeypatch, path)
     assert two == one
     assert "cannot be read as trace: RuntimeError: a reader bug" in one[2]
     assert 0 < json.loads(one[1])["totals"]["runs"] < 30

@@ -26,16 +26,12 @@ Added to the ``toolguard`` app by :func:`register`.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import os
-import signal
-import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -43,10 +39,10 @@ from toolguard._errors import PolicyError
 from toolguard._types import Decision
 
 from ._common import write_stdout
+from ._progress import CtrlC, Progress
 
 if TYPE_CHECKING:  # rich, the replay readers and the policy loader load when a command runs
     from rich.console import Console
-    from rich.progress import Progress, TaskID
 
     from toolguard.policy._model import Policy
     from toolguard.replay import (
@@ -58,6 +54,8 @@ if TYPE_CHECKING:  # rich, the replay readers and the policy loader load when a 
         RunReport,
         Totals,
     )
+    from toolguard.replay._records import RenderedRun
+    from toolguard.replay._report import RunRenderer
     from toolguard.tools._decorators import ToolSpec
 
 
@@ -66,8 +64,6 @@ __all__ = ["FailOn", "OutputFormat", "register", "replay"]
 FAILED: int = 1
 BAD_INPUT: int = 2
 INTERRUPTED: int = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
-_PROGRESS_MIN_BYTES = 1 << 20  # less input replays in a blink: no progress bar
-_PROGRESS_MIN_FILES = 20
 
 
 class OutputFormat(str, enum.Enum):
@@ -232,12 +228,13 @@ class _Output:
     """The report, written as the runs are replayed: ``jsonl`` lines and the ``json``
     document's runs go to stdout as each run is done; the table is printed at the end from
     its rows. Keeps the totals, the problems and the notes, and the runs only when
-    ``keep_runs`` (the HTML report shows every run)."""
+    ``keep_runs`` (the HTML report shows every run). Without ``keep_runs`` each run is
+    rendered where it was replayed (:attr:`render`, for :func:`replay_stream`)."""
 
     def __init__(self, output_format: OutputFormat, verbose: bool, only_flagged: bool,
                  keep_runs: bool) -> None:
         from toolguard.replay import ReplayReport, Totals
-        from toolguard.replay._report import JsonDocument, TableRows
+        from toolguard.replay._report import JsonDocument, RunRenderer, TableRows
 
         self.format = output_format
         self.totals = Totals()
@@ -247,21 +244,29 @@ class _Output:
         self.rows = TableRows(verbose)
         self.only_flagged = only_flagged
         self.kept: ReplayReport | None = ReplayReport() if keep_runs else None
+        self.renderer = RunRenderer(output_format.value, verbose)
+        self.render: RunRenderer | None = None if keep_runs else self.renderer
 
-    def add(self, run: RunReport) -> None:
-        from toolguard.replay._report import run_lines
+    def add(self, run: RunReport | RenderedRun) -> int:
+        """Write ``run`` (a report, or one rendered by :attr:`render`) and count it in;
+        returns its calls replayed."""
+        from toolguard.replay import RunReport
+        from toolguard.replay._report import lines_text
 
-        self.totals.add(run)
-        if self.kept is not None:
-            self.kept.runs.append(run)
+        if isinstance(run, RunReport):
+            if self.kept is not None:
+                self.kept.runs.append(run)
+            run = self.renderer(run)
+        self.totals.add(run.counts)
         if self.format is OutputFormat.JSON:
-            self.document.add(run)
+            self.document.add_part(run.id, run.part)
         elif self.format is OutputFormat.JSONL:
-            lines = "".join(f"{line}\n" for line in run_lines(run))
+            lines = lines_text(run.id, run.part)
             if lines:
                 write_stdout(lines)
         else:
-            self.rows.add(run)
+            self.rows.add_part(run.id, run.part)
+        return run.counts.replayed
 
     def finish(self) -> None:
         from toolguard.replay._report import render_rows
@@ -315,8 +320,9 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
             yield _FileEnd(path, opened)
 
     held: list[ReplayInputError] = []  # the replay problems of the file being replayed
-    with _Progress(files, quiet) as progress, _CtrlC() as ctrl_c:
-        stream = replay_stream(items(), policy, tools=specs, jobs=jobs, details=details)
+    with Progress(files, quiet) as progress, CtrlC() as ctrl_c:
+        stream = replay_stream(items(), policy, tools=specs, jobs=jobs, details=details,
+                               render=output.render)
         try:
             for item in stream:
                 if ctrl_c.pressed:
@@ -333,8 +339,7 @@ def _replay(paths: Sequence[Path], policy: Policy, specs: Sequence[ToolSpec],
                     continue
                 result, trouble = item
                 if result is not None:
-                    output.add(result)
-                    progress.advance(result)
+                    progress.advance(output.add(result))
                 if trouble is not None:
                     held.append(trouble)
         finally:
@@ -359,81 +364,6 @@ def _after_notes(totals: Totals, policy: Policy, tools: Path | None,
         notes.append(ReplayNote(str(tools), "the tools file defines none of the recordings' "
                                 f"{len(called)} tool(s), so every call is invalid"))
     return notes
-
-
-class _CtrlC:
-    """While replaying, a first Ctrl-C (SIGINT) asks the replay to stop after the run at hand,
-    so that no run is half written; a second one stops at once."""
-
-    def __init__(self) -> None:
-        self.pressed = False
-        self.before: Any = None
-
-    def __enter__(self) -> _CtrlC:
-        with contextlib.suppress(ValueError):  # not the main thread: Ctrl-C stays as it is
-            self.before = signal.signal(signal.SIGINT, self._press)
-        return self
-
-    def _press(self, signum: int, frame: object) -> None:
-        if self.pressed:
-            raise KeyboardInterrupt
-        self.pressed = True
-
-    def __exit__(self, *exc: object) -> None:
-        if self.before is not None:
-            signal.signal(signal.SIGINT, self.before)
-
-
-class _Progress:
-    """One progress bar on stderr while the replay runs (files and calls done, calls per
-    second), for inputs big enough to take a while, on a terminal only, unless ``quiet``."""
-
-    def __init__(self, files: Sequence[Path], quiet: bool) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        size = 0
-        for path in files:
-            with contextlib.suppress(OSError):  # reported when the file is read
-                size += path.stat().st_size
-        self.progress: Progress | None = None
-        big = size >= _PROGRESS_MIN_BYTES or len(files) >= _PROGRESS_MIN_FILES
-        if big and not quiet and _on_terminal():
-            self.progress = Progress(
-                TextColumn("replay"), BarColumn(),
-                TextColumn("{task.completed}/{task.total} files, {task.fields[calls]} calls, "
-                           "{task.fields[rate]} calls/s"),
-                TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-            self.task: TaskID = self.progress.add_task("replay", total=len(files), calls=0,
-                                                       rate=0)
-        self.calls = 0
-        self.started = time.monotonic()
-
-    def __enter__(self) -> _Progress:
-        if self.progress is not None:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-
-    def advance(self, run: RunReport) -> None:
-        """One more run replayed."""
-        self.calls += run.replayed
-        if self.progress is not None:
-            rate = round(self.calls / max(time.monotonic() - self.started, 1e-3))
-            self.progress.update(self.task, calls=self.calls, rate=rate)
-
-    def file_done(self) -> None:
-        """One more file replayed."""
-        if self.progress is not None:
-            self.progress.advance(self.task)
-
-
-def _on_terminal() -> bool:
-    """A person is watching stderr (a progress bar would not garble a log)."""
-    return sys.stderr.isatty()
 
 
 def _print_formats(console: Console) -> None:

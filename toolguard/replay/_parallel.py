@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from ._model import Run
 from ._portions import Portion, PortionResult, read_portion, replay_portion
-from ._records import Outcome, RunReport, failed
+from ._records import AnyOutcome, RunReport
 
 __all__ = ["BATCH_CALLS", "pooled"]
 
@@ -44,9 +44,12 @@ _IN_FLIGHT_PER_JOB: Final = 2
 
 class _Replayer(Protocol):
     """What a worker needs of the replay (:class:`toolguard.replay._runner._Replayer`, which
-    pickles into each worker): replay the ``number``-th run."""
+    pickles into each worker): replay the ``number``-th run; the outcome of a run replayed
+    into a report."""
 
-    def outcome(self, number: int, run: Run) -> Outcome: ...
+    def outcome(self, number: int, run: Run) -> AnyOutcome: ...
+
+    def finished(self, run: Run, report: RunReport) -> AnyOutcome: ...
 
 _worker: list[_Replayer] = []  # the replayer of this worker process
 
@@ -56,7 +59,7 @@ def _start(replayer: _Replayer) -> None:
     _worker[:] = [replayer]
 
 
-def _replay_batch(batch: list[tuple[int, Run]]) -> list[Outcome]:
+def _replay_batch(batch: list[tuple[int, Run]]) -> list[AnyOutcome]:
     return [_worker[0].outcome(number, run) for number, run in batch]
 
 
@@ -82,7 +85,7 @@ class _Pool:
         self.executor.shutdown(wait=True, cancel_futures=True)
         self.executor = self._new()
 
-    def submit(self, batch: list[tuple[int, Run]]) -> Future[list[Outcome]]:
+    def submit(self, batch: list[tuple[int, Run]]) -> Future[list[AnyOutcome]]:
         return self._submit(_replay_batch, batch)
 
     def submit_portion(self, portion: Portion) -> Future[PortionResult]:
@@ -100,7 +103,7 @@ class _Pool:
 
 
 def pooled(items: Iterator[tuple[int, Run] | Portion | T], replayer: _Replayer, jobs: int
-           ) -> Iterator[Outcome | T]:
+           ) -> Iterator[AnyOutcome | T]:
     """:func:`~toolguard.replay._runner.replay_stream` with ``jobs`` worker processes.
 
     ``items``: numbered runs, portions of trace files (:mod:`._portions`, each read and
@@ -147,7 +150,7 @@ def pooled(items: Iterator[tuple[int, Run] | Portion | T], replayer: _Replayer, 
             pool.close()
 
 
-# a batch or a portion, and the future of its outcomes (list[Outcome] or PortionResult)
+# a batch or a portion, and the future of its outcomes (list[AnyOutcome] or PortionResult)
 _Pending = tuple["list[tuple[int, Run] | T] | Portion", "Future[Any]"]
 
 
@@ -155,7 +158,7 @@ def _runs(batch: list[tuple[int, Run] | T]) -> list[tuple[int, Run]]:
     return [item for item in batch if isinstance(item, tuple)]
 
 
-def _take(pending: deque[_Pending[T]], pool: _Pool | None) -> Iterator[Outcome | T]:
+def _take(pending: deque[_Pending[T]], pool: _Pool | None) -> Iterator[AnyOutcome | T]:
     """The outcomes of the first pending batch or portion, waiting for them, and the batch's
     other items."""
     assert pool is not None
@@ -164,7 +167,7 @@ def _take(pending: deque[_Pending[T]], pool: _Pool | None) -> Iterator[Outcome |
         yield from _portion_outcomes(batch, future, pending, pool)
         return
     try:
-        outcomes: Iterator[Outcome] = iter(future.result())
+        outcomes: Iterator[AnyOutcome] = iter(future.result())
     except BrokenProcessPool:
         _resubmit(pending, pool)
         outcomes = iter([_alone(pool, *item) for item in _runs(batch)])
@@ -176,7 +179,7 @@ def _take(pending: deque[_Pending[T]], pool: _Pool | None) -> Iterator[Outcome |
 
 
 def _portion_outcomes(portion: Portion, future: Future[PortionResult],
-                      pending: deque[_Pending[T]], pool: _Pool) -> Iterator[Outcome]:
+                      pending: deque[_Pending[T]], pool: _Pool) -> Iterator[AnyOutcome]:
     try:
         result = future.result()
     except Exception as exc:  # noqa: BLE001 - a worker died, or the outcomes could not
@@ -200,7 +203,7 @@ def _resubmit(pending: deque[_Pending[T]], pool: _Pool) -> None:
                       else pool.submit(_runs(later)))
 
 
-def _alone(pool: _Pool, number: int, run: Run) -> Outcome:
+def _alone(pool: _Pool, number: int, run: Run) -> AnyOutcome:
     """Replay one run by itself; if its worker dies, that is the run's error."""
     try:
         return pool.submit([(number, run)]).result()[0]
@@ -209,5 +212,6 @@ def _alone(pool: _Pool, number: int, run: Run) -> Outcome:
         error = "the worker process replaying it died"
     except Exception as exc:  # noqa: BLE001 - say what, for this run only
         error = f"{type(exc).__name__}: {exc}"
-    return failed(run, RunReport(run.id, run.file, run.meta, calls=len(run.calls),
-                                 format=run.format, error=error))
+    return pool.replayer.finished(run, RunReport(run.id, run.file, run.meta,
+                                                 calls=len(run.calls), format=run.format,
+                                                 error=error))

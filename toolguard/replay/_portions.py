@@ -27,7 +27,7 @@ import orjson
 
 from ._formats import FileRuns, UniqueIds, finish_file, read_counted
 from ._model import ReplayInputError, Run, Source, default_id
-from ._records import Outcome
+from ._records import AnyOutcome
 from ._trace import READER, starts_run
 
 __all__ = ["PORTION_BYTES", "Portion", "PortionResult", "Split", "portions", "read_portion",
@@ -40,7 +40,7 @@ both workers busy to the end and to stop soon after Ctrl-C."""
 
 _TOOL: Final = b'"tool"'
 
-PortionResult = tuple[Source, "ReplayInputError | None", list[tuple[str, Outcome]]]
+PortionResult = tuple[Source, "ReplayInputError | None", list[tuple[str, AnyOutcome]]]
 """What a worker sends back for a portion: the source it read (problems, skipped lines,
 notes, counters), the problem that stopped its reader if one did, and each run's own id with
 its outcome."""
@@ -49,7 +49,7 @@ its outcome."""
 class _Replayer(Protocol):
     """What a portion needs of the replay (:class:`toolguard.replay._runner._Replayer`)."""
 
-    def outcome(self, number: int, run: Run) -> Outcome: ...
+    def outcome(self, number: int, run: Run) -> AnyOutcome: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,7 @@ class Split:
         self.source = Source(Path(opened.file), "trace")  # the whole file's, merged
         self.stopped = False  # a portion's reader stopped: the later ones do not count
 
-    def merge(self, portion: Portion, result: PortionResult) -> list[Outcome]:
+    def merge(self, portion: Portion, result: PortionResult) -> list[AnyOutcome]:
         """The outcomes of ``portion`` under the ids a single reader gives; merges its
         source into the file's and ends the file after the last portion."""
         if self.stopped:
@@ -90,7 +90,7 @@ class Split:
         part, fatal, outcomes = result
         merged = self.source
         defaulted = set(part.defaulted)
-        out: list[Outcome] = []
+        out: list[AnyOutcome] = []
         for i, (own, outcome) in enumerate(outcomes):
             name = default_id(merged.stem, merged.runs + i) if i in defaulted else own
             out.append(_renamed(outcome, own, self.unique.name(name)))
@@ -102,7 +102,7 @@ class Split:
         return out
 
 
-def _renamed(outcome: Outcome, own: str, name: str) -> Outcome:
+def _renamed(outcome: AnyOutcome, own: str, name: str) -> AnyOutcome:
     """``outcome`` of the run read as ``own``, for the run named ``name``."""
     if name == own:
         return outcome

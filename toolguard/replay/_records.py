@@ -19,8 +19,8 @@ from toolguard.policy._model import AuditPolicy
 
 from ._model import ReplayInputError, ReplayNote, Run
 
-__all__ = ["COUNTED", "Outcome", "ReplayReport", "RunReport", "StepReport", "Totals", "excerpt",
-           "failed"]
+__all__ = ["COUNTED", "AnyOutcome", "Outcome", "RenderedOutcome", "RenderedRun", "ReplayReport",
+           "RunCounts", "RunReport", "StepReport", "Totals", "excerpt", "failed"]
 
 COUNTED: Final = (Decision.ALLOW, Decision.WARN, Decision.CACHED, Decision.BLOCK,
                   Decision.REVIEW, Decision.INVALID)
@@ -234,6 +234,44 @@ class ReplayReport:
         return totals.as_dict(len(self.problems))
 
 
+@dataclass(frozen=True, slots=True)
+class RunCounts:
+    """What the totals and the progress take from a run: all of it but its steps, which
+    are counted (``replay --jobs`` sends these back from a worker, not the steps).
+
+    Attributes:
+        calls, replayed, tokens, cost_usd, unpriced_tokens: the run's (:class:`RunReport`).
+        executed: calls that ran (``allow`` and ``warn``).
+        error: the run stopped on a guard error.
+        halted: the run ended in a halt.
+        decisions: ``(decision name, steps)`` for each decision some step got, in the
+            order of first appearance (``halt``: a step without a tool that halted on
+            token usage).
+        tools: the tool names the run called.
+    """
+
+    calls: int
+    replayed: int
+    executed: int
+    error: bool
+    halted: bool
+    tokens: int
+    cost_usd: float
+    unpriced_tokens: int
+    decisions: tuple[tuple[str, int], ...]
+    tools: frozenset[str]
+
+    @classmethod
+    def of(cls, run: RunReport) -> RunCounts:
+        """The counts of ``run``, in one pass over its steps."""
+        counts = run.decisions()
+        return cls(run.calls, run.replayed, counts[Decision.ALLOW] + counts[Decision.WARN],
+                   run.error is not None, run.halted, run.tokens, run.cost_usd,
+                   run.unpriced_tokens,
+                   tuple((_DECISION_NAMES[d], n) for d, n in counts.items()),
+                   frozenset(tool for tool in set(map(_tool, run.steps)) if tool is not None))
+
+
 @dataclass(slots=True)
 class Totals:
     """Counts over the runs replayed so far, added one run at a time (a streamed replay keeps
@@ -262,25 +300,24 @@ class Totals:
     cost_usd: float = 0.0
     unpriced_tokens: int = 0
 
-    def add(self, run: RunReport) -> None:
-        """Count ``run`` in."""
+    def add(self, run: RunReport | RunCounts) -> None:
+        """Count ``run`` in (a report, or the counts :meth:`RunCounts.of` took from one)."""
+        counts = run if isinstance(run, RunCounts) else RunCounts.of(run)
         self.runs += 1
-        self.tokens += run.tokens
-        self.cost_usd += run.cost_usd
-        self.unpriced_tokens += run.unpriced_tokens
-        self.calls += run.calls
-        self.replayed += run.replayed
-        self.errors += run.error is not None
-        counts = run.decisions()
-        for decision, n in counts.items():
-            name = _DECISION_NAMES[decision]
-            if decision is not Decision.HALT:
+        self.tokens += counts.tokens
+        self.cost_usd += counts.cost_usd
+        self.unpriced_tokens += counts.unpriced_tokens
+        self.calls += counts.calls
+        self.replayed += counts.replayed
+        self.errors += counts.error
+        for name, n in counts.decisions:
+            if name != "halt":
                 self.decisions[name] += n
             if name in self.runs_with:
                 self.runs_with[name] += 1
-        self.executed += counts[Decision.ALLOW] + counts[Decision.WARN]
-        self.tools.update(tool for tool in set(map(_tool, run.steps)) if tool is not None)
-        if run.halted:
+        self.executed += counts.executed
+        self.tools.update(counts.tools)
+        if counts.halted:
             self.decisions["halt"] += 1
 
     def as_dict(self, problems: int) -> dict[str, Any]:
@@ -327,7 +364,30 @@ _decision: Final[Callable[[StepReport], Decision]] = attrgetter("decision")
 _tool: Final[Callable[[StepReport], str | None]] = attrgetter("tool")
 
 
+@dataclass(slots=True)
+class RenderedRun:
+    """A run's part of the report in one output format, made where the run was replayed (by a
+    worker of ``replay --jobs``, which then sends this back instead of the run's steps; made
+    by :class:`toolguard.replay._report.RunRenderer`).
+
+    Attributes:
+        id: the run's id, kept out of ``part`` and written with it: ids given by position
+            and ids made unique across files are settled in file order after the run was
+            replayed.
+        counts: what the totals and the progress take from the run.
+        part: the format's part (``_report.json_part``, ``lines_part``, ``row_part``).
+    """
+
+    id: str
+    counts: RunCounts
+    part: Any
+
+
 Outcome = tuple[RunReport | None, ReplayInputError | None]
+RenderedOutcome = tuple[RenderedRun | None, ReplayInputError | None]
+"""An :data:`Outcome` whose report was rendered where it was replayed."""
+AnyOutcome = tuple[RunReport | RenderedRun | None, ReplayInputError | None]
+"""Either (what the replay's machinery hands on)."""
 """What replaying one run gave: its report (``None`` when it could not be replayed at all, for
 invalid header ``effects``) and the problem to report about it, if any."""
 

@@ -10,12 +10,18 @@
   :meth:`StepReport.to_dict`, :meth:`RunReport.summary` and :meth:`ReplayReport.totals` for
   the other keys).
 * jsonl: one step per line, each with its run's ``"run"`` id.
+
+Each format writes a run from its *part*, everything but the run's id (:func:`json_part`,
+:func:`lines_part`, :func:`row_part`), which :class:`RunRenderer` makes where the run was
+replayed: a worker of ``replay --jobs`` sends that text back, not the run's steps, and the
+reading process adds the id, settled in file order, as it writes.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -26,10 +32,12 @@ from rich.text import Text
 from toolguard._types import Decision
 
 from ._model import ReplayInputError, ReplayNote
+from ._records import RenderedRun, RunCounts
 from ._runner import ReplayReport, RunReport
 
-__all__ = ["JsonDocument", "TableRows", "jsonl_lines", "render_rows", "render_table",
-           "run_lines", "to_json", "to_json_text"]
+__all__ = ["JsonDocument", "RunRenderer", "TableRows", "json_part", "jsonl_lines",
+           "lines_part", "lines_text", "render_rows", "render_table", "row_part", "run_lines",
+           "to_json", "to_json_text"]
 
 _COUNTS: Final = (Decision.WARN, Decision.CACHED, Decision.BLOCK, Decision.REVIEW,
                   Decision.INVALID)
@@ -39,6 +47,26 @@ _STYLE: Final = {Decision.WARN: "yellow", Decision.CACHED: "cyan", Decision.BLOC
 _HIDDEN_META: Final = frozenset({"id", "run", "case", "run_id", "task_id", "trial", "source",
                                  "description"})
 _META_CHARS: Final = 40
+
+
+@dataclass(frozen=True, slots=True)
+class RunRenderer:
+    """Turns a run's report into its :class:`RenderedRun` for ``format`` (``json``, ``jsonl``
+    or ``table``; ``verbose``: the table's rows of non-allow steps too). Pickles by reference
+    into the workers."""
+
+    format: str
+    verbose: bool = False
+
+    def __call__(self, run: RunReport) -> RenderedRun:
+        part: Any
+        if self.format == "json":
+            part = json_part(run)
+        elif self.format == "jsonl":
+            part = lines_part(run)
+        else:
+            part = row_part(run, self.verbose)
+        return RenderedRun(run.id, RunCounts.of(run), part)
 
 
 def to_json(report: ReplayReport) -> dict[str, Any]:
@@ -52,6 +80,24 @@ def to_json(report: ReplayReport) -> dict[str, Any]:
 def _run_json(run: RunReport) -> dict[str, Any]:
     return {"id": run.id, "file": run.file, "format": run.format,
             "steps": [s.to_dict() for s in run.steps], "summary": run.summary()}
+
+
+_STEPS_OPEN: Final = b'{\n  "runs": [\n    {\n      "steps": '
+_STEPS_CLOSE: Final = b"\n    }\n  ]\n}"
+
+
+def json_part(run: RunReport) -> dict[str, Any]:
+    """``run``'s object in the JSON document but its id (:meth:`JsonDocument.add_part`), its
+    steps as the text orjson indents them to where they stand in the document (bytes), or as
+    their values where orjson refuses one."""
+    steps = [s.to_dict() for s in run.steps]
+    text: bytes | list[dict[str, Any]]
+    try:
+        text = orjson.dumps({"runs": [{"steps": steps}]}, option=orjson.OPT_INDENT_2
+                            )[len(_STEPS_OPEN):-len(_STEPS_CLOSE)]
+    except TypeError:
+        text = steps
+    return {"file": run.file, "format": run.format, "steps": text, "summary": run.summary()}
 
 
 def _tail_json(totals: dict[str, Any], problems: Sequence[ReplayInputError],
@@ -91,11 +137,21 @@ class JsonDocument:
 
     def add(self, run: RunReport) -> None:
         """Write ``run``'s object into the ``runs`` list."""
-        value = _run_json(run)
+        self.add_part(run.id, json_part(run))
+
+    def add_part(self, run_id: str, part: dict[str, Any]) -> None:
+        """Write the object of the run ``run_id`` whose other members are ``part``
+        (:func:`json_part`)."""
+        value = {"id": run_id, **part}
+        steps = part["steps"]
+        if isinstance(steps, bytes):
+            value["steps"] = orjson.Fragment(steps)
         try:  # indented where it stands in the document: cut out of it, not re-indented
             text = orjson.dumps({"runs": [value]}, option=orjson.OPT_INDENT_2,
                                 default=str).decode()[len(_RUNS_OPEN):-len(_RUNS_CLOSE)]
         except TypeError:
+            if isinstance(steps, bytes):  # orjson wrote them: it reads them back as they were
+                value["steps"] = orjson.loads(steps)
             text = _dumps(value, indent=True).replace("\n", "\n    ")
         self.write((_RUNS_OPEN if not self.runs else ",\n    ") + text)
         self.runs += 1
@@ -118,6 +174,33 @@ def run_lines(run: RunReport) -> Iterator[str]:
     newline)."""
     for step in run.steps:
         yield _dumps({"run": run.id, **step.to_dict()}, indent=False)
+
+
+def lines_part(run: RunReport) -> bytes | list[dict[str, Any]]:
+    """``run``'s steps for :func:`lines_text`: their objects by orjson, one per line (a string
+    in JSON holds no raw newline, so each line after the first starts with ``\\n{``); their
+    values where orjson refuses one."""
+    steps = [step.to_dict() for step in run.steps]
+    try:
+        return b"\n".join(map(orjson.dumps, steps))
+    except TypeError:
+        return steps
+
+
+def lines_text(run_id: str, part: bytes | list[dict[str, Any]]) -> str:
+    """The ``--format jsonl`` lines of the run ``run_id`` (each ending with a newline; ``""``
+    without a step) from its :func:`lines_part`: as :func:`run_lines` writes them, the
+    ``"run"`` key put in front of each object."""
+    if not part:
+        return ""
+    if isinstance(part, bytes):
+        try:
+            prefix = b'{"run":' + orjson.dumps(run_id) + b","
+        except TypeError:  # an id orjson refuses: the whole line by the standard library
+            part = [orjson.loads(line) for line in part.split(b"\n")]
+        else:
+            return (prefix + part[1:].replace(b"\n{", b"\n" + prefix) + b"\n").decode()
+    return "".join(_dumps({"run": run_id, **step}, indent=False) + "\n" for step in part)
 
 
 def _dumps(value: Any, indent: bool) -> str:
@@ -179,21 +262,37 @@ class TableRows:
 
     def add(self, run: RunReport) -> None:
         """Add ``run``'s row (and its non-allow steps)."""
-        counts = run.decisions()
-        flagged = run.error is not None or counts.keys() - {Decision.ALLOW} != set()
-        self.rows.append((printable(run.id), _meta_text(run), run.calls,
-                          counts[Decision.ALLOW] + counts[Decision.WARN],
-                          tuple(counts[d] for d in _COUNTS),
-                          _cost_text(run.cost_usd, run.unpriced_tokens), _halt_text(run),
-                          flagged, run.tokens))
-        if not self.verbose:
-            return
-        for step in run.steps:
-            if step.decision is not Decision.ALLOW:
-                self.steps.append((printable(run.id), str(step.index),
-                                   printable(step.tool or "(token usage)"),
-                                   Text(str(step.decision), style=_STYLE.get(step.decision, "")),
-                                   str(step.count), printable(step.args), printable(step.reason)))
+        self.add_part(run.id, row_part(run, self.verbose))
+
+    def add_part(self, run_id: str, part: _RowPart) -> None:
+        """Add the row of the run ``run_id`` from its :func:`row_part`."""
+        row, steps = part
+        shown = printable(run_id)
+        self.rows.append((shown, *row))
+        if self.verbose:
+            self.steps += [(shown, *step) for step in steps]
+
+
+# a table row but its run id (meta, calls, executed, counts, cost, halt, flagged, tokens),
+# and with ``verbose`` each non-allow step's row but its run id
+_RowPart = tuple[tuple[str, int, int, tuple[int, ...], Text, Text, bool, int],
+                 list[tuple[str, str, Text, str, str, str]]]
+
+
+def row_part(run: RunReport, verbose: bool) -> _RowPart:
+    """``run``'s cells in the table but its id (:meth:`TableRows.add_part`); with
+    ``verbose`` also each non-allow step's."""
+    counts = run.decisions()
+    flagged = run.error is not None or counts.keys() - {Decision.ALLOW} != set()
+    row = (_meta_text(run), run.calls, counts[Decision.ALLOW] + counts[Decision.WARN],
+           tuple(counts[d] for d in _COUNTS), _cost_text(run.cost_usd, run.unpriced_tokens),
+           _halt_text(run), flagged, run.tokens)
+    if not verbose:
+        return row, []
+    return row, [(str(step.index), printable(step.tool or "(token usage)"),
+                  Text(str(step.decision), style=_STYLE.get(step.decision, "")),
+                  str(step.count), printable(step.args), printable(step.reason))
+                 for step in run.steps if step.decision is not Decision.ALLOW]
 
 
 def render_table(report: ReplayReport, console: Console, *, verbose: bool = False,

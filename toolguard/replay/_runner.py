@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 
 from toolguard._errors import Halt, PolicyError
 from toolguard._results import ToolResult
@@ -42,7 +42,10 @@ from toolguard.tools._decorators import ToolSpec
 from ._model import RecordedCall, ReplayInputError, Run, Step, TokenUsage, UserTurn
 from ._portions import Portion, replay_portion
 from ._records import (
+    AnyOutcome,
     Outcome,
+    RenderedOutcome,
+    RenderedRun,
     ReplayReport,
     RunReport,
     StepReport,
@@ -120,9 +123,23 @@ def replay_runs(
 
 
 
+@overload
 def replay_stream(items: Iterable[Run | Portion | T], policy: Policy | None = None, *,
-                  tools: Sequence[ToolSpec] = (), jobs: int = 1, details: bool = False
-                  ) -> Generator[Outcome | T, None, None]:
+                  tools: Sequence[ToolSpec] = (), jobs: int = 1, details: bool = False,
+                  render: None = None) -> Generator[Outcome | T, None, None]: ...
+
+
+@overload
+def replay_stream(items: Iterable[Run | Portion | T], policy: Policy | None = None, *,
+                  tools: Sequence[ToolSpec] = (), jobs: int = 1, details: bool = False,
+                  render: Callable[[RunReport], RenderedRun]
+                  ) -> Generator[RenderedOutcome | T, None, None]: ...
+
+
+def replay_stream(items: Iterable[Run | Portion | T], policy: Policy | None = None, *,
+                  tools: Sequence[ToolSpec] = (), jobs: int = 1, details: bool = False,
+                  render: Callable[[RunReport], RenderedRun] | None = None
+                  ) -> Generator[AnyOutcome | T, None, None]:
     """Replay runs one by one as ``items`` yields them, in worker processes when ``jobs`` > 1.
 
     Args:
@@ -134,13 +151,19 @@ def replay_stream(items: Iterable[Run | Portion | T], policy: Policy | None = No
         details: keep each step's :attr:`StepReport.details` (see :func:`replay_runs`).
         jobs: worker processes; 1 replays in this process. Runs are independent of each
             other (each is one task of its own), so the outcomes do not depend on ``jobs``.
+        render: turns each run's report into what the caller writes of it
+            (:class:`~toolguard.replay._report.RunRenderer`), where the run was replayed: a
+            worker then sends that back, not the run's steps, which costs this process
+            (unpickling a step costs about what rendering it does) and the worker less.
+            Pickled into the workers by reference.
 
     Yields:
-        For each run, its :data:`Outcome`; each other item as it is; all in input order, each
-        as soon as it and everything before it is done, with a bounded number of runs in
-        flight. A run that makes its worker process die is that run's error.
+        For each run, its :data:`Outcome` (with ``render``, its report rendered:
+        :data:`RenderedOutcome`); each other item as it is; all in input order, each as soon
+        as it and everything before it is done, with a bounded number of runs in flight. A
+        run that makes its worker process die is that run's error.
     """
-    replayer = _Replayer(policy or Policy(), tools, details)
+    replayer = _Replayer(policy or Policy(), tools, details, render)
     numbered = _numbered(items)
     if jobs <= 1:
         for item in numbered:
@@ -169,10 +192,11 @@ def _numbered(items: Iterable[Run | Portion | T]) -> Iterator[tuple[int, Run] | 
 class _Replayer:
     """The guards and the clock of one replay."""
 
-    def __init__(self, policy: Policy, tools: Sequence[ToolSpec], details: bool = False
-                 ) -> None:
+    def __init__(self, policy: Policy, tools: Sequence[ToolSpec], details: bool = False,
+                 render: Callable[[RunReport], RenderedRun] | None = None) -> None:
         self.policy = policy.model_copy(update={"mode": Mode.ENFORCE})
         self.details = details
+        self.render = render
         given = {spec.name: spec for spec in tools}
         self.known: set[str] | None = set(given) if given else None
         # Without definitions, recorded tools need no registration: the guard takes an
@@ -198,7 +222,15 @@ class _Replayer:
                                              strict_tools=False)
         return guard
 
-    def outcome(self, number: int, run: Run) -> Outcome:
+    def finished(self, run: Run, report: RunReport) -> AnyOutcome:
+        """The outcome of ``run`` replayed into ``report``: the report, rendered if the
+        replay renders, and the problem of its error if it stopped on one."""
+        outcome = failed(run, report)
+        if self.render is None:
+            return outcome
+        return self.render(report), outcome[1]
+
+    def outcome(self, number: int, run: Run) -> AnyOutcome:
         """Replay ``run``, the ``number``-th of the replay (its task id), and say what went
         wrong if something did."""
         try:
@@ -218,7 +250,7 @@ class _Replayer:
                 f"{type(exc).__name__}: {exc}")
         task_id = f"replay-{number}:{run.id}"
         try:
-            return failed(run, self.replay(guard, task_id, run))
+            return self.finished(run, self.replay(guard, task_id, run))
         finally:  # runs are independent tasks: a finished one's state is garbage
             guard.store.clear_task(task_id)
 
