@@ -206,6 +206,32 @@ def test_jsonl_lines_splice_the_arguments_serialized_once_per_call(
     assert json.loads(lines[1])["args"]["options"]["rows"][0]["password"] == REDACTED
 
 
+@pytest.mark.parametrize("jsonl_first", [True, False])
+def test_a_jsonl_line_is_the_event_other_sinks_receive(
+        clock: FakeClock, tmp_path: Path, jsonl_first: bool) -> None:
+    """A JSONL sink is given its line serialized from the fields the event is made of, not
+    the event: whichever sink comes first, the line is byte for byte the event's, for flat
+    and nested arguments, a string JSON cannot hold and an event of the task."""
+    from toolguard.engine._audit import _jsonl
+
+    memory = tg.MemorySink()
+    with tg.JsonlSink(tmp_path / "audit.jsonl") as sink:
+        sinks = (sink, memory) if jsonl_first else (memory, sink)
+        with make_guard(clock, *sinks).task("t") as task:
+            task.call("lookup", {"path": "a", "password": SECRET})
+            task.call("lookup", {"path": "\ud800"})
+            task.call("lookup", {"path": "b", "options": {"deep": [{"token": SECRET}]}})
+            task.call("lookup", {"path": 1})
+    lines = (tmp_path / "audit.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(lines) == len(memory.events) == 7
+    assert lines == [_jsonl(dataclasses.replace(e, args=dict(e.args))) for e in memory.events]
+    assert memory.events[-1].transition == "planning->completed"
+    assert b"\\ud800" in lines[2]
+    assert SECRET.encode() not in b"".join(lines)
+    assert all(e.args["path"] == "a" and e.args["password"] == REDACTED
+               for e in memory.events[:2])
+
+
 def test_events_of_arguments_the_tool_changes_in_place_show_them_as_called(
         clock: FakeClock, tmp_path: Path) -> None:
     """Nested arguments with nothing to redact are held as their JSON text: what the

@@ -117,25 +117,57 @@ _set = object.__setattr__
 _Fragment = orjson.Fragment
 
 
-def new_event(time: float, task_id: str, call_id: str, tool: str, transition: str,
-              decision: str, reason: str, effect: str, args_hash: str,
-              args: dict[str, Any] | bytes, count: int, duration_s: float,
-              extra: dict[str, Any]) -> AuditEvent:
-    """``AuditEvent(...)`` of every field, in the class's order, as the engine builds one per
-    transition: its attributes set in one step (a frozen dataclass's ``__init__`` sets each
-    field through ``object.__setattr__``, most of an event's cost). ``args`` as bytes: the
-    arguments' JSON text, decoded only when read (:class:`_ArgsField`)."""
-    event = _new(AuditEvent)
-    state = {
+def event_fields(time: float, task_id: str, call_id: str, tool: str, transition: str,
+                 decision: str, reason: str, effect: str, args_hash: str,
+                 args: dict[str, Any] | bytes, count: int, duration_s: float,
+                 extra: dict[str, Any]) -> dict[str, Any]:
+    """The fields of one event as the engine gives them to :func:`emit`: a dict of every
+    field, in the class's order (the order of a JSONL line's keys). ``args`` as bytes: the
+    arguments' JSON text, held as an ``orjson.Fragment`` (see :func:`new_event`)."""
+    return {
         "time": time, "task_id": task_id, "call_id": call_id, "tool": tool,
         "transition": transition, "decision": decision, "reason": reason, "effect": effect,
-        "args_hash": args_hash, "args": args, "count": count, "duration_s": duration_s,
-        "extra": extra}
-    if type(args) is bytes:
-        state["args"] = _Fragment(args)
-        state[_TEXT] = args
-    _set(event, "__dict__", state)
+        "args_hash": args_hash, "args": _Fragment(args) if type(args) is bytes else args,
+        "count": count, "duration_s": duration_s, "extra": extra}
+
+
+def new_event(state: dict[str, Any], text: bytes | None) -> AuditEvent:
+    """The :class:`AuditEvent` of ``state`` (:func:`event_fields`), which becomes its
+    ``__dict__``: its attributes set in one step (a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``, most of an event's cost). ``text``: the arguments'
+    JSON text where ``state["args"]`` is its ``orjson.Fragment``, decoded only when read
+    (:class:`_ArgsField`); the event then holds a copy of ``state`` with it."""
+    event = _new(AuditEvent)
+    _set(event, "__dict__", state if text is None else {**state, _TEXT: text})
     return event
+
+
+def emit(sinks: tuple[AuditSink, ...], state: dict[str, Any], text: bytes | None) -> bool:
+    """Give the event of ``state`` (:func:`event_fields`; ``text``: see :func:`new_event`)
+    to every sink; False if none could write it. The event is made for what each sink
+    takes, at most once: a :class:`JsonlSink` takes its JSON line, serialized from
+    ``state`` (the same bytes as the event's, see :func:`_jsonl`), any other sink the
+    :class:`AuditEvent`. A broken sink does not break the call, but it is never silent: the
+    log says which event it did not write."""
+    written = False
+    line: bytes | None = None
+    event: AuditEvent | None = None
+    for sink in sinks:
+        try:
+            if type(sink) is JsonlSink:
+                if line is None:
+                    line = _line(state, text)
+                sink._append(line)
+            else:
+                if event is None:
+                    event = new_event(state, text)
+                sink(event)
+            written = True
+        except Exception:  # noqa: BLE001 - logged: a broken sink does not break the call
+            _log.exception("toolguard: audit sink %r failed: the event %s %s of %s (%s) "
+                           "was NOT written", sink, state["transition"], state["decision"],
+                           state["call_id"] or state["task_id"], state["tool"])
+    return written
 
 AuditSink = Callable[[AuditEvent], None]
 
@@ -190,6 +222,18 @@ class LoggingSink:
 
 
 _LINE: Final = orjson.OPT_APPEND_NEWLINE
+_log = logging.getLogger("toolguard")
+
+
+def _line(state: dict[str, Any], text: bytes | None) -> bytes:
+    """The JSON line of the event of ``state`` (:func:`emit`): ``state`` serialized as it
+    is, the same bytes as :func:`_jsonl` of its :class:`AuditEvent` (a dataclass is written
+    as the dict of its fields, in order), or, where it cannot be serialized so, that
+    function's line of the event."""
+    try:
+        return orjson.dumps(state, default=_safe_repr, option=_LINE)
+    except (TypeError, orjson.JSONEncodeError):
+        return _jsonl(new_event(state, text))
 
 
 def _jsonl(event: AuditEvent) -> bytes:
@@ -253,11 +297,19 @@ class JsonlSink:
         Raises:
             OSError: the file cannot be written (the guard logs that the event was lost).
         """
-        line = _jsonl(event)
-        with self._lock:
+        self._append(_jsonl(event))
+
+    def _append(self, line: bytes) -> None:
+        """Write ``line`` whole: one write(2), and what one cut short left (a signal, a full
+        disk) before any other thread of the process writes."""
+        lock = self._lock
+        lock.acquire()  # acquire and release: half the instructions of `with`
+        try:
             written = self._file.write(line)
-            if written != len(line):  # a write(2) cut short (a signal, a full disk): the rest
+            if written != len(line):
                 self._write_rest(memoryview(line)[written or 0:])
+        finally:
+            lock.release()
 
     def _write_rest(self, rest: memoryview) -> None:
         while rest:

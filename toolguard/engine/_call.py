@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from toolguard.stores._base import Store
 
     from ._approval import Approver
-    from ._audit import AuditEvent, AuditSink
+    from ._audit import AuditSink
     from ._inflight import InFlight
 
 
@@ -203,6 +203,7 @@ class _Prepared:
     origin: str = ""  # the execution this one continues (an unknown outcome's), else itself
     counted: bool = False  # in flight for the failure budget (toolguard.engine._inflight)
     text: bytes = b""  # args serialized, keys sorted, bounded as redaction reads them, or b""
+    fields: dict[str, Any] | None = None  # what its audit events share (_events.fields)
 
 
 Executor = Callable[[dict[str, Any]], Any]
@@ -250,7 +251,6 @@ class GuardState(Protocol):
     @property
     def _price(self) -> Any: ...
 
-    def _emit(self, event: AuditEvent) -> bool: ...
     def _warn_off(self) -> None: ...
     @staticmethod
     def _entry(policy: Policy, spec: ToolSpec) -> _Entry: ...

@@ -13,7 +13,7 @@ from toolguard.hashing._redact import shown_args
 from toolguard.stores._base import Snapshot
 from toolguard.stores._base import new_tuple as _new
 
-from ._audit import new_event
+from ._audit import emit, event_fields
 from ._call import CallRecord, _Config, _Prepared
 from ._core import Verdict
 
@@ -38,36 +38,58 @@ def record(task: TaskState, p: _Prepared, result: ToolResult, transition: str, c
             extra["observed"] = str(result.observed)
         if result.error_type:
             extra["error_type"] = result.error_type
-        guard = task.guard
-        guard._emit(new_event(
-            guard._clock(), task.task_id, p.call_id, p.entry.spec.name, transition,
-            result.decision._value_, result.reason, p.effect._value_, p.sig,
-            shown(p, cfg), result.count, result.duration_s, extra))
+        call_event(task, p, cfg, transition, result.decision._value_, result.reason,
+                   result.count, result.duration_s, extra)
 
 
 def event(task: TaskState, transition: str, tool: str, decision: Decision, reason: str,
            p: _Prepared | None = None, cfg: _Config | None = None, count: int = 0,
            extra: dict[str, Any] | None = None) -> bool:
-    """Emit one audit event; False if no sink could write it."""
+    """Emit one audit event (of the call ``p``, whose tool is ``tool``, with ``cfg``, or
+    of the task); False if no sink could write it."""
     guard = task.guard
     if not guard._sinks:
         return True
-    if p is None:
-        return guard._emit(new_event(
+    if p is None or cfg is None:
+        return emit(guard._sinks, event_fields(
             guard._clock(), task.task_id, "", tool, transition, decision._value_, reason, "",
-            "", {}, count, 0.0, extra or {}))
-    return guard._emit(new_event(
-        guard._clock(), task.task_id, p.call_id, tool, transition, decision._value_, reason,
-        p.effect._value_, p.sig, shown(p, cfg) if cfg else {}, count, 0.0,
-        extra or {}))
+            "", {}, count, 0.0, extra or {}), None)
+    return call_event(task, p, cfg, transition, decision._value_, reason, count, 0.0,
+                      extra or {})
+
+
+def call_event(task: TaskState, p: _Prepared, cfg: _Config, transition: str, decision: str,
+               reason: str, count: int, duration_s: float, extra: dict[str, Any]) -> bool:
+    """Emit one event of the call ``p``: its fields the call's own (:func:`fields`) with
+    this transition's set; False if no sink could write it."""
+    guard = task.guard
+    state = (p.fields or fields(task, p, cfg)).copy()  # keeps the keys' order
+    state["time"] = guard._clock()
+    state["transition"] = transition
+    state["decision"] = decision
+    state["reason"] = reason
+    state["count"] = count
+    state["duration_s"] = duration_s
+    state["extra"] = extra
+    args = p.redacted
+    return emit(guard._sinks, state, args if type(args) is bytes else None)
+
+
+def fields(task: TaskState, p: _Prepared, cfg: _Config) -> dict[str, Any]:
+    """The fields every event of the call ``p`` shares (those of a transition empty), made
+    once per call and kept on ``p``: the ids, tool, effect, arguments hash and the
+    arguments as :func:`shown`."""
+    p.fields = event_fields(0.0, task.task_id, p.call_id, p.entry.spec.name, "", "", "",
+                            p.effect._value_, p.sig, shown(p, cfg), 0, 0.0, {})
+    return p.fields
 
 
 def executing(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, verdict: Verdict
                ) -> Verdict:
     """Audit the start of an execution. If no sink could write it and the policy fails
     closed (``store.on_error``), the call does not run unaudited: it is blocked."""
-    if event(task, "validating->executing", p.entry.spec.name, verdict.decision,
-                   verdict.reason, p, cfg, snap.count):
+    if call_event(task, p, cfg, "validating->executing", verdict.decision._value_,
+                  verdict.reason, snap.count, 0.0, {}):
         return verdict
     on_error = getattr(task.guard._store, "on_error", None) or cfg.policy.store.on_error
     if on_error != "fail_closed":

@@ -45,7 +45,7 @@ from ._approval import (
     Approver,
     deny_all,
 )
-from ._audit import AuditEvent, AuditSink
+from ._audit import AuditSink
 from ._call import _Config, _Entry
 from ._cost import Price, check_prices
 from ._guard_args import as_policy, audit_sinks, check_approver, store_kind
@@ -395,21 +395,6 @@ class Guard:
         if not isinstance(task_id, str) or not task_id:
             raise ValueError(f"task_id must be a non-empty string, got {task_id!r}")
         return Task(self, task_id)
-
-    def _emit(self, event: AuditEvent) -> bool:
-        """Give ``event`` to every sink; False if none could write it. A broken sink does
-        not break the call, but it is never silent: the log says which event it did not
-        write."""
-        written = False
-        for sink in self._sinks:
-            try:
-                sink(event)
-                written = True
-            except Exception:
-                log.exception("toolguard: audit sink %r failed: the event %s %s of %s (%s) "
-                              "was NOT written", sink, event.transition, event.decision,
-                              event.call_id or event.task_id, event.tool)
-        return written
 
     def _warn_off(self) -> None:
         if not self._warned_off:
