@@ -260,3 +260,16 @@ def test_the_embedded_data_holds_any_text_and_never_closes_its_element(
         == [tool, reason, notice]
     assert decoded["decisions"][run["steps"][0][1]] == "block"
     assert decoded["totals"] == report.totals()
+
+
+def test_a_run_id_orjson_refuses_is_written_escaped() -> None:
+    """A recorded id (or tool name, reason) may hold a lone surrogate, valid in JSON text as
+    ``"\\ud800"``: the page writes it escaped instead of failing."""
+    import io
+
+    from toolguard.replay import ReplayReport, RunReport
+    from toolguard.replay._html import write_html
+
+    out = io.StringIO()
+    write_html(ReplayReport([RunReport("r\ud800", "a.jsonl", {}, calls=0, format="trace")]), out)
+    assert "\\ud800" in out.getvalue()

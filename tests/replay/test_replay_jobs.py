@@ -114,3 +114,35 @@ def test_the_document_of_a_streamed_replay_is_the_document_of_the_report(
     done = subprocess.run([*CLI, str(path), "--format", "json", "--jobs", "1"],
                           capture_output=True, text=True, check=True, timeout=300)
     assert done.stdout == to_json_text(_report(path, jobs=1)) + "\n"
+
+
+@pytest.mark.parametrize("where", ["arguments", "metadata"])
+def test_a_run_too_deep_to_pickle_replays_as_with_one_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    """Arguments or header metadata nested 900 levels deep are read (the reader falls back
+    to the standard library past orjson's 255 levels) but cannot be pickled to a worker or
+    back: such a run replays in the reading process, with the outcome ``--jobs 1`` gives,
+    not an error."""
+    deep = "[" * 900 + '"x"' + "]" * 900
+    lines = []
+    for n in range(3):
+        if where == "metadata":
+            lines.append(f'{{"run": "r{n}", "deep": {deep}}}')
+            args = '{"command": "ls"}'
+        else:
+            lines.append(json.dumps({"run": f"r{n}"}))
+            args = f'{{"command": "ls", "deep": {deep}}}'
+        lines.append(f'{{"tool": "bash", "args": {args}, "result": "ok"}}')
+    path = tmp_path / "deep.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setattr(_parallel, "BATCH_CALLS", 1)  # every run goes to a worker
+
+    def outcomes(jobs: int) -> list[tuple[str, str | None, list[str]]]:
+        got = []
+        for result, problem in replay_stream(open_file(path).runs, jobs=jobs):
+            assert result is not None and problem is None
+            got.append((result.id, result.error, [str(s.decision) for s in result.steps]))
+        return got
+
+    assert outcomes(2) == outcomes(1)
+    assert [error for _, error, _ in outcomes(1)] == [None, None, None]

@@ -18,6 +18,7 @@ never as markup.
 from __future__ import annotations
 
 import html
+import json
 from typing import IO, Any, Final
 
 import orjson
@@ -99,7 +100,13 @@ def write_html(report: ReplayReport, out: IO[str], title: str = "toolguard repla
 
 
 def _json(value: Any) -> str:
-    return orjson.dumps(value, default=str).decode()
+    """``value`` as JSON text: by orjson; by the standard library where orjson refuses a
+    value (a lone surrogate in a recorded id or name, an integer beyond 64 bits), which
+    escapes it (``\\ud800``) and writes integers exactly."""
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:
+        return json.dumps(value, default=str)
 
 
 _HEAD: Final = """<!DOCTYPE html>

@@ -12,7 +12,8 @@ start with the policy already loaded) and ignore SIGINT: Ctrl-C reaches this pro
 stops them. A worker that dies (a crash in native code, the OOM killer) breaks the pool: the
 pool is started again, the batch it was replaying (a portion: read in this process) is
 replayed one run at a time to find the run that kills it, which is reported as that run's
-error, and the other runs still replay.
+error, and the other runs still replay. A run that cannot cross to a worker or back (pickle
+cannot reach values nested as deep as the readers accept) replays in this process.
 """
 
 from __future__ import annotations
@@ -204,14 +205,17 @@ def _resubmit(pending: deque[_Pending[T]], pool: _Pool) -> None:
 
 
 def _alone(pool: _Pool, number: int, run: Run) -> AnyOutcome:
-    """Replay one run by itself; if its worker dies, that is the run's error."""
+    """Replay one run by itself; if its worker dies, that is the run's error. A run that
+    cannot be sent to a worker or back (pickling: values nested deeper than pickle's
+    recursion reaches, which the readers accept) replays in this process, as with
+    ``--jobs 1``: its outcome does not depend on the number of jobs."""
     try:
         return pool.submit([(number, run)]).result()[0]
     except BrokenProcessPool:
         pool.restart()
-        error = "the worker process replaying it died"
-    except Exception as exc:  # noqa: BLE001 - say what, for this run only
-        error = f"{type(exc).__name__}: {exc}"
-    return pool.replayer.finished(run, RunReport(run.id, run.file, run.meta,
-                                                 calls=len(run.calls), format=run.format,
-                                                 error=error))
+    except Exception:  # noqa: BLE001 - the worker catches the replay's own failures: this is
+        # the run or its outcome failing to cross between the processes
+        return pool.replayer.outcome(number, run)
+    return pool.replayer.finished(run, RunReport(
+        run.id, run.file, run.meta, calls=len(run.calls), format=run.format,
+        error="the worker process replaying it died"))
