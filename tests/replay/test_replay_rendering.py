@@ -67,6 +67,16 @@ def _report_value(run: RunReport) -> dict[str, Any]:
     return value
 
 
+def _line_of_report(run_id: str, step: dict[str, Any]) -> str:
+    """A JSONL line as written of a step given as its report: its object with the ``"run"``
+    key first, compact, by orjson, by the standard library where orjson refuses a value."""
+    value = {"run": run_id, **step}
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:
+        return json.dumps(value, default=str, separators=(",", ":"))
+
+
 def _written(run_id: str, run: RunReport, output: str) -> Any:
     """What the output writes of ``run`` rendered (and pickled, as a worker sends it back)
     and then named ``run_id``."""
@@ -98,6 +108,8 @@ def test_a_rendered_run_writes_what_its_report_writes(run: RunReport,
                                                                          "table")}
     assert written["json"] == _document_of_report(run)
     assert written["jsonl"] == "".join(f"{line}\n" for line in run_lines(run))
+    assert written["jsonl"] == "".join(f"{_line_of_report(run.id, step.to_dict())}\n"
+                                       for step in run.steps)
     rows = TableRows(verbose=True)
     rows.add(run)
     assert repr(written["table"]) == repr((rows.rows, rows.steps))

@@ -171,9 +171,9 @@ def jsonl_lines(report: ReplayReport) -> Iterator[str]:
 
 def run_lines(run: RunReport) -> Iterator[str]:
     """``--format jsonl``: one JSON object per step of ``run``, each with a ``"run"`` key (no
-    newline)."""
-    for step in run.steps:
-        yield _dumps({"run": run.id, **step.to_dict()}, indent=False)
+    newline): :func:`lines_text` of its :func:`lines_part`."""
+    # only "\n" ends a line: JSON text may hold U+2028 and other line breaks of str.splitlines
+    yield from lines_text(run.id, lines_part(run)).split("\n")[:-1]
 
 
 def lines_part(run: RunReport) -> bytes | list[dict[str, Any]]:
