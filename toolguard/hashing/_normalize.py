@@ -57,12 +57,16 @@ _MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep",
 
 
 def _after(*words: str) -> str:
-    """A left context: one of ``words`` right before (lookbehinds: fixed width each, behind
-    a one-character check that fails fast at most positions)."""
+    """A left context: one of ``words`` right before (lookbehinds: fixed width each, words
+    of one width in one lookbehind, behind a one-character check that fails fast at most
+    positions: the 24 month-and-space words cost two lookbehinds, not 24)."""
     ends = "".join(sorted({re.escape(w[-1]) for w in words}))
+    widths: dict[tuple[int, str], list[str]] = {}
+    for w in words:
+        bound = "" if w[:1] in "[0123456789" else chr(92) + "b"
+        widths.setdefault((len(w), bound), []).append(re.escape(w))
     return f"(?<=[{ends}])(?:" + "|".join(
-        f"(?<={'' if w[:1] in '[0123456789' else chr(92) + 'b'}{re.escape(w)})"
-        for w in words) + ")"
+        f"(?<={bound}(?:{'|'.join(same)}))" for (_, bound), same in widths.items()) + ")"
 
 
 def _phrases(*words: str) -> tuple[str, ...]:
@@ -167,23 +171,31 @@ def _strip_volatile(text: str) -> str:
     if either is None:
         return _IDS.sub(_volatile, _VOLATILE.sub(_volatile, text))
     encoded = text.encode()
-    if either(encoded) < 0:
+    first = either(encoded, 0)
+    if first < 0:
         return text  # neither pass has a candidate (one scan for both: most tool output)
-    stripped = _pass(_VOLATILE, volatile, text, encoded)
+    stripped = _pass(_VOLATILE, volatile, text, encoded, first)
     if stripped is not text:
         text, encoded = stripped, stripped.encode()
-    return _pass(_IDS, ids, text, encoded)
+    return _pass(_IDS, ids, text, encoded, first)
 
 
-def _pass(pattern: re.Pattern[str], candidate: Callable[[bytes], int], text: str,
-          encoded: bytes) -> str:
+def _pass(pattern: re.Pattern[str], candidate: Callable[[bytes, int], int], text: str,
+          encoded: bytes, first: int) -> str:
     """``pattern.sub(_volatile, text)``, searched from the candidate found in ``encoded``
-    (``text`` as UTF-8): ``candidate(encoded)`` is a byte offset at or before the start of
-    the first match of ``pattern``, or -1 (no match). No match starts before it, and ``re``
-    reads the context before the start of its search (lookbehinds) as a scan from the start
-    does, so the matches are the same. ``text`` itself is returned when nothing is
-    replaced."""
-    found = candidate(encoded)
+    (``text`` as UTF-8): ``candidate(encoded, first)`` is a byte offset at or before the
+    start of the first match of ``pattern``, or -1 (no match). No match starts before it,
+    and ``re`` reads the context before the start of its search (lookbehinds) as a scan from
+    the start does, so the matches are the same. ``text`` itself is returned when nothing is
+    replaced.
+
+    ``first``: the union's first candidate (:func:`_strip_volatile`), where this prefilter's
+    search starts (RE2 reads the bytes before it as context, as the ``re`` pass does). No
+    candidate of either pass starts before it, and the first pass leaves the text before
+    it as it was: a placeholder begins with ``<``, which no candidate holds, and a date it
+    keeps is the text's own; so no candidate of the second pass starts before it in the
+    first pass's output either."""
+    found = candidate(encoded, first)
     if found < 0:
         return text
     start = found if len(encoded) == len(text) else len(encoded[:found].decode())
@@ -203,8 +215,8 @@ _strip_remembered = lru_cache(maxsize=STRIP_MEMO_ENTRIES)(_strip_volatile)
 
 @lru_cache(maxsize=1)
 def _prefilters() -> tuple[Any, Any, Any]:
-    """Finders (:func:`_finder`: UTF-8 bytes in, the offset of the first match out, or -1)
-    of RE2 patterns that match, alternative by alternative, at
+    """Finders (:func:`_finder`: UTF-8 bytes and where to start in, the offset of the first
+    match out, or -1) of RE2 patterns that match, alternative by alternative, at
     or before the start of every match of :data:`_VOLATILE` (resp. :data:`_IDS`): the match's
     own start (its first digits, whole: ``1.25 ms`` from the ``1``) or its context word
     (``took ``, ``port ``, a month); a superset (no lookaround, context words without their
@@ -241,15 +253,17 @@ def _prefilters() -> tuple[Any, Any, Any]:
             _finder(re2.compile(f"(?:{volatile})|(?:{ids})".encode()), anchor))
 
 
-def _finder(compiled: Any, anchor: Any) -> Callable[[bytes], int]:
-    """``find(text)``: the byte offset of the first match of ``compiled`` (an RE2 pattern of
-    bytes) in ``text``, or -1. By the binding's compiled ``RE2`` object when it has the one
-    google-re2 1.x has (``search`` adds a generator and a match object in Python: ~2/3 of a
-    prefilter's cost on a short result), else by ``search``."""
+def _finder(compiled: Any, anchor: Any) -> Callable[[bytes, int], int]:
+    """``find(text, start)``: the byte offset of the first match of ``compiled`` (an RE2
+    pattern of bytes) in ``text`` at or after ``start`` (the bytes before it read as
+    context, as ``(?m:^)`` needs), or -1. By the binding's compiled ``RE2`` object when it
+    has the one google-re2 1.x has (``search`` adds a generator and a match object in
+    Python: ~2/3 of a prefilter's cost on a short result), else by ``search``."""
     raw = getattr(getattr(compiled, "_regexp", None), "Match", None)
     if raw is None or anchor is None:  # pragma: no cover - another binding's internals
-        return lambda text: -1 if (found := compiled.search(text)) is None else found.start()
-    return lambda text: raw(anchor, text, 0, len(text))[0][0]
+        return lambda text, start: (-1 if (found := compiled.search(text, start)) is None
+                                    else found.start())
+    return lambda text, start: raw(anchor, text, start, len(text))[0][0]
 
 
 # -- field paths -------------------------------------------------------------------------------
