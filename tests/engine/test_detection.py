@@ -246,6 +246,17 @@ def test_outcome_kind(success: bool, value: Any, kind: str) -> None:
     assert outcome_kind(success, value) == kind
 
 
+@given(st.lists(st.sampled_from(["Found 0 ", "no results", "NO MATCHES", "0 results", "null",
+                                 " ", "\u212a", "\u0130", "\u03a3", "x", "\n", "[]", "0"])
+                | st.text(max_size=3), max_size=8).map("".join))
+@settings(max_examples=500, deadline=None)
+def test_an_outcome_kind_reads_what_the_whole_stripped_lowered_text_says(text: str) -> None:
+    stripped = text.strip().lower()
+    empty = (not stripped or stripped in {"[]", "{}", "null", "none", "0"} or stripped.startswith(
+        ("found 0 ", "no results", "no matches", "0 results")))
+    assert outcome_kind(True, text) == ("0" if empty else "r")
+
+
 # -- volatile results: normalised before comparing, raw to the model -------------------------
 def test_a_failing_command_whose_error_line_holds_a_time_is_a_repeat(
         store: Store, clock: FakeClock) -> None:
