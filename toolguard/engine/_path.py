@@ -54,6 +54,10 @@ if TYPE_CHECKING:
     from ._call import TaskState
 
 R = TypeVar("R")
+# what a tool (or a replayed call) returns most: never awaitable, and ``isawaitable`` asks an
+# ABC, ~2k instructions
+_PLAIN: frozenset[type] = frozenset({str, dict, list, tuple, int, float, bool, bytes,
+                                     type(None)})
 
 
 class Begun:
@@ -399,7 +403,7 @@ def call_sync(task: TaskState, tool: str, raw: Any, executor: Executor | None,
     outcome: _Outcome | None = None
     try:
         value = executor(p.args) if executor is not None else p.entry.call(**p.args)
-        if p.entry.maybe_async and isawaitable(value):
+        if p.entry.maybe_async and type(value) not in _PLAIN and isawaitable(value):
             value = _execute.close_awaitable(value, p)
     except Exception as exc:  # noqa: BLE001 - any tool error becomes an error envelope
         value, outcome = None, _execute.failure(b.cfg, exc, perf_counter() - start)

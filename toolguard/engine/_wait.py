@@ -54,7 +54,10 @@ def enter_flight(task: TaskState, cfg: _Config, p: _Prepared, snap: Snapshot, ve
 
 
 def notify(task: TaskState, p: _Prepared) -> None:
-    if p.claim:
+    """Wake the identical calls waiting for ``p`` to settle. Without the lock when none waits
+    on any call: a waiter that registers after this look polls the store first, as one that
+    registers after the event is popped does (:func:`wait_sync`)."""
+    if p.claim and task.guard._inflight:
         with task.guard._lock:
             event = task.guard._inflight.pop(p.key, None)
         if event is not None:

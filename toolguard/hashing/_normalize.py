@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -171,7 +171,7 @@ def _strip_volatile(text: str) -> str:
     if either is None:
         return _IDS.sub(_volatile, _VOLATILE.sub(_volatile, text))
     encoded = text.encode()
-    first = either(encoded, 0)
+    first = either(encoded, 0, len(encoded))[0][0]
     if first < 0:
         return text  # neither pass has a candidate (one scan for both: most tool output)
     stripped = _pass(_VOLATILE, volatile, text, encoded, first)
@@ -180,14 +180,14 @@ def _strip_volatile(text: str) -> str:
     return _pass(_IDS, ids, text, encoded, first)
 
 
-def _pass(pattern: re.Pattern[str], candidate: Callable[[bytes, int], int], text: str,
-          encoded: bytes, first: int) -> str:
+def _pass(pattern: re.Pattern[str], candidate: _Finder, text: str, encoded: bytes,
+          first: int) -> str:
     """``pattern.sub(_volatile, text)``, searched from the candidate found in ``encoded``
-    (``text`` as UTF-8): ``candidate(encoded, first)`` is a byte offset at or before the
-    start of the first match of ``pattern``, or -1 (no match). No match starts before it,
-    and ``re`` reads the context before the start of its search (lookbehinds) as a scan from
-    the start does, so the matches are the same. ``text`` itself is returned when nothing is
-    replaced.
+    (``text`` as UTF-8): ``candidate(encoded, first, len(encoded))[0][0]`` is a byte offset
+    at or before the start of the first match of ``pattern``, or -1 (no match). No match
+    starts before it, and ``re`` reads the context before the start of its search
+    (lookbehinds) as a scan from the start does, so the matches are the same. ``text``
+    itself is returned when nothing is replaced.
 
     ``first``: the union's first candidate (:func:`_strip_volatile`), where this prefilter's
     search starts (RE2 reads the bytes before it as context, as the ``re`` pass does). No
@@ -195,7 +195,7 @@ def _pass(pattern: re.Pattern[str], candidate: Callable[[bytes, int], int], text
     it as it was: a placeholder begins with ``<``, which no candidate holds, and a date it
     keeps is the text's own; so no candidate of the second pass starts before it in the
     first pass's output either."""
-    found = candidate(encoded, first)
+    found = candidate(encoded, first, len(encoded))[0][0]
     if found < 0:
         return text
     start = found if len(encoded) == len(text) else len(encoded[:found].decode())
@@ -215,8 +215,8 @@ _strip_remembered = lru_cache(maxsize=STRIP_MEMO_ENTRIES)(_strip_volatile)
 
 @lru_cache(maxsize=1)
 def _prefilters() -> tuple[Any, Any, Any]:
-    """Finders (:func:`_finder`: UTF-8 bytes and where to start in, the offset of the first
-    match out, or -1) of RE2 patterns that match, alternative by alternative, at
+    """Finders (:func:`_finder`: UTF-8 bytes and the span to search in, the span of the
+    first match out) of RE2 patterns that match, alternative by alternative, at
     or before the start of every match of :data:`_VOLATILE` (resp. :data:`_IDS`): the match's
     own start (its first digits, whole: ``1.25 ms`` from the ``1``) or its context word
     (``took ``, ``port ``, a month); a superset (no lookaround, context words without their
@@ -253,17 +253,23 @@ def _prefilters() -> tuple[Any, Any, Any]:
             _finder(re2.compile(f"(?:{volatile})|(?:{ids})".encode()), anchor))
 
 
-def _finder(compiled: Any, anchor: Any) -> Callable[[bytes, int], int]:
-    """``find(text, start)``: the byte offset of the first match of ``compiled`` (an RE2
-    pattern of bytes) in ``text`` at or after ``start`` (the bytes before it read as
-    context, as ``(?m:^)`` needs), or -1. By the binding's compiled ``RE2`` object when it
-    has the one google-re2 1.x has (``search`` adds a generator and a match object in
-    Python: ~2/3 of a prefilter's cost on a short result), else by ``search``."""
+_Finder = Callable[[bytes, int, int], Sequence[tuple[int, int]]]
+
+
+def _finder(compiled: Any, anchor: Any) -> _Finder:
+    """``find(text, start, end)``: ``[(begin, stop)]``, the byte span of the first match of
+    ``compiled`` (an RE2 pattern of bytes) in ``text[start:end]``, ``(-1, -1)`` for none (the
+    bytes before ``start`` read as context, as ``(?m:^)`` needs). The binding's compiled
+    ``RE2.Match`` itself, its anchor bound (a C call: no Python frame per search), when the
+    binding has the one google-re2 1.x has (``search`` adds a generator and a match object
+    in Python: ~2/3 of a prefilter's cost on a short result), else by ``search``."""
     raw = getattr(getattr(compiled, "_regexp", None), "Match", None)
     if raw is None or anchor is None:  # pragma: no cover - another binding's internals
-        return lambda text, start: (-1 if (found := compiled.search(text, start)) is None
-                                    else found.start())
-    return lambda text, start: raw(anchor, text, start, len(text))[0][0]
+        def find(text: bytes, start: int, end: int) -> Sequence[tuple[int, int]]:
+            found = compiled.search(text, start, end)
+            return [(-1, -1) if found is None else found.span()]
+        return find
+    return partial(raw, anchor)
 
 
 # -- field paths -------------------------------------------------------------------------------
@@ -406,7 +412,9 @@ class ResultNormalizer:
             memo = self._memo
             known = memo.get(value)
             if known is None:  # remembered here: not by strip_volatile's memo as well
-                known = self._normalized(value, _strip_volatile)
+                known = (_strip_volatile(value)  # the default policy's: no frames between
+                         if self.strip_volatile and self.ignore is None and not self.fields
+                         else self._normalized(value, _strip_volatile))
                 if len(memo) >= TEXT_MEMO_ENTRIES:
                     memo.clear()  # one atomic step: threads may share the normaliser
                 memo[value] = known
