@@ -258,6 +258,29 @@ def test_events_of_arguments_the_tool_changes_in_place_show_them_as_called(
     assert dataclasses.replace(event, reason="r").args == called
 
 
+def test_flat_arguments_a_hook_changes_in_place_are_logged_as_called(
+        clock: FakeClock, tmp_path: Path) -> None:
+    """Flat arguments are copied once per call before the first event (also when their
+    text was decided unchanged before, the repeated call): a ``run=`` hook changing the
+    dict it is passed changes neither line of the call."""
+    def read(path: str, limit: int) -> str:  # no defaults: the hash's text is redaction's
+        return path
+
+    def hook(args: dict[str, Any]) -> str:
+        args["path"] = "changed by the hook"
+        args["token"] = SECRET
+        return "done"
+
+    with tg.JsonlSink(tmp_path / "a.jsonl") as sink:
+        task = tg.Guard(None, tools=[tg.readonly(read)], audit=[sink], clock=clock).task("t")
+        for _ in range(3):
+            task.call("read", {"path": "a.txt", "limit": 5}, run=hook)
+    lines = (tmp_path / "a.jsonl").read_bytes().splitlines()
+    assert len(lines) >= 6
+    assert all(json.loads(line)["args"] == {"path": "a.txt", "limit": 5} for line in lines)
+    assert SECRET.encode() not in b"".join(lines)
+
+
 def test_jsonl_sink_appends(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
     path.write_text('{"earlier": true}\n', encoding="utf-8")

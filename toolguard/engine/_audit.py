@@ -115,6 +115,7 @@ _EVENT_FIELDS = tuple(f.name for f in fields(AuditEvent))
 _new = object.__new__
 _set = object.__setattr__
 _Fragment = orjson.Fragment
+_dumps = orjson.dumps
 
 
 def event_fields(time: float, task_id: str, call_id: str, tool: str, transition: str,
@@ -145,18 +146,23 @@ def new_event(state: dict[str, Any], text: bytes | None) -> AuditEvent:
 def emit(sinks: tuple[AuditSink, ...], state: dict[str, Any], text: bytes | None) -> bool:
     """Give the event of ``state`` (:func:`event_fields`; ``text``: see :func:`new_event`)
     to every sink; False if none could write it. The event is made for what each sink
-    takes, at most once: a :class:`JsonlSink` takes its JSON line, serialized from
-    ``state`` (the same bytes as the event's, see :func:`_jsonl`), any other sink the
-    :class:`AuditEvent`. A broken sink does not break the call, but it is never silent: the
-    log says which event it did not write."""
+    takes, at most once: a :class:`JsonlSink` takes its JSON line, ``state`` serialized as
+    it is (the same bytes as :func:`_jsonl` of its :class:`AuditEvent`: a dataclass is
+    written as the dict of its fields, in order), or, where it cannot be serialized so,
+    that function's line of the event; any other sink the :class:`AuditEvent`. A broken
+    sink does not break the call, but it is never silent: the log says which event it did
+    not write."""
     written = False
     line: bytes | None = None
     event: AuditEvent | None = None
     for sink in sinks:
         try:
             if type(sink) is JsonlSink:
-                if line is None:
-                    line = _line(state, text)
+                if line is None:  # state serialized as it is (see the docstring)
+                    try:
+                        line = _dumps(state, default=_safe_repr, option=_LINE)
+                    except (TypeError, orjson.JSONEncodeError):
+                        line = _jsonl(new_event(state, text))
                 sink._append(line)
             else:
                 if event is None:
@@ -223,17 +229,6 @@ class LoggingSink:
 
 _LINE: Final = orjson.OPT_APPEND_NEWLINE
 _log = logging.getLogger("toolguard")
-
-
-def _line(state: dict[str, Any], text: bytes | None) -> bytes:
-    """The JSON line of the event of ``state`` (:func:`emit`): ``state`` serialized as it
-    is, the same bytes as :func:`_jsonl` of its :class:`AuditEvent` (a dataclass is written
-    as the dict of its fields, in order), or, where it cannot be serialized so, that
-    function's line of the event."""
-    try:
-        return orjson.dumps(state, default=_safe_repr, option=_LINE)
-    except (TypeError, orjson.JSONEncodeError):
-        return _jsonl(new_event(state, text))
 
 
 def _jsonl(event: AuditEvent) -> bytes:

@@ -203,7 +203,6 @@ class _Prepared:
     origin: str = ""  # the execution this one continues (an unknown outcome's), else itself
     counted: bool = False  # in flight for the failure budget (toolguard.engine._inflight)
     text: bytes = b""  # args serialized, keys sorted, bounded as redaction reads them, or b""
-    fields: dict[str, Any] | None = None  # what its audit events share (_events.fields)
 
 
 Executor = Callable[[dict[str, Any]], Any]

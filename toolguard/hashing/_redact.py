@@ -211,17 +211,30 @@ def redact(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int
 
 
 def shown_args(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int,
-               text: bytes = b"") -> Redacted | bytes:
-    """:func:`redact` as audit events hold it: flat arguments as the dict (written inside
-    each line), nested ones as their redacted JSON text, from which whoever reads them
-    decodes a copy of their own (none is made for a sink that writes the text as it is),
-    or as the dict when the text would not give them back (orjson cannot write them, or
-    writes a null).
+               text: bytes = b"") -> dict[str, Any] | bytes:
+    """:func:`redact` as audit events hold it: flat arguments as a dict (a copy, written
+    inside each line), nested ones as their redacted JSON text, from which whoever reads
+    them decodes a copy of their own (none is made for a sink that writes the text as it
+    is), or as the dict when the text would not give them back (orjson cannot write them,
+    or writes a null).
 
     ``text``: what :func:`toolguard.hashing._canonical.dump_for_hash` made of these very
     ``args`` with ``depth`` :data:`SHOWN_DEPTH` (keys sorted), when the caller made it: it
-    is searched instead of a serialization of their own, and shown with its keys sorted."""
-    shown = _shown(args, pattern, max_chars, text)
+    is searched instead of a serialization of their own, and shown with its keys sorted.
+    A text among the last ones decided unchanged (:func:`_unchanged`: the same decision)
+    is shown at once, flat arguments as a plain copy of the dict (a repeated call, the
+    loop the guard exists for)."""
+    nested = False
+    for value in args.values():
+        if type(value) not in _KEPT_STR:
+            nested = True
+            break
+    recent = _RECENT.get((pattern, max_chars), ())
+    if text and text in recent:
+        if nested:
+            return text
+        return args.copy() if type(args) is dict else dict(args)
+    shown = _shown(args, pattern, max_chars, text, nested, recent if text else None)
     if isinstance(shown, Redacted):
         walked = shown.json()
         # a null may be a NaN or an infinity, which the text would give back as None
@@ -230,14 +243,14 @@ def shown_args(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: i
 
 
 def _shown(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int,
-           text: bytes) -> Redacted | bytes:
-    """:func:`redact`, with nested arguments decided unchanged as their JSON text."""
-    nested = False
-    for value in args.values():
-        if type(value) not in _KEPT_STR:
-            nested = True
-            break
-    text, unchanged = _unchanged(args, pattern, max_chars, nested, text)
+           text: bytes, nested: bool | None = None, recent: tuple[bytes, ...] | None = None
+           ) -> Redacted | bytes:
+    """:func:`redact`, with nested arguments decided unchanged as their JSON text
+    (``nested``: whether a value of ``args`` is not a string or a scalar, if known;
+    ``recent``: see :func:`_unchanged`)."""
+    if nested is None:
+        nested = not _KEPT_STR.issuperset(map(type, args.values()))
+    text, unchanged = _unchanged(args, pattern, max_chars, nested, text, recent)
     if unchanged:
         if nested:
             return text
@@ -354,7 +367,8 @@ def _plain_strings(args: Mapping[str, Any], data: bytes = b"") -> bool:
 
 
 def _unchanged(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: int,
-               nested: bool, text: bytes = b"") -> tuple[bytes, bool]:
+               nested: bool, text: bytes = b"", recent: tuple[bytes, ...] | None = None
+               ) -> tuple[bytes, bool]:
     """The JSON text of ``args`` (``orjson.dumps``; ``b""`` if refused), and whether one
     search of it shows that :func:`redact` would return ``args`` as they are (the walk then
     reuses the text for :func:`_plain_strings`). ``text``: that serialization made already,
@@ -368,7 +382,9 @@ def _unchanged(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: i
 
     The decision depends on the text alone, so the last texts decided unchanged are kept
     (:data:`_RECENT`) and the same text again is not searched again: a repeated call, the
-    loop the guard exists for, compares its bytes (a memcmp) instead of searching them."""
+    loop the guard exists for, compares its bytes (a memcmp) instead of searching them.
+    ``recent``: those texts, when the caller has looked for ``text`` among them already
+    (not compared twice: 100 KB texts differing at their end cost ~12k instructions each)."""
     decider = _DECIDERS.get((pattern, max_chars))
     if decider is None:
         decider = _decider(pattern, max_chars)
@@ -378,9 +394,10 @@ def _unchanged(args: Mapping[str, Any], pattern: KeyPattern | None, max_chars: i
         text = dumps_within(args, _DEPTH_WRAP if nested else 0, _SCREEN_OPTIONS)
     if not text or (max_chars >= _LONGEST_COUNTED and len(text) > max_chars):
         return text, False
-    recent = _RECENT.get((pattern, max_chars), ())
-    if text in recent:  # bytes compared whole: equal texts, the same decision
-        return text, True
+    if recent is None:
+        recent = _RECENT.get((pattern, max_chars), ())
+        if text in recent:  # bytes compared whole: equal texts, the same decision
+            return text, True
     if decider.Match(_re2_anchored(), text, 0, len(text))[0][0] >= 0:
         return text, False
     if nested and _has_null(text):
